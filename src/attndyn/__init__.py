@@ -1,0 +1,51 @@
+"""attndyn: transformer tokens as interacting particles on the sphere, in JAX."""
+
+from ._attention import ATTENTION_KINDS as ATTENTION_KINDS, Attention as Attention
+from ._discrete import DiscreteTransformer as DiscreteTransformer
+from ._dynamics import AbstractDynamics as AbstractDynamics
+from ._errors import NonFiniteError as NonFiniteError, ParameterError as ParameterError
+from ._estimate import (
+    default_chunk_size as default_chunk_size,
+    estimate_probabilities as estimate_probabilities,
+    grid as grid,
+    point_id as point_id,
+    provenance as provenance,
+    trajectory_key as trajectory_key,
+)
+from ._observables import (
+    OUTCOMES as OUTCOMES,
+    cluster_classes as cluster_classes,
+    mean_cosine as mean_cosine,
+    n_clusters as n_clusters,
+    overlaps as overlaps,
+    variance as variance,
+)
+from ._schemes import (
+    NGPT as NGPT,
+    SCHEME_NAMES as SCHEME_NAMES,
+    AbstractScheme as AbstractScheme,
+    MixLN as MixLN,
+    PeriLN as PeriLN,
+    PostLN as PostLN,
+    PreLN as PreLN,
+    SqrtScaling as SqrtScaling,
+    scheme_from_name as scheme_from_name,
+)
+from ._sphere import (
+    normalize as normalize,
+    sphere_drift as sphere_drift,
+    tangent_project as tangent_project,
+    uniform_sphere as uniform_sphere,
+)
+from ._stats import wilson_interval as wilson_interval
+from ._values import (
+    DISTRIBUTIONS as DISTRIBUTIONS,
+    AbstractValues as AbstractValues,
+    DeterministicValues as DeterministicValues,
+    MatrixValues as MatrixValues,
+    ScalarValues as ScalarValues,
+    sample_entries as sample_entries,
+)
+from . import theory as theory
+
+__version__ = "0.1.0"

@@ -1,0 +1,82 @@
+"""Input validation that runs before anything is traced or compiled."""
+
+from collections.abc import Iterable
+from typing import Any
+
+import jax
+import numpy as np
+
+
+class ParameterError(ValueError):
+    """A user-supplied parameter is outside its allowed values.
+
+    The message always names the parameter and what is allowed.
+    """
+
+
+class NonFiniteError(FloatingPointError):
+    """A simulation produced NaN or infinite values (overflow)."""
+
+
+def concrete(value: Any) -> np.ndarray | None:
+    """The value as a NumPy array, or ``None`` when it is traced (inside jit/vmap)."""
+    if isinstance(value, jax.core.Tracer):
+        return None
+    try:
+        return np.asarray(value)
+    except Exception:
+        return None
+
+
+def check_choice(name: str, value: Any, allowed: Iterable[Any]) -> None:
+    allowed = tuple(allowed)
+    if value not in allowed:
+        raise ParameterError(
+            f"{name}={value!r} is not allowed; choose one of {', '.join(map(repr, allowed))}."
+        )
+
+
+def check_bound(
+    name: str,
+    value: Any,
+    *,
+    lower: float | None = None,
+    upper: float | None = None,
+    lower_open: bool = False,
+    upper_open: bool = False,
+) -> None:
+    """Check ``lower <= value <= upper`` elementwise (open ends if asked).
+
+    Traced values are skipped: validation happens where the value is concrete, which is
+    always before compilation for values the user passes in.
+    """
+    array = concrete(value)
+    if array is None:
+        return
+    lo = "(" if lower_open else "["
+    hi = ")" if upper_open else "]"
+    interval = (
+        f"{lo}{'-inf' if lower is None else lower}, {'inf' if upper is None else upper}{hi}"
+    )
+    if not np.all(np.isfinite(array)):
+        raise ParameterError(f"{name}={_show(array)} must be finite; allowed: {interval}.")
+    bad = np.zeros(array.shape, dtype=bool)
+    if lower is not None:
+        bad |= (array <= lower) if lower_open else (array < lower)
+    if upper is not None:
+        bad |= (array >= upper) if upper_open else (array > upper)
+    if np.any(bad):
+        raise ParameterError(f"{name}={_show(array)} is outside the allowed range {interval}.")
+
+
+def check_int(name: str, value: Any, *, lower: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise ParameterError(f"{name}={value!r} must be an integer >= {lower}.")
+    if value < lower:
+        raise ParameterError(f"{name}={value!r} must be an integer >= {lower}.")
+
+
+def _show(array: np.ndarray) -> str:
+    if array.ndim == 0:
+        return repr(array.item())
+    return np.array2string(array, threshold=6)

@@ -1,0 +1,439 @@
+"""Monte Carlo estimation of clustering-class probabilities over a grid of parameter points.
+
+Trajectory ``i`` of a point gets the key ``fold_in(fold_in(key, point_id), i)``, with
+``point_id`` a hash of the point's parameters: the numbers depend on the seed, the point
+and the trajectory index only, never on the chunk size, the device count or which other
+points share the grid. Each chunk is a fixed-size batch (padded and masked at the end), so
+one compilation serves every chunk and every point whose shapes agree; swept parameters
+(β, σ, ε, ...) are array leaves of the model and never trigger recompilation.
+"""
+
+import dataclasses
+import hashlib
+import itertools
+import json
+import os
+import sys
+import time
+import warnings
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import xarray as xr
+from jaxtyping import Array, Int, PRNGKeyArray
+from tqdm.auto import tqdm
+
+from ._dynamics import AbstractDynamics
+from ._errors import NonFiniteError, ParameterError, check_bound, check_choice, check_int
+from ._observables import OUTCOMES, cluster_classes, mean_cosine
+from ._sphere import uniform_sphere
+from ._stats import wilson_interval
+
+Point = Mapping[str, Any]
+
+
+def grid(**axes: Sequence[Any]) -> list[dict[str, Any]]:
+    """The Cartesian product of parameter axes, the last axis varying fastest.
+
+    >>> grid(dim=[4, 6], beta=[1.0, 2.0])  # doctest: +NORMALIZE_WHITESPACE
+    [{'dim': 4, 'beta': 1.0}, {'dim': 4, 'beta': 2.0},
+     {'dim': 6, 'beta': 1.0}, {'dim': 6, 'beta': 2.0}]
+    """
+    for name, values in axes.items():
+        if len(values) == 0:
+            raise ParameterError(f"the range for {name!r} is empty; give at least one value.")
+    names = list(axes)
+    return [dict(zip(names, combo)) for combo in itertools.product(*axes.values())]
+
+
+def point_id(point: Point) -> int:
+    """A stable 31-bit identifier of a parameter point (its canonical JSON, hashed)."""
+    text = json.dumps({k: _plain(v) for k, v in sorted(point.items())}, sort_keys=True)
+    return zlib.crc32(text.encode()) & 0x7FFFFFFF
+
+
+def trajectory_key(key: PRNGKeyArray, point: Point, index: int | Array) -> PRNGKeyArray:
+    """The key of trajectory ``index`` at ``point``."""
+    return jax.random.fold_in(jax.random.fold_in(key, point_id(point)), index)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    return value
+
+
+@eqx.filter_jit
+def _chunk_statistics(
+    model: AbstractDynamics,
+    point_key: PRNGKeyArray,
+    indices: Int[Array, " chunk"],
+    n_total: Int[Array, ""],
+    tol: Array,
+    radius: Array,
+    n_tokens: int,
+    dim: int,
+):
+    def one(index):
+        start_key, noise_key = jax.random.split(jax.random.fold_in(point_key, index))
+        x0 = radius * uniform_sphere(key=start_key, n_tokens=n_tokens, dim=dim)
+        saves = model.trajectory(x0, key=noise_key)
+        finite = jnp.all(jnp.isfinite(saves))
+        classes = jax.vmap(cluster_classes, in_axes=(0, None))(saves, tol)
+        cosines = jax.vmap(mean_cosine)(saves)
+        return classes, cosines, finite
+
+    classes, cosines, finite = jax.vmap(one)(indices)
+    in_range = indices < n_total
+    valid = in_range & finite
+    counts = jnp.sum(classes & valid[:, None, None], axis=0, dtype=jnp.int32)
+    cosines = jnp.where(valid[:, None], cosines, 0)
+    return (
+        counts,
+        jnp.sum(valid, dtype=jnp.int32),
+        jnp.sum(in_range & ~finite, dtype=jnp.int32),
+        jnp.sum(cosines, axis=0),
+        jnp.sum(cosines**2, axis=0),
+    )
+
+
+def default_chunk_size(
+    n_trajectories: int, *, n_tokens: int, dim: int, n_saves: int, n_devices: int
+) -> int:
+    """A chunk that fits comfortably in device memory.
+
+    The per-trajectory footprint counts the saved states, the attention scores and one
+    value matrix, times a safety factor of 8 for XLA temporaries; the budget is an eighth
+    of the device's memory where JAX reports it, else 512 MiB per device.
+    """
+    per_traj = 4 * 8 * (n_saves * n_tokens * dim + n_tokens**2 + dim**2 + 4 * n_tokens * dim)
+    budget = 512 * 2**20
+    try:
+        stats = jax.local_devices()[0].memory_stats() or {}
+        if "bytes_limit" in stats:
+            budget = int(stats["bytes_limit"]) // 8
+    except Exception:
+        pass
+    by_memory = max(1, budget // per_traj) * n_devices
+    chunk = min(by_memory, 1 << 16, n_trajectories)
+    return _round_up(chunk, n_devices)
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+@dataclasses.dataclass
+class _Tallies:
+    counts: np.ndarray  # (P, S, 4)
+    n_valid: np.ndarray  # (P,)
+    n_nonfinite: np.ndarray  # (P,)
+    n_done: np.ndarray  # (P,)
+    cosine_sum: np.ndarray  # (P, S)
+    cosine_sumsq: np.ndarray  # (P, S)
+    seconds: float = 0.0
+
+    @classmethod
+    def zeros(cls, n_points: int, n_saves: int) -> "_Tallies":
+        z = np.zeros
+        return cls(
+            z((n_points, n_saves, len(OUTCOMES)), np.int64),
+            z(n_points, np.int64),
+            z(n_points, np.int64),
+            z(n_points, np.int64),
+            z((n_points, n_saves)),
+            z((n_points, n_saves)),
+        )
+
+
+def estimate_probabilities(
+    model_fn: Callable[..., AbstractDynamics],
+    points: Sequence[Point],
+    *,
+    key: PRNGKeyArray,
+    n_trajectories: int,
+    tol: float = 1e-3,
+    radius: float = 1.0,
+    chunk_size: int | None = None,
+    checkpoint: str | os.PathLike | None = None,
+    on_nonfinite: Literal["raise", "exclude"] = "raise",
+    progress: bool = True,
+    metadata: Mapping[str, Any] | None = None,
+) -> xr.Dataset:
+    """Estimate the probability of each clustering class at each save time, per point.
+
+    Args:
+        model_fn: ``model_fn(**point)`` builds the model of one point. Every point must
+            name ``dim`` (d ≥ 2) and ``tokens`` (N ≥ 1); the other keys are the model's.
+        points: the parameter points, e.g. from :func:`grid`.
+        key: the PRNG key of the whole study.
+        n_trajectories: trajectories per point (independent uniform starts on the sphere,
+            scaled by ``radius``).
+        tol: clustering tolerance, in (0, 1).
+        chunk_size: trajectories simulated at once (rounded up to a multiple of the local
+            device count); chosen from device memory when omitted. It does not change the
+            numbers.
+        checkpoint: a netCDF path; progress is saved there after each chunk (at most
+            every 20 s) and after each point, and a run with the same arguments resumes
+            from it.
+        on_nonfinite: what to do when a trajectory turns NaN/inf (e.g. USA overflow):
+            ``"raise"`` a :class:`NonFiniteError`, or ``"exclude"`` it from the
+            denominators with a warning (the count is kept as ``n_nonfinite``).
+        progress: show a progress bar on stderr.
+        metadata: extra provenance stored in the dataset's attributes.
+
+    Returns:
+        An ``xarray.Dataset`` over ``(point, time, outcome)`` with ``count``,
+        ``probability``, Wilson 95 % bounds ``ci_lower``/``ci_upper``, ``n_valid``,
+        ``n_nonfinite``, the mean pairwise cosine with its standard error, one coordinate
+        per parameter along ``point``, and full provenance in ``attrs``.
+    """
+    points = [dict(p) for p in points]
+    if not points:
+        raise ParameterError("points is empty; give at least one parameter point.")
+    check_int("n_trajectories", n_trajectories, lower=1)
+    check_bound("tol", tol, lower=0.0, upper=1.0, lower_open=True, upper_open=True)
+    check_bound("radius", radius, lower=0.0, lower_open=True)
+    check_choice("on_nonfinite", on_nonfinite, ("raise", "exclude"))
+    if chunk_size is not None:
+        check_int("chunk_size", chunk_size, lower=1)
+    for p in points:
+        for name, lower in (("dim", 2), ("tokens", 1)):
+            if name not in p:
+                raise ParameterError(f"every point must give {name!r}; got {p}.")
+            check_int(name, p[name], lower=lower)
+    models = [model_fn(**p) for p in points]
+    save_times = np.asarray(models[0].save_times, dtype=np.float64)
+    for p, m in zip(points, models):
+        if not np.array_equal(np.asarray(m.save_times), save_times):
+            raise ParameterError(f"all points must share save times; {p} differs.")
+
+    devices = jax.local_devices()
+    mesh = jax.sharding.Mesh(np.array(devices), ("traj",))
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("traj"))
+    n_saves = len(save_times)
+    key_data = np.asarray(jax.random.key_data(key)).tolist()
+    signature = hashlib.sha256(
+        json.dumps(
+            {
+                "points": [{k: _plain(v) for k, v in p.items()} for p in points],
+                "n_trajectories": n_trajectories,
+                "tol": tol,
+                "radius": radius,
+                "key": key_data,
+                "save_times": save_times.tolist(),
+                "models": [repr(m) for m in models],
+            },
+            sort_keys=True,
+        ).encode()
+    ).hexdigest()
+
+    tallies = _Tallies.zeros(len(points), n_saves)
+    if checkpoint is not None and Path(checkpoint).exists():
+        tallies = _load_checkpoint(Path(checkpoint), signature)
+
+    started = time.perf_counter()
+    seconds_before = tallies.seconds
+    last_save = started
+    chunk_used: list[int] = []
+
+    def save_checkpoint() -> None:
+        if checkpoint is not None:
+            tallies.seconds = seconds_before + time.perf_counter() - started
+            _write_checkpoint(Path(checkpoint), signature, tallies, points, save_times)
+
+    bar = tqdm(
+        total=len(points) * n_trajectories,
+        initial=int(tallies.n_done.sum()),
+        unit="traj",
+        desc="attndyn",
+        file=sys.stderr,
+        disable=not progress,
+        dynamic_ncols=True,
+    )
+    try:
+        for p_index, (point, model) in enumerate(zip(points, models)):
+            n_tokens, dim = int(point["tokens"]), int(point["dim"])
+            chunk = chunk_size or default_chunk_size(
+                n_trajectories, n_tokens=n_tokens, dim=dim, n_saves=n_saves,
+                n_devices=len(devices),
+            )
+            chunk = _round_up(chunk, len(devices))
+            chunk_used.append(chunk)
+            point_key = jax.random.fold_in(key, point_id(point))
+            tol_arr = jnp.asarray(tol, jnp.float32)
+            radius_arr = jnp.asarray(radius, jnp.float32)
+            total_arr = jnp.asarray(n_trajectories, jnp.int32)
+            start = int(tallies.n_done[p_index])
+            while start < n_trajectories:
+                indices = jax.device_put(
+                    np.arange(start, start + chunk, dtype=np.int32), sharding
+                )
+                counts, n_valid, n_bad, cos_sum, cos_sumsq = _chunk_statistics(
+                    model, point_key, indices, total_arr, tol_arr, radius_arr, n_tokens, dim
+                )
+                done = min(chunk, n_trajectories - start)
+                tallies.counts[p_index] += np.asarray(counts)
+                tallies.n_valid[p_index] += int(n_valid)
+                tallies.n_nonfinite[p_index] += int(n_bad)
+                tallies.cosine_sum[p_index] += np.asarray(cos_sum, np.float64)
+                tallies.cosine_sumsq[p_index] += np.asarray(cos_sumsq, np.float64)
+                start += done
+                tallies.n_done[p_index] = start
+                bar.update(done)
+                if time.perf_counter() - last_save > 20:
+                    save_checkpoint()
+                    last_save = time.perf_counter()
+            save_checkpoint()
+            bad = int(tallies.n_nonfinite[p_index])
+            if bad:
+                message = (
+                    f"{bad} of {n_trajectories} trajectories at point {point} became NaN or "
+                    "infinite (overflow: unnormalised attention overflows float32 near "
+                    "β ≈ 88; lower β or enable jax_enable_x64)."
+                )
+                if on_nonfinite == "raise":
+                    raise NonFiniteError(message + " Pass on_nonfinite='exclude' to drop them.")
+                warnings.warn(message + " They are excluded from the probabilities.", stacklevel=2)
+    except KeyboardInterrupt:
+        save_checkpoint()
+        raise
+    finally:
+        bar.close()
+    tallies.seconds = seconds_before + time.perf_counter() - started
+
+    provenance = {
+        "package": "attndyn",
+        "attndyn_version": _version(),
+        "jax_version": jax.__version__,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "seconds": tallies.seconds,
+        "key_data": key_data,
+        "n_trajectories": n_trajectories,
+        "tol": tol,
+        "radius": radius,
+        "chunk_size": max(chunk_used) if chunk_used else chunk_size,
+        "devices": [str(d) for d in devices],
+        "prng_impl": str(jax.random.key_impl(key)),
+        "on_nonfinite": on_nonfinite,
+        "model": repr(models[0]),
+        "signature": signature,
+        **(dict(metadata) if metadata else {}),
+    }
+    return _dataset(tallies, points, save_times, provenance)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("attndyn")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _coordinates(points: Sequence[Point]) -> dict[str, Any]:
+    names: list[str] = []
+    for p in points:
+        names += [k for k in p if k not in names]
+    coords: dict[str, Any] = {}
+    for name in names:
+        values = [_plain(p.get(name)) for p in points]
+        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+            coords[name] = ("point", np.asarray(values))
+        else:
+            coords[name] = ("point", np.asarray([json.dumps(v) for v in values]))
+    return coords
+
+
+def _dataset(
+    tallies: _Tallies, points: Sequence[Point], save_times: np.ndarray, provenance: dict
+) -> xr.Dataset:
+    n_valid = tallies.n_valid[:, None, None]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        probability = tallies.counts / n_valid
+        cos_mean = tallies.cosine_sum / tallies.n_valid[:, None]
+        cos_var = tallies.cosine_sumsq / tallies.n_valid[:, None] - cos_mean**2
+        cos_se = np.sqrt(np.maximum(cos_var, 0) / np.maximum(tallies.n_valid[:, None] - 1, 1))
+    lower, upper = wilson_interval(tallies.counts, np.broadcast_to(n_valid, tallies.counts.shape))
+    dims3 = ("point", "time", "outcome")
+    ds = xr.Dataset(
+        {
+            "count": (dims3, tallies.counts),
+            "probability": (dims3, probability),
+            "ci_lower": (dims3, lower),
+            "ci_upper": (dims3, upper),
+            "n_valid": ("point", tallies.n_valid),
+            "n_nonfinite": ("point", tallies.n_nonfinite),
+            "mean_cosine": (("point", "time"), cos_mean),
+            "mean_cosine_se": (("point", "time"), cos_se),
+        },
+        coords={
+            "point": np.arange(len(points)),
+            "time": save_times,
+            "outcome": list(OUTCOMES),
+            **_coordinates(points),
+        },
+    )
+    ds["ci_lower"].attrs["description"] = "Wilson score interval, 95 %"
+    ds["ci_upper"].attrs["description"] = "Wilson score interval, 95 %"
+    ds.attrs["provenance"] = json.dumps(provenance, default=str)
+    for name, value in provenance.items():
+        if isinstance(value, str | int | float) and not isinstance(value, bool):
+            ds.attrs[name] = value
+    return ds
+
+
+def provenance(ds: xr.Dataset) -> dict[str, Any]:
+    """The provenance record stored in a results dataset."""
+    return json.loads(ds.attrs["provenance"])
+
+
+def _write_checkpoint(
+    path: Path, signature: str, tallies: _Tallies, points: Sequence[Point], save_times
+) -> None:
+    ds = xr.Dataset(
+        {
+            "counts": (("point", "time", "outcome"), tallies.counts),
+            "n_valid": ("point", tallies.n_valid),
+            "n_nonfinite": ("point", tallies.n_nonfinite),
+            "n_done": ("point", tallies.n_done),
+            "cosine_sum": (("point", "time"), tallies.cosine_sum),
+            "cosine_sumsq": (("point", "time"), tallies.cosine_sumsq),
+        },
+        coords={"time": save_times, "outcome": list(OUTCOMES), **_coordinates(points)},
+        attrs={"signature": signature, "seconds": tallies.seconds},
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    ds.to_netcdf(partial)
+    os.replace(partial, path)
+
+
+def _load_checkpoint(path: Path, signature: str) -> _Tallies:
+    with xr.open_dataset(path) as ds:
+        if ds.attrs.get("signature") != signature:
+            raise ParameterError(
+                f"checkpoint {str(path)!r} belongs to a different run (other parameters, "
+                "seed or model); delete it or choose another checkpoint path."
+            )
+        return _Tallies(
+            counts=ds["counts"].values.astype(np.int64),
+            n_valid=ds["n_valid"].values.astype(np.int64),
+            n_nonfinite=ds["n_nonfinite"].values.astype(np.int64),
+            n_done=ds["n_done"].values.astype(np.int64),
+            cosine_sum=ds["cosine_sum"].values,
+            cosine_sumsq=ds["cosine_sumsq"].values,
+            seconds=float(ds.attrs.get("seconds", 0.0)),
+        )
+
+

@@ -1,0 +1,27 @@
+"""Geometry of the unit sphere S^{d-1}."""
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, PRNGKeyArray
+
+
+def normalize(y: Float[Array, "*batch d"]) -> Float[Array, "*batch d"]:
+    """``y / |y|`` along the last axis (RMSNorm up to the constant √d)."""
+    return y / jnp.linalg.norm(y, axis=-1, keepdims=True)
+
+
+def tangent_project(x: Float[Array, "*batch d"], y: Float[Array, "*batch d"]) -> Float[Array, "*batch d"]:
+    """P_x(y) = y − ⟨x, y⟩ x, the projection onto the tangent space at the unit vector x."""
+    return y - jnp.sum(x * y, axis=-1, keepdims=True) * x
+
+
+def uniform_sphere(
+    *, key: PRNGKeyArray, n_tokens: int, dim: int, dtype: jnp.dtype = jnp.float32
+) -> Float[Array, "n_tokens dim"]:
+    """``n_tokens`` independent points uniform on S^{dim-1} (normalised Gaussians)."""
+    return normalize(jax.random.normal(key, (n_tokens, dim), dtype=dtype))
+
+
+def sphere_drift(x: Float[Array, "*batch d"]) -> Float[Array, ""]:
+    """max | |x_i| − 1 |: how far a state has left the sphere."""
+    return jnp.max(jnp.abs(jnp.linalg.norm(x, axis=-1) - 1))
