@@ -1,5 +1,6 @@
 """attndyn: transformer tokens as interacting particles on the sphere, in JAX."""
 
+from . import theory as theory
 from ._attention import ATTENTION_KINDS as ATTENTION_KINDS, Attention as Attention
 from ._discrete import DiscreteTransformer as DiscreteTransformer
 from ._dynamics import AbstractDynamics as AbstractDynamics
@@ -20,6 +21,18 @@ from ._observables import (
     overlaps as overlaps,
     variance as variance,
 )
+from ._ode import (
+    NormalizedAttentionODE as NormalizedAttentionODE,
+    ODESolution as ODESolution,
+    solve_batch as solve_batch,
+)
+from ._rates import (
+    RATE_KINDS as RATE_KINDS,
+    RateFit as RateFit,
+    clustering_time as clustering_time,
+    cosine_gap as cosine_gap,
+    fit_terminal_rate as fit_terminal_rate,
+)
 from ._schemes import (
     NGPT as NGPT,
     SCHEME_NAMES as SCHEME_NAMES,
@@ -38,6 +51,11 @@ from ._sphere import (
     uniform_sphere as uniform_sphere,
 )
 from ._stats import wilson_interval as wilson_interval
+from ._symmetric import (
+    SymmetricODE as SymmetricODE,
+    SymmetricSolution as SymmetricSolution,
+    symmetric_start as symmetric_start,
+)
 from ._values import (
     DISTRIBUTIONS as DISTRIBUTIONS,
     AbstractValues as AbstractValues,
@@ -46,6 +64,5 @@ from ._values import (
     ScalarValues as ScalarValues,
     sample_entries as sample_entries,
 )
-from . import theory as theory
 
 __version__ = "0.1.0"

@@ -1,5 +1,10 @@
 """Closed forms of the theory (spec §4), the reference the simulations are tested against."""
 
+from ._symmetric import (
+    RateTheory as RateTheory,
+    initial_slope as initial_slope,
+    terminal_rate_theory as terminal_rate_theory,
+)
 from ._theory import (
     antipodal_reachable as antipodal_reachable,
     beta_critical as beta_critical,
