@@ -24,7 +24,6 @@ from ._observables import (
 from ._ode import (
     NormalizedAttentionODE as NormalizedAttentionODE,
     ODESolution as ODESolution,
-    solve_batch as solve_batch,
 )
 from ._rates import (
     RATE_KINDS as RATE_KINDS,

@@ -10,7 +10,6 @@ V = I, and the speed factors s_i, ρ_i of the scheme (:meth:`AbstractScheme.spee
 
 import diffrax as dfx
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
@@ -59,6 +58,9 @@ class NormalizedAttentionODE(AbstractDynamics):
     tangent space of the normalised rows, so the exact flow keeps |θ_i| = 1 and only
     integration error moves θ off the sphere: it is reported (``sphere_drift``), never
     hidden, and θ is renormalised only in the output.
+
+    Schemes that keep rows on the sphere (Post-LN, nGPT, sqrt-scaling) run at r = 1 from
+    any start, as their first discrete layer normalises it away.
 
     Mix-LN's speed factors jump at t = τ. The solve is split there: Post-LN factors on
     [0, τ] and Pre-LN factors on [τ, T] (with r reset to 1, the magnitude that Post-LN's
@@ -124,12 +126,15 @@ class NormalizedAttentionODE(AbstractDynamics):
             else dfx.ConstantStepSize()
         )
         sol = dfx.diffeqsolve(
-            dfx.ODETerm(lambda t, y, args: self.vector_field(t, y, scheme)),
+            # A module-level term with (model, scheme) as args: diffeqsolve's compiled code is
+            # reused across calls whose static structure agrees (a lambda would recompile).
+            dfx.ODETerm(_field),
             self.solver,
             t0,
             t1,
             self.dt0,
             y0,
+            (self, scheme),
             saveat=dfx.SaveAt(ts=ts),
             stepsize_controller=controller,
             max_steps=self.max_steps,
@@ -137,12 +142,17 @@ class NormalizedAttentionODE(AbstractDynamics):
         assert sol.ys is not None and sol.stats is not None
         return sol.ys, sol.stats["num_accepted_steps"]
 
+    @eqx.filter_jit
     def solve(self, x0: Float[Array, "N d"]) -> ODESolution:
         """Solve from ``x0`` (θ = x0/|x0|, r = |x0|) and return the saves."""
         dtype = x0.dtype
         ts = jnp.asarray(self.save_times, dtype)
         r0 = jnp.linalg.norm(x0, axis=-1)
         y0 = (x0 / r0[:, None], r0)
+        if not self.scheme.keeps_radius:
+            # Post-LN, nGPT and sqrt-scaling keep rows on the sphere: r = 1 throughout,
+            # as after the first discrete layer.
+            y0 = (y0[0], jnp.ones_like(r0))
         t0 = jnp.zeros((), dtype)
         t_end = jnp.asarray(self.horizon, dtype)
         if isinstance(self.scheme, MixLN):
@@ -183,6 +193,6 @@ def _check_save_times(save_at, horizon: float) -> None:
         raise ParameterError("save_at must be non-decreasing.")
 
 
-def solve_batch(model: NormalizedAttentionODE, x0: Float[Array, "B N d"]) -> ODESolution:
-    """:meth:`NormalizedAttentionODE.solve` vmapped over a batch of initial conditions."""
-    return jax.vmap(model.solve)(x0)
+def _field(t, y, args):
+    model, scheme = args
+    return model.vector_field(t, y, scheme)

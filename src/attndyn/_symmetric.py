@@ -117,12 +117,13 @@ class SymmetricODE(eqx.Module):
 
     def _segment(self, scheme, t0, t1, y0, ts):
         sol = dfx.diffeqsolve(
-            dfx.ODETerm(lambda t, y, args: self.vector_field(t, y, scheme)),
+            dfx.ODETerm(_field),
             self.solver,
             t0,
             t1,
             None,
             y0,
+            (self, scheme),
             saveat=dfx.SaveAt(ts=ts),
             stepsize_controller=dfx.PIDController(rtol=self.rtol, atol=self.atol),
             max_steps=self.max_steps,
@@ -130,6 +131,7 @@ class SymmetricODE(eqx.Module):
         assert sol.ys is not None
         return sol.ys
 
+    @eqx.filter_jit
     def solve(self, dtype=None) -> SymmetricSolution:
         """γ and r at :attr:`save_times` (``dtype`` defaults to JAX's default float)."""
         dtype = dtype or jnp.zeros(()).dtype
@@ -137,6 +139,8 @@ class SymmetricODE(eqx.Module):
         t0 = jnp.zeros((), dtype)
         t_end = jnp.asarray(self.horizon, dtype)
         r0 = self.r0.astype(dtype)
+        if not self.scheme.keeps_radius:
+            r0 = jnp.ones_like(r0)  # the sphere schemes run at r = 1 (as in the full ODE)
         y0 = (jnp.zeros((), dtype), r0)
         if isinstance(self.scheme, MixLN):
             tau = jnp.clip(self.scheme.tau.astype(dtype), 0.0, t_end)
@@ -150,6 +154,11 @@ class SymmetricODE(eqx.Module):
             )
         log_gap, r = self._segment(self.scheme, t0, t_end, y0, ts)
         return SymmetricSolution(ts, log_gap, r)
+
+
+def _field(t, y, args):
+    model, scheme = args
+    return model.vector_field(t, y, scheme)
 
 
 def initial_slope(scheme: AbstractScheme, *, beta: float, n_tokens: int, r0: float = 1.0) -> float:

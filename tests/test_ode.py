@@ -1,0 +1,163 @@
+"""The normalized-attention ODE (spec §3.1) for the six schemes, solved with diffrax."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import attndyn
+from attndyn import (
+    NGPT,
+    Attention,
+    DeterministicValues,
+    DiscreteTransformer,
+    MixLN,
+    NormalizedAttentionODE,
+    ParameterError,
+    PeriLN,
+    PostLN,
+    PreLN,
+    SqrtScaling,
+)
+
+SCHEMES = [PostLN(), PreLN(), MixLN(tau=0.5), PeriLN(), NGPT(alpha=0.7), SqrtScaling()]
+IDS = [s.name for s in SCHEMES]
+
+
+def random_start(n=5, d=4, seed=0, radius=1.0):
+    return radius * attndyn.uniform_sphere(key=jax.random.key(seed), n_tokens=n, dim=d)
+
+
+def test_drift_is_reported_not_hidden():
+    # Explicit Euler with a coarse constant step leaves the sphere by O(dt²) per step.
+    import diffrax
+
+    model = NormalizedAttentionODE(
+        Attention(1.0),
+        PostLN(),
+        horizon=4.0,
+        solver=diffrax.Euler(),
+        adaptive=False,
+        dt0=0.5,
+        save_at=(4.0,),
+    )
+    sol = model.solve(random_start())
+    assert float(sol.sphere_drift[-1]) > 1e-3
+    np.testing.assert_allclose(np.linalg.norm(sol.theta, axis=-1), 1.0, atol=1e-6)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES, ids=IDS)
+def test_euler_layers_converge_at_order_one(scheme):
+    """Deterministic layer maps are Euler steps: the error at T halves when L doubles.
+
+    The same solve checks that θ stays on the sphere (start off it, radius 1.3).
+    """
+    horizon, x0 = 2.0, random_start(n=4, d=3, seed=1, radius=1.3)
+    attention = Attention(1.5)
+    ode = NormalizedAttentionODE(
+        attention, scheme, horizon=horizon, save_at=(0.5, 1.0, 2.0), rtol=1e-7, atol=1e-9
+    )
+    sol = ode.solve(x0)
+    exact = sol.x[-1]
+    # The exact flow keeps |θ| = 1; float32 at rtol 1e-7 drifts by round-off only.
+    assert float(jnp.max(sol.sphere_drift)) < 1e-5
+    np.testing.assert_allclose(np.linalg.norm(sol.theta, axis=-1), 1.0, atol=1e-6)
+    errors = []
+    for depth in (16, 32, 64):
+        model = DiscreteTransformer(attention, DeterministicValues(), scheme, depth, horizon)
+        x = eqx.filter_jit(model.trajectory)(x0, key=jax.random.key(0))[-1]
+        errors.append(float(jnp.max(jnp.abs(x - exact))))
+    ratios = np.array(errors[:-1]) / np.array(errors[1:])
+    # Order 1: ratios → 2. (Mix-LN: τL is an integer at every depth, so no switch offset.)
+    assert np.all((ratios > 1.7) & (ratios < 2.4)), (errors, ratios)
+    assert errors[-1] < 0.05
+
+
+def test_mix_ln_switch_happens_at_tau():
+    tau, horizon = 0.75, 3.0
+    ts = np.array([0.0, 0.25, 0.5, 0.75, 1.0, 2.0, 3.0])
+    x0 = random_start(n=4, d=4, seed=2, radius=2.0)
+    attention = Attention(1.0)
+    mix = NormalizedAttentionODE(attention, MixLN(tau=tau), horizon=horizon, save_at=ts).solve(x0)
+    # Before τ: the Post-LN flow (radius held at 1, what Post-LN's normalisation leaves).
+    post = NormalizedAttentionODE(attention, PostLN(), horizon=tau, save_at=ts[:4]).solve(x0)
+    np.testing.assert_allclose(mix.theta[:4], post.theta, atol=1e-5)
+    np.testing.assert_allclose(mix.r[:4], 1.0)
+    # After τ: the Pre-LN flow started from the Post-LN state at τ with r = 1.
+    start = post.theta[-1]
+    pre = NormalizedAttentionODE(
+        attention, PreLN(), horizon=horizon - tau, save_at=ts[4:] - tau
+    ).solve(start)
+    np.testing.assert_allclose(mix.theta[4:], pre.theta, atol=1e-5)
+    np.testing.assert_allclose(mix.r[4:], pre.r, rtol=1e-5)
+    assert np.all(np.asarray(mix.r[4:]) > 1.1)
+
+
+def test_mix_ln_extremes_and_vmap_over_tau():
+    """τ = 0 is Pre-LN from the start radius; τ ≥ T is Post-LN. τ is vmappable."""
+    x0 = random_start(n=3, d=3, seed=3, radius=1.5)
+    attention = Attention(1.0)
+    ts = (0.5, 2.0)
+
+    def solve(scheme):
+        return NormalizedAttentionODE(attention, scheme, horizon=2.0, save_at=ts).solve(x0)
+
+    mix = jax.vmap(lambda tau: solve(MixLN(tau=tau)).x)(jnp.array([0.0, 5.0]))
+    np.testing.assert_allclose(mix[0], solve(PreLN()).x, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(mix[1], solve(PostLN()).x, atol=1e-5)
+
+
+def test_pre_ln_radius_grows_linearly_from_narrow_cone():
+    """Thm 4.3(i): in a narrow cone ⟨θ, A⟩ → 1, so r(t) ≈ t + r_0."""
+    noise = 0.05 * jax.random.normal(jax.random.key(4), (6, 5))
+    x0 = attndyn.normalize(jnp.zeros((6, 5)).at[:, 0].set(1.0) + noise)
+    model = NormalizedAttentionODE(Attention(1.0), PreLN(), horizon=40.0, save_at=(20.0, 40.0))
+    r = np.asarray(model.solve(x0).r)
+    slope = (r[1] - r[0]) / 20.0
+    # ⟨θ, A⟩ ≤ 1 bounds the slope above; the cone keeps it within 1 % of 1.
+    assert np.all((slope > 0.99) & (slope <= 1.0 + 1e-5)), slope
+    np.testing.assert_allclose(r[1], 41.0, rtol=0.01)
+
+
+def test_vmap_over_starts_and_parameters():
+    x0 = jnp.stack([random_start(seed=s) for s in range(3)])
+    betas = jnp.array([0.5, 1.0, 2.0])
+    alphas = jnp.array([0.5, 1.0, 1.5])
+
+    def solve(beta, alpha, x):
+        model = NormalizedAttentionODE(Attention(beta), NGPT(alpha=alpha), horizon=2.0)
+        return model.solve(x).x
+
+    batched = jax.jit(jax.vmap(solve))(betas, alphas, x0)
+    for i in range(3):
+        single = jax.jit(solve)(betas[i], alphas[i], x0[i])
+        np.testing.assert_allclose(batched[i], single, atol=1e-5)
+    taus = jnp.array([0.0, 0.5, 1.0])
+
+    def solve_mix(tau):
+        return NormalizedAttentionODE(Attention(1.0), MixLN(tau=tau), horizon=2.0).solve(x0[0]).r
+
+    radii = jax.vmap(solve_mix)(taus)
+    for i in range(3):
+        np.testing.assert_allclose(radii[i], jax.jit(solve_mix)(taus[i]), rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("build", "needle"),
+    [
+        (
+            lambda: NormalizedAttentionODE(Attention(1.0), horizon=1.0, save_at=(0.5, 1.5)),
+            "save_at",
+        ),
+        (lambda: NormalizedAttentionODE(Attention(1.0), horizon=1.0, save_at=(-0.1,)), "save_at"),
+        (lambda: NormalizedAttentionODE(Attention(1.0), MixLN(tau=-1.0)), "tau"),
+        (lambda: NormalizedAttentionODE(Attention(1.0), NGPT(alpha=0.0)), "alpha"),
+        (lambda: NormalizedAttentionODE(Attention(1.0), horizon=0.0), "horizon"),
+        (lambda: NormalizedAttentionODE(Attention(1.0), adaptive=False), "dt0"),
+        (lambda: attndyn.scheme_from_name("layer-norm"), "scheme"),
+    ],
+)
+def test_bad_input_is_a_clear_error(build, needle):
+    with pytest.raises(ParameterError, match=needle):
+        build()

@@ -1,0 +1,99 @@
+"""Clustering-speed observables and terminal-rate fits (seed 004 Thm 4.1)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from attndyn import (
+    NGPT,
+    MixLN,
+    ParameterError,
+    PeriLN,
+    PostLN,
+    PreLN,
+    SqrtScaling,
+    SymmetricODE,
+    clustering_time,
+    cosine_gap,
+    fit_terminal_rate,
+)
+from attndyn.theory import terminal_rate_theory
+
+
+def fitted_rate(scheme, horizon, *, beta=2.0, n=16):
+    theory = terminal_rate_theory(scheme)
+    if theory.kind == "power":
+        ts = np.geomspace(1.0, horizon, 120)
+    else:
+        ts = np.linspace(0.0, horizon, 120)
+    sol = SymmetricODE(scheme, beta, n_tokens=n, horizon=horizon, save_at=ts).solve()
+    return theory, fit_terminal_rate(sol.ts, kind=theory.kind, log_gap=sol.log_gap)
+
+
+@pytest.mark.parametrize(
+    ("scheme", "horizon"),
+    [
+        (PostLN(), 60.0),
+        (PreLN(), 1e4),
+        (SqrtScaling(), 2000.0),
+        (PeriLN(), 1e4),
+        (MixLN(tau=2.0), 1e4),
+        (NGPT(alpha=0.5), 120.0),
+    ],
+    ids=["post-ln", "pre-ln", "sqrt-scaling", "peri-ln", "mix-ln", "ngpt"],
+)
+def test_terminal_rates_match_theory(scheme, horizon):
+    theory, fit = fitted_rate(scheme, horizon)
+    assert fit.contains(theory.value), (fit.value, fit.interval)
+    # The interval is informative: narrower than 5 % of the rate.
+    assert fit.interval[1] - fit.interval[0] < 0.05 * theory.value
+
+
+def test_wrong_law_is_rejected():
+    """A power law fitted as an exponential has a drifting local rate: 0 is not in reach."""
+    ts = np.geomspace(1, 1e4, 100)
+    fit = fit_terminal_rate(ts, ts**-2.0, kind="exponential")
+    assert not fit.contains(2.0)
+    exact = fit_terminal_rate(ts, 3 * ts**-2.0, kind="power")
+    assert exact.value == pytest.approx(2.0, abs=1e-9)
+
+
+def test_noisy_fit_covers_truth():
+    """Multiplicative noise of 1 %: the interval (≥ 4 standard errors) covers the truth."""
+    rng = np.random.default_rng(0)
+    ts = np.linspace(0, 20, 200)
+    gap = np.exp(-1.5 * ts) * np.exp(0.01 * rng.standard_normal(ts.size))
+    fit = fit_terminal_rate(ts, gap, kind="exponential")
+    assert fit.contains(1.5)
+    assert fit.stderr > 0
+    sq = fit_terminal_rate(ts, np.exp(-4 * np.sqrt(ts)), kind="sqrt-exponential")
+    assert sq.value == pytest.approx(4.0, rel=1e-9)
+
+
+def test_fit_needs_points_and_kind():
+    with pytest.raises(ParameterError, match="kind"):
+        fit_terminal_rate([1, 2, 3], [1, 1, 1], kind="linear")
+    with pytest.raises(ParameterError, match="6 usable"):
+        fit_terminal_rate([1.0, 2.0, 3.0], [0.5, 0.25, 0.125], kind="exponential")
+    with pytest.raises(ParameterError, match="gap or log_gap"):
+        fit_terminal_rate([1.0, 2.0], kind="power")
+
+
+def test_clustering_time_interpolates_in_log():
+    ts = np.linspace(0, 10, 11)
+    gap = np.exp(-ts)
+    assert clustering_time(ts, gap, np.exp(-3.5)) == pytest.approx(3.5)
+    assert np.isnan(clustering_time(ts, gap, 1e-9))
+    assert clustering_time(ts, gap, 2.0) == 0.0
+    with pytest.raises(ParameterError, match="tol"):
+        clustering_time(ts, gap, 0.0)
+
+
+def test_cosine_gap():
+    x = jax.random.normal(jax.random.key(0), (3, 4, 5))
+    same = jnp.ones((2, 4, 5))
+    assert cosine_gap(x).shape == (3,)
+    np.testing.assert_allclose(cosine_gap(same), 0.0, atol=1e-6)
+    orth = jnp.eye(4, 5)
+    assert float(cosine_gap(orth)) == pytest.approx(1.0)

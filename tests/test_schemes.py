@@ -1,0 +1,121 @@
+"""The six layer maps (seed 004 Table 1; spec §2) and their speed factors (Table 2)."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import attndyn
+from attndyn import (
+    NGPT,
+    SCHEME_NAMES,
+    Attention,
+    DeterministicValues,
+    DiscreteTransformer,
+    MatrixValues,
+    MixLN,
+    ParameterError,
+    PeriLN,
+    PostLN,
+    PreLN,
+    ScalarValues,
+    SqrtScaling,
+    scheme_from_name,
+)
+
+SCHEMES = [PostLN(), PreLN(), MixLN(tau=0.5), PeriLN(), NGPT(alpha=0.8), SqrtScaling()]
+IDS = [s.name for s in SCHEMES]
+X = 1.4 * attndyn.uniform_sphere(key=jax.random.key(0), n_tokens=5, dim=4)
+ATTN = Attention(1.2)
+
+
+def attention_update(depth):
+    return lambda z: ATTN(z) / depth
+
+
+def test_names_round_trip():
+    for name in SCHEME_NAMES:
+        assert scheme_from_name(name).name == name
+    assert scheme_from_name("mix-ln", tau=0.3).tau == pytest.approx(0.3)  # type: ignore[attr-defined]
+    with pytest.raises(ParameterError, match="scheme"):
+        scheme_from_name("rms")
+    with pytest.raises(ParameterError, match="tau"):
+        scheme_from_name("mix-ln", tau=-0.1)
+    with pytest.raises(ParameterError, match="alpha"):
+        scheme_from_name("ngpt", alpha=0.0)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES, ids=IDS)
+@pytest.mark.parametrize(
+    "values",
+    [DeterministicValues(), MatrixValues(1.0), ScalarValues(0.5)],
+    ids=["deterministic", "matrix", "scalar"],
+)
+def test_every_scheme_runs_with_every_value_kind(scheme, values):
+    model = DiscreteTransformer(ATTN, values, scheme, depth=10, horizon=1.0, save_at=(0.5, 1.0))
+    out = eqx.filter_jit(model.trajectory)(X, key=jax.random.key(1))
+    assert out.shape == (2, 5, 4)
+    assert np.all(np.isfinite(out))
+    norms = np.linalg.norm(out, axis=-1)
+    if not scheme.keeps_radius:
+        np.testing.assert_allclose(norms, 1.0, atol=1e-5)
+
+
+def test_layer_maps_do_what_the_table_says():
+    depth = 8
+    update = attention_update(depth)
+    theta = attndyn.normalize(X)
+    a = ATTN(theta)
+    n = jnp.asarray(3.0)
+    # Post-LN: normalize(θ + A/L).
+    np.testing.assert_allclose(
+        PostLN().layer(X, update, layer=n, depth=depth),
+        attndyn.normalize(theta + a / depth),
+        atol=1e-6,
+    )
+    # Pre-LN: x + A(Θ)/L, so r grows by ⟨θ, A⟩/L to first order.
+    np.testing.assert_allclose(PreLN().layer(X, update, layer=n, depth=depth), X + a / depth)
+    # Peri-LN: unit-length residual steps of size 1/L.
+    step = PeriLN().layer(X, update, layer=n, depth=depth) - X
+    np.testing.assert_allclose(np.linalg.norm(step, axis=-1), 1 / depth, rtol=1e-5)
+    # nGPT with α = L jumps straight to the normalised attention output.
+    np.testing.assert_allclose(
+        NGPT(alpha=float(depth)).layer(X, update, layer=n, depth=depth),
+        attndyn.normalize(a),
+        atol=1e-6,
+    )
+    # sqrt-scaling at t = n/L divides the update by √(t + 1).
+    np.testing.assert_allclose(
+        SqrtScaling().layer(X, update, layer=n, depth=depth),
+        attndyn.normalize(theta + a / depth / np.sqrt(3 / depth + 1)),
+        atol=1e-6,
+    )
+
+
+def test_mix_ln_switches_at_ceil_tau_l():
+    depth, mix = 10, MixLN(tau=0.25)  # ⌈τL⌉ = 3: layers 0, 1, 2 are Post-LN
+    update = attention_update(depth)
+    for n in range(6):
+        out = mix.layer(X, update, layer=jnp.asarray(float(n)), depth=depth)
+        ref = (PostLN() if n < 3 else PreLN()).layer(
+            X, update, layer=jnp.asarray(float(n)), depth=depth
+        )
+        np.testing.assert_allclose(out, ref, atol=1e-6)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES, ids=IDS)
+def test_speed_factors_are_the_layer_maps_velocity(scheme):
+    """(layer(x) − x)·L → (r θ)' of the ODE as L → ∞ (Table 1 ↔ Table 2), at t = 0.7."""
+    theta, r = attndyn.normalize(X), jnp.linalg.norm(X, axis=-1)
+    if not scheme.keeps_radius or (isinstance(scheme, MixLN) and 0.7 < scheme.tau):
+        r = jnp.ones_like(r)
+    x = r[:, None] * theta
+    t = jnp.asarray(0.7)
+    ode = attndyn.NormalizedAttentionODE(ATTN, scheme)
+    dtheta, dr = ode.vector_field(t, (theta, r), scheme)
+    velocity = dr[:, None] * theta + r[:, None] * dtheta
+    depth = 4096
+    n = jnp.asarray(0.7 * depth)
+    discrete = (scheme.layer(x, attention_update(depth), layer=n, depth=depth) - x) * depth
+    np.testing.assert_allclose(discrete, velocity, atol=5e-3)
