@@ -2,6 +2,12 @@
 
 from . import theory as theory
 from ._attention import ATTENTION_KINDS as ATTENTION_KINDS, Attention as Attention
+from ._cli_schemes import (
+    plot_schemes as plot_schemes,
+    random_weights_cosine as random_weights_cosine,
+    schemes_study as schemes_study,
+    schemes_summary as schemes_summary,
+)
 from ._discrete import DiscreteTransformer as DiscreteTransformer
 from ._dynamics import AbstractDynamics as AbstractDynamics
 from ._errors import NonFiniteError as NonFiniteError, ParameterError as ParameterError

@@ -1,6 +1,5 @@
 """Discrete layer maps: deep transformers at initialization (spec §2), run with ``lax.scan``."""
 
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -65,9 +64,7 @@ class DiscreteTransformer(AbstractDynamics):
     def save_times(self) -> np.ndarray:
         return self.save_layers / self.depth
 
-    def layer(
-        self, x: Float[Array, "N d"], n: Array, *, key: PRNGKeyArray
-    ) -> Float[Array, "N d"]:
+    def layer(self, x: Float[Array, "N d"], n: Array, *, key: PRNGKeyArray) -> Float[Array, "N d"]:
         """Layer n (0-based): the state after it, given the state before it."""
         layer_key = jax.random.fold_in(key, n)
 

@@ -55,9 +55,7 @@ def check_bound(
         return
     lo = "(" if lower_open else "["
     hi = ")" if upper_open else "]"
-    interval = (
-        f"{lo}{'-inf' if lower is None else lower}, {'inf' if upper is None else upper}{hi}"
-    )
+    interval = f"{lo}{'-inf' if lower is None else lower}, {'inf' if upper is None else upper}{hi}"
     if not np.all(np.isfinite(array)):
         raise ParameterError(f"{name}={_show(array)} must be finite; allowed: {interval}.")
     bad = np.zeros(array.shape, dtype=bool)

@@ -264,7 +264,10 @@ def estimate_probabilities(
         for p_index, (point, model) in enumerate(zip(points, models)):
             n_tokens, dim = int(point["tokens"]), int(point["dim"])
             chunk = chunk_size or default_chunk_size(
-                n_trajectories, n_tokens=n_tokens, dim=dim, n_saves=n_saves,
+                n_trajectories,
+                n_tokens=n_tokens,
+                dim=dim,
+                n_saves=n_saves,
                 n_devices=len(devices),
             )
             chunk = _round_up(chunk, len(devices))
@@ -275,9 +278,7 @@ def estimate_probabilities(
             total_arr = jnp.asarray(n_trajectories, jnp.int32)
             start = int(tallies.n_done[p_index])
             while start < n_trajectories:
-                indices = jax.device_put(
-                    np.arange(start, start + chunk, dtype=np.int32), sharding
-                )
+                indices = jax.device_put(np.arange(start, start + chunk, dtype=np.int32), sharding)
                 counts, n_valid, n_bad, cos_sum, cos_sumsq = _chunk_statistics(
                     model, point_key, indices, total_arr, tol_arr, radius_arr, n_tokens, dim
                 )
@@ -435,5 +436,3 @@ def _load_checkpoint(path: Path, signature: str) -> _Tallies:
             cosine_sumsq=ds["cosine_sumsq"].values,
             seconds=float(ds.attrs.get("seconds", 0.0)),
         )
-
-

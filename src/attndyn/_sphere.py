@@ -10,7 +10,9 @@ def normalize(y: Float[Array, "*batch d"]) -> Float[Array, "*batch d"]:
     return y / jnp.linalg.norm(y, axis=-1, keepdims=True)
 
 
-def tangent_project(x: Float[Array, "*batch d"], y: Float[Array, "*batch d"]) -> Float[Array, "*batch d"]:
+def tangent_project(
+    x: Float[Array, "*batch d"], y: Float[Array, "*batch d"]
+) -> Float[Array, "*batch d"]:
     """P_x(y) = y − ⟨x, y⟩ x, the projection onto the tangent space at the unit vector x."""
     return y - jnp.sum(x * y, axis=-1, keepdims=True) * x
 

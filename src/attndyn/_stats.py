@@ -20,6 +20,10 @@ def wilson_interval(
         denom = 1 + z**2 / n
         centre = (p + z**2 / (2 * n)) / denom
         half = z * np.sqrt(p * (1 - p) / n + z**2 / (4 * n**2)) / denom
-    lower = np.where(n > 0, np.clip(centre - half, 0, 1), np.nan)
-    upper = np.where(n > 0, np.clip(centre + half, 0, 1), np.nan)
+    # The interval ends exactly at 0 (1) when no (every) trial succeeds; the closed form only
+    # gets there up to rounding.
+    lower = np.where(k == 0, 0.0, np.clip(centre - half, 0, 1))
+    upper = np.where(k == n, 1.0, np.clip(centre + half, 0, 1))
+    lower = np.where(n > 0, lower, np.nan)
+    upper = np.where(n > 0, upper, np.nan)
     return lower, upper

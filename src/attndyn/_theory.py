@@ -157,5 +157,3 @@ def p_antipodal_uniform(beta: float, dim: int) -> float:
 def p_antipodal_curve(betas, dim: int) -> np.ndarray:
     """:func:`p_antipodal_uniform` over an array of β."""
     return np.array([p_antipodal_uniform(float(b), dim) for b in np.asarray(betas).ravel()])
-
-

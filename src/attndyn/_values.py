@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from ._attention import as_float
+from ._attention import as_float, matmul
 from ._errors import check_bound, check_choice
 
 DISTRIBUTIONS = ("gaussian", "uniform", "rademacher", "truncnormal")
@@ -94,7 +94,7 @@ class MatrixValues(AbstractValues):
         dim = attention_out.shape[-1]
         m = sample_entries(key, (dim, dim), self.distribution, attention_out.dtype)
         # Rows are tokens, so V x becomes x Vᵀ.
-        noisy = attention_out @ m.T
+        noisy = matmul(attention_out, m.T)
         return (self.drift / depth) * attention_out + (self.sigma / math.sqrt(depth)) * noisy
 
     @property

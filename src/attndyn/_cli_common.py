@@ -1,0 +1,67 @@
+"""Pieces shared by the CLI commands."""
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+
+from ._errors import NonFiniteError, ParameterError
+from ._ranges import parse_range
+
+
+def cli_errors(func: Callable) -> Callable:
+    """Turn parameter and overflow errors into clean CLI errors (non-zero exit, no traceback)."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except ParameterError as error:
+            raise click.UsageError(str(error)) from None
+        except NonFiniteError as error:
+            raise click.ClickException(str(error)) from None
+
+    return wrapper
+
+
+def floats(name: str, text: str) -> list[float]:
+    return parse_range(name, text)
+
+
+def ints(name: str, text: str) -> list[int]:
+    return parse_range(name, text, integer=True)
+
+
+def output_dir(path: str) -> Path:
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def emit_json(payload: dict[str, Any]) -> None:
+    click.echo(json.dumps(payload, default=_json_default))
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"not JSON serialisable: {type(value)}")
+
+
+def finite_or_none(x: float) -> float | None:
+    return None if not np.isfinite(x) else float(x)
+
+
+def say(message: str) -> None:
+    click.echo(message, err=True)
+
+
+def command_line() -> str:
+    return " ".join(["attndyn", *sys.argv[1:]])

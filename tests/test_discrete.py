@@ -1,0 +1,100 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import attndyn as ad
+
+
+def _run(model, n_tokens=3, dim=4, seed=0):
+    x0 = ad.uniform_sphere(key=jax.random.key(seed), n_tokens=n_tokens, dim=dim)
+    return model.trajectory(x0, key=jax.random.key(seed + 1))
+
+
+@pytest.mark.parametrize("distribution", ad.DISTRIBUTIONS)
+@pytest.mark.parametrize("kind", ["softmax", "unnormalized"])
+def test_post_ln_tokens_stay_on_sphere(distribution, kind):
+    model = ad.DiscreteTransformer(
+        ad.Attention(2.0, kind=kind),
+        ad.MatrixValues(1.0, distribution=distribution),
+        depth=10,
+        horizon=5.0,
+        save_at=(0.0, 1.0, 2.5, 5.0),
+    )
+    saves = _run(model)
+    assert saves.shape == (4, 3, 4)
+    np.testing.assert_allclose(jnp.linalg.norm(saves, axis=-1), 1.0, atol=1e-5)
+
+
+def test_scalar_noise_tokens_stay_on_sphere():
+    model = ad.DiscreteTransformer(ad.Attention(1.0), ad.ScalarValues(2.0), depth=10, horizon=5.0)
+    np.testing.assert_allclose(jnp.linalg.norm(_run(model), axis=-1), 1.0, atol=1e-5)
+
+
+def test_save_times_and_first_save_is_start():
+    model = ad.DiscreteTransformer(ad.Attention(1.0), depth=10, horizon=2.0, save_at=(0.0, 2.0))
+    np.testing.assert_allclose(model.save_times, [0.0, 2.0])
+    x0 = ad.uniform_sphere(key=jax.random.key(0), n_tokens=2, dim=3)
+    saves = model.trajectory(x0, key=jax.random.key(1))
+    np.testing.assert_array_equal(saves[0], x0)
+
+
+def test_eps_zero_two_tokens_collapse_to_one_cluster():
+    # ε = 0 is the deterministic Post-LN flow: every non-antipodal start clusters.
+    model = ad.DiscreteTransformer(ad.Attention(1.0), ad.ScalarValues(0.0), depth=10, horizon=30.0)
+    keys = jax.random.split(jax.random.key(0), 200)
+    x0 = jax.vmap(lambda k: ad.uniform_sphere(key=k, n_tokens=2, dim=3))(keys)
+    final = jax.vmap(lambda x, k: model.trajectory(x, key=k)[-1])(x0, keys)
+    classes = jax.vmap(ad.cluster_classes)(final)
+    assert bool(jnp.all(classes[:, 0]))
+
+
+def test_layer_noise_is_shared_by_tokens_and_fresh_each_layer():
+    # With one layer of pure noise, V is common: two identical tokens stay identical.
+    model = ad.DiscreteTransformer(ad.Attention(1.0), ad.MatrixValues(1.0), depth=4, horizon=1.0)
+    x = jnp.tile(ad.uniform_sphere(key=jax.random.key(0), n_tokens=1, dim=4), (2, 1))
+    out = model.trajectory(x, key=jax.random.key(1))[-1]
+    np.testing.assert_allclose(out[0], out[1], atol=1e-6)
+    # Layer keys differ, so consecutive layers draw different V.
+    a = model.layer(x, jnp.asarray(0), key=jax.random.key(1))
+    b = model.layer(x, jnp.asarray(1), key=jax.random.key(1))
+    assert not np.allclose(a, b)
+
+
+def test_trajectory_is_independent_of_batching():
+    model = ad.DiscreteTransformer(ad.Attention(3.0), depth=10, horizon=2.0)
+    keys = jax.random.split(jax.random.key(0), 8)
+    x0 = jax.vmap(lambda k: ad.uniform_sphere(key=k, n_tokens=2, dim=4))(keys)
+    batched = jax.jit(jax.vmap(lambda x, k: model.trajectory(x, key=k)))(x0, keys)
+    single = jax.jit(lambda x, k: model.trajectory(x, key=k))(x0[5], keys[5])
+    np.testing.assert_allclose(batched[5], single, rtol=1e-5, atol=1e-6)
+
+
+def test_deterministic_post_ln_is_euler_of_the_two_token_ode():
+    # Two tokens, V = I/L: z' = 2 e^{βz}(1 − z)(1 + z)/(e^β + e^{βz}) (004 Thm 4.1 with
+    # n = 2, written for a general start); the Euler error is O(1/L).
+    beta, z0 = 1.0, 0.2
+    x0 = jnp.array([[1.0, 0.0], [z0, np.sqrt(1 - z0**2)]])
+    from scipy.integrate import solve_ivp
+
+    def rhs(t, z):
+        return 2 * np.exp(beta * z) * (1 - z) * (1 + z) / (np.exp(beta) + np.exp(beta * z))
+
+    exact = solve_ivp(rhs, (0, 1), [z0], rtol=1e-10, atol=1e-12).y[0, -1]
+    errors = []
+    for depth in (50, 200):
+        model = ad.DiscreteTransformer(
+            ad.Attention(beta), ad.DeterministicValues(), depth=depth, horizon=1.0
+        )
+        xt = model.trajectory(x0, key=jax.random.key(0))[-1]
+        errors.append(abs(float(ad.overlaps(xt)[0, 1]) - exact))
+    assert errors[1] < errors[0] / 3  # first order: 4× smaller for 4× depth
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [({"depth": 0}, "depth"), ({"horizon": 0.0}, "horizon"), ({"save_at": (3.0,)}, "save_at")],
+)
+def test_bad_model_input(kwargs, match):
+    with pytest.raises(ad.ParameterError, match=match):
+        ad.DiscreteTransformer(ad.Attention(1.0), **{"depth": 10, "horizon": 1.0, **kwargs})

@@ -1,0 +1,203 @@
+import jax
+import numpy as np
+import pytest
+
+import attndyn as ad
+from attndyn import _estimate
+from tests.helpers import binomial_se
+
+
+def _post_ln(beta, dim, tokens, sigma=1.0, depth=10, horizon=10.0, kind="softmax"):
+    del dim, tokens
+    return ad.DiscreteTransformer(
+        ad.Attention(beta, kind=kind), ad.MatrixValues(sigma), depth=depth, horizon=horizon
+    )
+
+
+def _estimate_small(points, **kwargs):
+    kwargs = {"key": jax.random.key(7), "n_trajectories": 50, "progress": False, **kwargs}
+    return ad.estimate_probabilities(_post_ln, points, **kwargs)
+
+
+POINTS = ad.grid(dim=[3, 4], tokens=[2], beta=[1.0, 3.0])
+
+
+def test_chunk_size_does_not_change_results():
+    a = _estimate_small(POINTS, chunk_size=8)
+    b = _estimate_small(POINTS, chunk_size=50)
+    c = _estimate_small(POINTS)
+    np.testing.assert_array_equal(a["count"].values, b["count"].values)
+    np.testing.assert_array_equal(a["count"].values, c["count"].values)
+    np.testing.assert_allclose(a["mean_cosine"].values, b["mean_cosine"].values, rtol=1e-6)
+
+
+def test_point_results_do_not_depend_on_the_rest_of_the_grid():
+    full = _estimate_small(POINTS)
+    alone = _estimate_small(POINTS[3:])
+    np.testing.assert_array_equal(full["count"].values[3], alone["count"].values[0])
+
+
+def test_sweeping_beta_and_sigma_does_not_recompile():
+    traces = []
+
+    class Counting(ad.DiscreteTransformer):
+        def trajectory(self, x0, *, key):
+            traces.append(1)  # runs once per trace, i.e. once per compilation
+            return super().trajectory(x0, key=key)
+
+    def make(beta, dim, tokens, sigma):
+        del dim, tokens
+        return Counting(ad.Attention(beta), ad.MatrixValues(sigma), depth=5, horizon=1.0)
+
+    points = ad.grid(dim=[3], tokens=[2], beta=[0.5, 1.0, 2.0, 4.0], sigma=[0.5, 1.0])
+    ad.estimate_probabilities(
+        make, points, key=jax.random.key(0), n_trajectories=10, progress=False
+    )
+    assert len(traces) == 1
+
+
+def test_probabilities_intervals_and_provenance():
+    ds = _estimate_small(POINTS[:1], metadata={"note": "x"})
+    p = ds["probability"].isel(point=0, time=-1)
+    assert float(
+        p.sel(outcome="single") + p.sel(outcome="antipodal") + p.sel(outcome="unclustered")
+    ) == pytest.approx(1.0)
+    assert bool((ds["ci_lower"] <= ds["probability"]).all())
+    assert bool((ds["probability"] <= ds["ci_upper"]).all())
+    prov = ad.provenance(ds)
+    for key in (
+        "attndyn_version",
+        "seconds",
+        "key_data",
+        "n_trajectories",
+        "tol",
+        "model",
+        "devices",
+        "created",
+        "note",
+    ):
+        assert key in prov
+    assert list(ds["beta"].values) == [1.0]
+
+
+def test_below_threshold_no_antipodal():
+    # d = 6: β_c = 1.03. At β = 0.2 the antipodal state repels, so every one of 400 trajectories
+    # clusters (the interval of the zero count includes zero).
+    ds = _estimate_small(ad.grid(dim=[6], tokens=[2], beta=[0.2]), n_trajectories=400)
+    last = ds.isel(point=0, time=-1).sel(outcome="antipodal")
+    assert int(last["count"]) == 0
+    assert float(last["ci_lower"]) == 0.0
+
+
+def test_monte_carlo_matches_exact_quadrature_above_threshold():
+    # L = 20, T = 40, 4000 trajectories per point. SE = sqrt(p(1-p)/4000) ≈ 0.0071; the
+    # tolerance is 4 SE ≈ 0.028. The discretisation bias at L = 20 was measured at ≈ −0.012
+    # (d = 4, β = 2, 20000 trajectories): the remaining room is still > 2 SE of noise. The
+    # slow test below repeats this at L = 100 with 40000 trajectories.
+    points = [{"dim": 4, "tokens": 2, "beta": 2.0}, {"dim": 3, "tokens": 2, "beta": 1.0}]
+    ds = ad.estimate_probabilities(
+        lambda **p: _post_ln(**p, depth=20, horizon=40.0),
+        points,
+        key=jax.random.key(11),
+        n_trajectories=4000,
+        progress=False,
+    )
+    for i, p in enumerate(points):
+        exact = ad.theory.p_antipodal_uniform(p["beta"], p["dim"])
+        got = float(ds["probability"].isel(point=i, time=-1).sel(outcome="antipodal"))
+        assert abs(got - exact) < 4 * binomial_se(exact, 4000), (p, got, exact)
+
+
+@pytest.mark.slow
+def test_monte_carlo_matches_exact_quadrature_paper_depth():
+    # L = 100, T = 60, 40000 trajectories: SE ≈ 0.0022, tolerance 4 SE ≈ 0.009.
+    points = [
+        {"dim": 4, "tokens": 2, "beta": 2.0},
+        {"dim": 3, "tokens": 2, "beta": 1.0},
+        {"dim": 6, "tokens": 2, "beta": 2.5},
+    ]
+    ds = ad.estimate_probabilities(
+        lambda **p: _post_ln(**p, depth=100, horizon=60.0),
+        points,
+        key=jax.random.key(12),
+        n_trajectories=40000,
+        progress=False,
+    )
+    for i, p in enumerate(points):
+        exact = ad.theory.p_antipodal_uniform(p["beta"], p["dim"])
+        got = float(ds["probability"].isel(point=i, time=-1).sel(outcome="antipodal"))
+        assert abs(got - exact) < 4 * binomial_se(exact, 40000), (p, got, exact)
+
+
+def test_overflow_is_reported_not_averaged():
+    points = ad.grid(dim=[3], tokens=[2], beta=[120.0])
+    make = lambda **p: _post_ln(**p, kind="unnormalized", horizon=1.0)  # noqa: E731
+    with pytest.raises(ad.NonFiniteError, match="NaN or infinite"):
+        ad.estimate_probabilities(
+            make, points, key=jax.random.key(0), n_trajectories=20, progress=False
+        )
+    with pytest.warns(UserWarning, match="excluded"):
+        ds = ad.estimate_probabilities(
+            make,
+            points,
+            key=jax.random.key(0),
+            n_trajectories=20,
+            progress=False,
+            on_nonfinite="exclude",
+        )
+    assert int(ds["n_nonfinite"][0]) + int(ds["n_valid"][0]) == 20
+    assert int(ds["n_nonfinite"][0]) > 0
+    assert int(ds["count"].isel(point=0, time=-1).sum()) <= 2 * int(ds["n_valid"][0])
+
+
+def test_interrupted_run_resumes_without_losing_work(tmp_path, monkeypatch):
+    path = tmp_path / "ck.nc"
+    reference = _estimate_small(POINTS, chunk_size=10)
+    calls = {"n": 0}
+    original = _estimate._chunk_statistics
+
+    def interrupting(*args):
+        calls["n"] += 1
+        if calls["n"] == 7:
+            raise KeyboardInterrupt
+        return original(*args)
+
+    monkeypatch.setattr(_estimate, "_chunk_statistics", interrupting)
+    with pytest.raises(KeyboardInterrupt):
+        _estimate_small(POINTS, chunk_size=10, checkpoint=path)
+    assert path.exists()
+    calls["n"] = -1000
+    resumed = _estimate_small(POINTS, chunk_size=10, checkpoint=path)
+    # 6 chunks were finished before the interrupt; 20 in all.
+    assert calls["n"] == -1000 + 14
+    np.testing.assert_array_equal(resumed["count"].values, reference["count"].values)
+
+
+def test_checkpoint_of_another_run_is_refused(tmp_path):
+    path = tmp_path / "ck.nc"
+    _estimate_small(POINTS[:1], checkpoint=path)
+    with pytest.raises(ad.ParameterError, match="different run"):
+        _estimate_small(POINTS[:2], checkpoint=path)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"n_trajectories": 0}, "n_trajectories"),
+        ({"tol": 0.0}, "tol"),
+        ({"tol": 1.0}, "tol"),
+        ({"points": [{"dim": 1, "tokens": 2, "beta": 1.0}]}, "dim"),
+        ({"points": [{"dim": 3, "tokens": 0, "beta": 1.0}]}, "tokens"),
+        ({"points": [{"dim": 3, "tokens": 2, "beta": -1.0}]}, "beta"),
+        ({"points": []}, "points"),
+    ],
+)
+def test_bad_input_is_named(kwargs, match):
+    points = kwargs.pop("points", POINTS[:1])
+    with pytest.raises(ad.ParameterError, match=match):
+        _estimate_small(points, **kwargs)
+
+
+def test_empty_grid_axis():
+    with pytest.raises(ad.ParameterError, match="beta"):
+        ad.grid(beta=[], dim=[3])
