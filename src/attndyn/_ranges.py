@@ -13,23 +13,23 @@ def parse_range(name: str, text: str, *, integer: bool = False) -> list:
     text = text.strip()
     kind = "integers" if integer else "numbers"
     try:
-        if ":" in text:
-            parts = [float(p) for p in text.split(":")]
-            if len(parts) != 3:
-                raise ValueError
-            start, stop, step = parts
-            if step <= 0:
-                raise ParameterError(f"--{name} {text!r}: the step must be > 0 in a:b:step.")
-            if stop < start:
-                raise ParameterError(f"--{name} {text!r} is an empty range: a:b:step needs a <= b.")
-            count = int(np.floor((stop - start) / step + 1e-9)) + 1
-            values = [round(start + i * step, 12) for i in range(count)]
-        else:
-            values = [float(p) for p in text.split(",") if p.strip()]
+        parts = [float(p) for p in (text.split(":") if ":" in text else text.split(",")) if p]
+        if ":" in text and len(parts) != 3:
+            raise ValueError
     except ValueError:
         raise ParameterError(
             f"--{name} {text!r} is not a range: use a:b:step (inclusive) or a comma list of {kind}."
         ) from None
+    if ":" in text:
+        start, stop, step = parts
+        if step <= 0:
+            raise ParameterError(f"--{name} {text!r}: the step must be > 0 in a:b:step.")
+        if stop < start:
+            raise ParameterError(f"--{name} {text!r} is an empty range: a:b:step needs a <= b.")
+        count = int(np.floor((stop - start) / step + 1e-9)) + 1
+        values = [round(start + i * step, 12) for i in range(count)]
+    else:
+        values = parts
     if not values:
         raise ParameterError(f"--{name} is an empty range; give at least one value.")
     if integer:
