@@ -13,4 +13,5 @@ def binomial_se(p: float, n: int) -> float:
 
 def two_sample_ks_pvalue(a, b) -> float:
     """p-value of the two-sample Kolmogorov–Smirnov test."""
-    return float(stats.ks_2samp(np.asarray(a).ravel(), np.asarray(b).ravel()).pvalue)
+    result = stats.ks_2samp(np.asarray(a).ravel(), np.asarray(b).ravel())
+    return float(result.pvalue)  # type: ignore[attr-defined]

@@ -7,7 +7,9 @@ from attndyn import _estimate
 from tests.helpers import binomial_se
 
 
-def _post_ln(beta, dim, tokens, sigma=1.0, depth=10, horizon=10.0, kind="softmax"):
+def _post_ln(
+    beta, dim, tokens, sigma=1.0, depth=10, horizon=10.0, kind: ad.AttentionKind = "softmax"
+):
     del dim, tokens
     return ad.DiscreteTransformer(
         ad.Attention(beta, kind=kind), ad.MatrixValues(sigma), depth=depth, horizon=horizon

@@ -1,7 +1,11 @@
 """attndyn: transformer tokens as interacting particles on the sphere, in JAX."""
 
 from . import theory as theory
-from ._attention import ATTENTION_KINDS as ATTENTION_KINDS, Attention as Attention
+from ._attention import (
+    ATTENTION_KINDS as ATTENTION_KINDS,
+    Attention as Attention,
+    AttentionKind as AttentionKind,
+)
 from ._cli_schemes import (
     plot_schemes as plot_schemes,
     random_weights_cosine as random_weights_cosine,

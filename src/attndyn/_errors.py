@@ -20,12 +20,22 @@ class NonFiniteError(FloatingPointError):
 
 def concrete(value: Any) -> np.ndarray | None:
     """The value as a NumPy array, or ``None`` when it is traced (inside jit/vmap)."""
-    if isinstance(value, jax.core.Tracer):
+    if isinstance(value, jax.Array) and not _is_concrete(value):
         return None
     try:
         return np.asarray(value)
     except Exception:
         return None
+
+
+def _is_concrete(array: jax.Array) -> bool:
+    try:
+        array.addressable_shards  # noqa: B018 - raises for tracers
+    except jax.errors.ConcretizationTypeError:
+        return False
+    except AttributeError:
+        return False
+    return True
 
 
 def check_choice(name: str, value: Any, allowed: Iterable[Any]) -> None:
