@@ -59,6 +59,7 @@ from ._sphere import (
     tangent_project as tangent_project,
     uniform_sphere as uniform_sphere,
 )
+from ._plot import plot_phase_diagram as plot_phase_diagram
 from ._stats import wilson_interval as wilson_interval
 from ._symmetric import (
     SymmetricODE as SymmetricODE,
