@@ -35,6 +35,8 @@ from ._ode import (
     NormalizedAttentionODE as NormalizedAttentionODE,
     ODESolution as ODESolution,
 )
+from ._overlap import OverlapSDE as OverlapSDE
+from ._plot import plot_phase_diagram as plot_phase_diagram
 from ._rates import (
     RATE_KINDS as RATE_KINDS,
     RateFit as RateFit,
@@ -53,13 +55,21 @@ from ._schemes import (
     SqrtScaling as SqrtScaling,
     scheme_from_name as scheme_from_name,
 )
+from ._sde import (
+    SDE_SOLVERS as SDE_SOLVERS,
+    AbstractSphereSDE as AbstractSphereSDE,
+    HybridSDE as HybridSDE,
+    ProjectedSolver as ProjectedSolver,
+    SDESolution as SDESolution,
+    TransformerSDE as TransformerSDE,
+    hybrid_correction as hybrid_correction,
+)
 from ._sphere import (
     normalize as normalize,
     sphere_drift as sphere_drift,
     tangent_project as tangent_project,
     uniform_sphere as uniform_sphere,
 )
-from ._plot import plot_phase_diagram as plot_phase_diagram
 from ._stats import wilson_interval as wilson_interval
 from ._symmetric import (
     SymmetricODE as SymmetricODE,

@@ -1,0 +1,176 @@
+"""Transformer SDE (003 eq. 6) and hybrid SDE (eq. 8): sphere, solvers, inputs, Prop. 1."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import attndyn as ad
+from tests.helpers import binomial_se, two_sample_ks_pvalue
+
+
+def _terminal_overlaps(model, *, n_traj, dim, seed):
+    """(Z_0, Z_T) of two uniform tokens over ``n_traj`` independent trajectories."""
+
+    def one(key):
+        k1, k2 = jax.random.split(key)
+        x0 = ad.uniform_sphere(key=k1, n_tokens=2, dim=dim)
+        y = model.trajectory(x0, key=k2)[-1]
+        y = ad.normalize(y)
+        return jnp.dot(x0[0], x0[1]), jnp.dot(y[0], y[1])
+
+    return jax.jit(jax.vmap(one))(jax.random.split(jax.random.key(seed), n_traj))
+
+
+def _max_drift(model, *, n_traj, n_tokens, dim, seed=0):
+    def one(key):
+        k1, k2 = jax.random.split(key)
+        x0 = ad.uniform_sphere(key=k1, n_tokens=n_tokens, dim=dim)
+        return model.solve(x0, key=k2).sphere_drift
+
+    drift = jax.jit(jax.vmap(one))(jax.random.split(jax.random.key(seed), n_traj))
+    return float(jnp.max(drift))
+
+
+def test_projected_solvers_stay_on_sphere():
+    for solver in ("euler", "heun", "spark"):
+        m = ad.TransformerSDE(ad.Attention(3.0), horizon=1.0, dt=0.05, solver=solver)
+        assert _max_drift(m, n_traj=4, n_tokens=3, dim=3) < 1e-5, solver
+    h = ad.HybridSDE(ad.Attention(2.0, kind="unnormalized"), eps=1.5, horizon=2.0, dt=0.02)
+    assert _max_drift(h, n_traj=8, n_tokens=3, dim=4) < 1e-5
+
+
+@pytest.mark.parametrize("cls", ["transformer", "hybrid"])
+def test_unprojected_drift_shrinks_with_step(cls):
+    # Without projection the solver's own error moves Y off the sphere; it must shrink
+    # as dt does (Euler–Maruyama: |Y|² wanders by O(√(T·dt)), so dt/4 should halve it;
+    # we ask for a factor 1.4 at least, and for a small absolute value at dt = 0.005).
+    drifts = []
+    for dt in (0.02, 0.005):
+        if cls == "transformer":
+            m = ad.TransformerSDE(ad.Attention(3.0), horizon=5.0, dt=dt, project=False)
+        else:
+            m = ad.HybridSDE(ad.Attention(3.0), eps=1.0, horizon=5.0, dt=dt, project=False)
+        drifts.append(_max_drift(m, n_traj=64, n_tokens=2, dim=4))
+    assert drifts[1] < drifts[0] / 1.4, drifts
+    assert drifts[1] < 0.1, drifts
+
+
+def test_stratonovich_heun_matches_ito_euler_in_law():
+    # Heun solves the Stratonovich form (drift corrected by −½ΣDg·g, by autodiff); if the
+    # correction were wrong the terminal overlap law would differ. Two independent samples
+    # of 1000: KS must not reject at the 0.1 % level (fixed seeds).
+    euler = ad.TransformerSDE(ad.Attention(1.5), horizon=1.0, dt=0.02, solver="euler")
+    heun = ad.TransformerSDE(ad.Attention(1.5), horizon=1.0, dt=0.02, solver="heun")
+    _, z_e = _terminal_overlaps(euler, n_traj=1000, dim=3, seed=1)
+    _, z_h = _terminal_overlaps(heun, n_traj=1000, dim=3, seed=2)
+    assert two_sample_ks_pvalue(z_e, z_h) > 1e-3
+
+
+@pytest.mark.parametrize("kind", ["softmax", "unnormalized"])
+def test_stratonovich_drift_is_tangent(kind):
+    # On the sphere the Stratonovich form of eq. 6/8 has tangent drift (the Itô drift's
+    # radial part is exactly the Itô-Stratonovich correction of the tangent noise: Lemma 1).
+    # The radial part of the autodiff correction must therefore cancel it.
+    y = ad.uniform_sphere(key=jax.random.key(3), n_tokens=4, dim=3)
+    for m in (
+        ad.TransformerSDE(ad.Attention(1.3, kind=kind), sigma=0.7, solver="heun"),
+        ad.HybridSDE(ad.Attention(1.3, kind=kind), eps=0.8, solver="heun"),
+    ):
+        ito = m.ito_drift(y)
+        strat = m.stratonovich_drift(y)
+        radial_ito = jnp.sum(y * ito, axis=-1)
+        radial_strat = jnp.sum(y * strat, axis=-1)
+        scale = float(jnp.max(jnp.abs(radial_ito))) + 1e-3
+        assert float(jnp.max(jnp.abs(radial_strat))) < 1e-5 * max(scale, 1.0) + 1e-5
+        if isinstance(m, ad.TransformerSDE):
+            assert float(jnp.max(jnp.abs(radial_ito))) > 0.1  # the check is not vacuous
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(eps=-0.1), "eps"),
+        (dict(sigma=0.0), "sigma"),
+        (dict(dt=2.0), "dt"),
+        (dict(solver="shark"), "additive"),
+        (dict(solver="milstein"), "commutative"),
+        (dict(solver="rk4"), "solver"),
+        (dict(brownian="pink"), "brownian"),
+        (dict(save_at=(0.5, 2.0)), "save_at"),
+    ],
+)
+def test_bad_input(kwargs, match):
+    cls = ad.HybridSDE if "eps" in kwargs else ad.TransformerSDE
+    with pytest.raises(ad.ParameterError, match=match):
+        cls(ad.Attention(1.0), horizon=1.0, **kwargs)
+
+
+def test_hybrid_milstein_refused_with_reason():
+    with pytest.raises(ad.ParameterError, match="heun"):
+        ad.HybridSDE(ad.Attention(1.0), solver="milstein")
+
+
+def test_vmap_over_parameters_and_save_times():
+    x0 = ad.uniform_sphere(key=jax.random.key(0), n_tokens=3, dim=4)
+
+    def run(beta, eps):
+        m = ad.HybridSDE(ad.Attention(beta), eps=eps, horizon=1.0, dt=0.05, save_at=(0.5, 1.0))
+        return m.trajectory(x0, key=jax.random.key(1))
+
+    out = jax.jit(jax.vmap(run))(jnp.asarray([0.5, 2.0]), jnp.asarray([0.0, 1.0]))
+    assert out.shape == (2, 2, 3, 4)
+    m = ad.HybridSDE(ad.Attention(1.0), horizon=1.0, dt=0.3, save_at=(0.5, 1.0))
+    # Steps of 1/4; saves are rounded to the step grid.
+    np.testing.assert_allclose(m.save_times, [0.5, 1.0])
+    assert m.step_size == pytest.approx(0.25)
+
+
+def test_estimator_runs_sde_and_reports_nonfinite():
+    def model_fn(beta, dim, tokens):
+        del dim, tokens
+        return ad.TransformerSDE(ad.Attention(beta, kind="unnormalized"), horizon=1.0, dt=0.1)
+
+    with pytest.warns(UserWarning, match="NaN or infinite"):
+        ds = _estimate_two(model_fn)
+    assert int(ds["n_nonfinite"][0]) == 0
+    # e^{200} overflows float32: every trajectory is reported, none silently kept.
+    assert int(ds["n_nonfinite"][1]) == 16
+
+
+def _estimate_two(model_fn):
+    return ad.estimate_probabilities(
+        model_fn,
+        [{"beta": 1.0, "dim": 3, "tokens": 2}, {"beta": 200.0, "dim": 3, "tokens": 2}],
+        key=jax.random.key(0),
+        n_trajectories=16,
+        on_nonfinite="exclude",
+        progress=False,
+    )
+
+
+def test_prop1_hybrid_clusters_below_and_splits_above_threshold():
+    # Prop. 1 (USA, N = 2): single cluster a.s. for ε² < 2e^{−β}, antipodal a.s. above.
+    # β = 1: ε_c = 0.858; ε = 0.3 and 2.0 are far from it, where the log-distance to the
+    # attracting end drifts at rate ≥ 3 (see docs/sde.md), so T = 20 is long. The limit
+    # probabilities are 1; we allow 4 binomial standard errors at p = 0.97 below 1.
+    n = 200
+    eps_c = ad.theory.eps_critical(1.0)
+    for eps, outcome in ((0.3, "single"), (2.0, "antipodal")):
+        assert (eps < eps_c) == (outcome == "single")
+
+        def model_fn(beta, eps, dim, tokens):
+            del dim, tokens
+            return ad.HybridSDE(
+                ad.Attention(beta, kind="unnormalized"), eps=eps, horizon=20.0, dt=0.01
+            )
+
+        ds = ad.estimate_probabilities(
+            model_fn,
+            [{"beta": 1.0, "eps": eps, "dim": 3, "tokens": 2}],
+            key=jax.random.key(4),
+            n_trajectories=n,
+            progress=False,
+        )
+        p = float(ds["probability"].isel(point=0, time=-1).sel(outcome=outcome))
+        assert p >= 0.97 - 4 * binomial_se(0.97, n), (eps, outcome, p)
