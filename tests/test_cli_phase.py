@@ -74,3 +74,62 @@ def test_bad_input_exits_nonzero_with_message(tmp_path, args, match):
     assert result.exit_code != 0
     assert match in result.output
     assert not (tmp_path / "phase_diagram.nc").exists()
+
+
+def test_beta_eps_round_trip(tmp_path):
+    # Hybrid (β, ε) diagram, Fig. 4, tiny. Far below ε_c the pair clusters, far above it
+    # splits (Prop. 1), and the JSON adds eps while keeping the points schema.
+    args = ["--kind", "beta-eps", "--beta", "1", "--eps", "0.2,1.5", "--dim", "3"]
+    args += ["--trajectories", "48", "--depth", "100", "--horizon", "20", "--no-progress"]
+    result = CliRunner().invoke(main, ["phase-diagram", *args, "--out", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert payload["kind"] == "beta-eps" and len(payload["points"]) == 2
+    low, high = sorted(payload["points"], key=lambda p: p["eps"])
+    for point in (low, high):
+        for key in ("beta", "dim", "tokens", "eps", "trajectories", "p_single", "p_antipodal"):
+            assert key in point
+        assert "p_antipodal_exact" not in point
+    # Prop. 1 (USA, the kind's default attention; ε_c(1) = 0.86): limits 1 at t = ∞, and
+    # at L = 100, T = 20 200 trial paths gave 1.0 for both. With 48 paths a true 0.97 has
+    # SE 0.025, so ≥ 0.8 leaves more than 4 SE while a coin flip (0.5) fails by 4 SE.
+    assert low["p_single"] >= 0.8 and high["p_antipodal"] >= 0.8
+    prov = ad.provenance(xr.open_dataset(tmp_path / "phase_diagram.nc"))
+    assert prov["attention"] == "unnormalized" and prov["kind"] == "beta-eps"
+    assert (tmp_path / "phase_diagram.png").stat().st_size > 10_000
+
+
+def test_beta_n_sde_has_antipodal_pair_positive(tmp_path):
+    # Fig. 6: for N ≥ 3 at large β some trajectories end with an antipodal pair. With the
+    # SDE engine the drift off the sphere is reported (projection: rounding only).
+    args = ["--kind", "beta-n", "--engine", "sde", "--beta", "6", "--tokens", "3,4"]
+    args += ["--dim", "4", "--trajectories", "48", "--horizon", "10", "--dt", "0.02"]
+    result = CliRunner().invoke(
+        main, ["phase-diagram", *args, "--no-progress", "--out", str(tmp_path), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    points = json.loads(result.stdout)["points"]
+    assert [p["tokens"] for p in points] == [3, 4]
+    for p in points:
+        assert p["p_has_antipodal_pair"] >= p["p_antipodal"]
+        # Wilson lower bound of P(antipodal) > 0, and antipodal ⊂ has-antipodal-pair.
+        assert p["ci_antipodal"][0] > 0
+        assert 0 <= p["sphere_drift"] < 1e-5
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (["--kind", "beta-eps", "--eps", "-1"], "eps"),
+        (["--kind", "beta-x"], "kind"),
+        (["--engine", "gpu"], "engine"),
+        (["--engine", "sde", "--dt", "100"], "dt"),
+        (["--engine", "sde", "--solver", "shark"], "additive"),
+        (["--engine", "sde", "--solver", "milstein"], "commutative"),
+    ],
+)
+def test_new_flags_bad_input(tmp_path, args, match):
+    result = CliRunner().invoke(main, ["phase-diagram", *SMALL, *args, "--out", str(tmp_path)])
+    assert result.exit_code != 0
+    assert match in result.output
+    assert not (tmp_path / "phase_diagram.nc").exists()

@@ -2,6 +2,7 @@
 
 import click
 
+from ._cli_evolution import evolution
 from ._cli_phase import phase_diagram
 from ._cli_schemes import schemes
 
@@ -12,5 +13,6 @@ def main() -> None:
     """Transformer tokens as interacting particles on the sphere."""
 
 
+main.add_command(evolution)
 main.add_command(phase_diagram)
 main.add_command(schemes)
