@@ -30,9 +30,13 @@ import xarray as xr
 from jaxtyping import Array, Int, PRNGKeyArray
 from tqdm.auto import tqdm
 
+from ._absorption import DEFAULT_BOUND, absorption_applies, absorption_gaps
+from ._discrete import DiscreteTransformer
+from ._distributed import gather_tallies, process_chunk_starts, process_layout
 from ._dynamics import AbstractDynamics
 from ._errors import NonFiniteError, ParameterError, check_bound, check_choice, check_int
 from ._observables import OUTCOMES, cluster_classes, mean_cosine
+from ._reduced import ReducedTransformer, reduction_blocker
 from ._sphere import uniform_sphere
 from ._stats import wilson_interval
 
@@ -83,27 +87,48 @@ def _chunk_statistics(
     n_tokens: int,
     dim: int,
 ):
-    def one(index):
+    def start(index):
         start_key, noise_key = jax.random.split(jax.random.fold_in(point_key, index))
-        x0 = radius * uniform_sphere(key=start_key, n_tokens=n_tokens, dim=dim)
-        saves = model.trajectory(x0, key=noise_key)
+        return radius * uniform_sphere(key=start_key, n_tokens=n_tokens, dim=dim), noise_key
+
+    x0, keys = jax.vmap(start)(indices)
+    if isinstance(model, ReducedTransformer):
+        # Batch-level: early absorption stops the whole chunk once every trajectory is done.
+        saves = model.trajectories(x0, keys)
+    else:
+        saves = jax.vmap(lambda x, k: model.trajectory(x, key=k))(x0, keys)
+
+    def observe(saves):
         finite = jnp.all(jnp.isfinite(saves))
         classes = jax.vmap(cluster_classes, in_axes=(0, None))(saves, tol)
         cosines = jax.vmap(mean_cosine)(saves)
         return classes, cosines, finite
 
-    classes, cosines, finite = jax.vmap(one)(indices)
+    classes, cosines, finite = jax.vmap(observe)(saves)
     in_range = indices < n_total
     valid = in_range & finite
     counts = jnp.sum(classes & valid[:, None, None], axis=0, dtype=jnp.int32)
+    # Per-trajectory cosines go back to the host, which sums them in fixed point: the
+    # totals are then exact and independent of chunk size, device and process count.
     cosines = jnp.where(valid[:, None], cosines, 0)
     return (
         counts,
         jnp.sum(valid, dtype=jnp.int32),
         jnp.sum(in_range & ~finite, dtype=jnp.int32),
-        jnp.sum(cosines, axis=0),
-        jnp.sum(cosines**2, axis=0),
+        cosines,
     )
+
+
+#: Cosines are summed as integers in units of 2⁻³²: exact and order-independent; the float64
+#: totals stay exact while |Σ cos| < 2²¹ (2 million trajectories per point).
+_FIXED_POINT = 2.0**32
+
+
+def _fixed_point_sums(cosines: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    values = np.asarray(cosines, np.float64)
+    first = np.rint(values * _FIXED_POINT).astype(np.int64).sum(axis=0)
+    second = np.rint(values**2 * _FIXED_POINT).astype(np.int64).sum(axis=0)
+    return first / _FIXED_POINT, second / _FIXED_POINT
 
 
 def default_chunk_size(
@@ -168,6 +193,8 @@ def estimate_probabilities(
     on_nonfinite: Literal["raise", "exclude"] = "raise",
     progress: bool = True,
     metadata: Mapping[str, Any] | None = None,
+    route: Literal["auto", "full", "reduced"] = "auto",
+    early_absorption: bool | float = False,
 ) -> xr.Dataset:
     """Estimate the probability of each clustering class at each save time, per point.
 
@@ -190,6 +217,22 @@ def estimate_probabilities(
             denominators with a warning (the count is kept as ``n_nonfinite``).
         progress: show a progress bar on stderr.
         metadata: extra provenance stored in the dataset's attributes.
+        route: ``"auto"`` simulates the N × N token coordinates instead of N × d
+            wherever that is exact in law (:func:`attndyn.reduction_blocker`: Q = K = I,
+            one head, Gaussian full value noise, a built-in scheme, N < d) and the full
+            model elsewhere; ``"full"`` always runs the full model; ``"reduced"`` insists
+            (a ParameterError says why it does not apply). Provenance records the route of
+            every point.
+        early_absorption: ``True`` (bound 10⁻⁷) or a per-trajectory bound ε: on the
+            reduced two-token route, stop simulating a chunk once every trajectory is within
+            δ± of ±1, δ± from the scale function so that an absorbed trajectory changes
+            class later with probability ≤ ε (see :mod:`attndyn._absorption`). Needs
+            N = 2, plain Post-LN and drift-free Gaussian values; δ± per point go to
+            provenance.
+
+    With several processes (``jax.distributed``, see :mod:`attndyn._distributed`), each
+    process runs the chunks ``k ≡ process_index (mod process_count)`` of every point and the
+    tallies are combined exactly once at the end; every process returns the same dataset.
 
     Returns:
         An ``xarray.Dataset`` over ``(point, time, outcome)`` with ``count``,
@@ -206,18 +249,36 @@ def estimate_probabilities(
     check_choice("on_nonfinite", on_nonfinite, ("raise", "exclude"))
     if chunk_size is not None:
         check_int("chunk_size", chunk_size, lower=1)
+    check_choice("route", route, ("auto", "full", "reduced"))
+    if isinstance(early_absorption, bool):
+        absorption_bound = DEFAULT_BOUND if early_absorption else None
+    else:
+        check_bound("early_absorption", early_absorption, lower=0.0, upper=1.0, lower_open=True)
+        absorption_bound = float(early_absorption)
     for p in points:
         for name, lower in (("dim", 2), ("tokens", 1)):
             if name not in p:
                 raise ParameterError(f"every point must give {name!r}; got {p}.")
             check_int(name, p[name], lower=lower)
     models = [model_fn(**p) for p in points]
+    routes = [_route(route, m, int(p["tokens"]), int(p["dim"])) for p, m in zip(points, models)]
+    gaps: list[tuple[float, float] | None] = [None] * len(points)
+    if absorption_bound is not None:
+        for i, (p, m) in enumerate(zip(points, models)):
+            blocker = absorption_applies(m, int(p["tokens"]))
+            if blocker is None and routes[i] != "reduced":
+                blocker = "it runs on the reduced route only (route='full' was asked for)"
+            if blocker is not None:
+                raise ParameterError(f"early_absorption does not apply at {p}: {blocker}.")
+            assert isinstance(m, DiscreteTransformer)
+            gaps[i] = absorption_gaps(float(m.attention.beta), int(p["dim"]), tol, absorption_bound)
     save_times = np.asarray(models[0].save_times, dtype=np.float64)
     for p, m in zip(points, models):
         if not np.array_equal(np.asarray(m.save_times), save_times):
             raise ParameterError(f"all points must share save times; {p} differs.")
 
     devices = jax.local_devices()
+    process_index, process_count = process_layout()
     mesh = jax.sharding.Mesh(np.array(devices), ("traj",))
     sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("traj"))
     n_saves = len(save_times)
@@ -232,6 +293,9 @@ def estimate_probabilities(
                 "key": key_data,
                 "save_times": save_times.tolist(),
                 "models": [repr(m) for m in models],
+                "routes": routes,
+                "early_absorption": absorption_bound,
+                "process": [process_index, process_count],
             },
             sort_keys=True,
         ).encode()
@@ -263,10 +327,20 @@ def estimate_probabilities(
     try:
         for p_index, (point, model) in enumerate(zip(points, models)):
             n_tokens, dim = int(point["tokens"]), int(point["dim"])
+            if routes[p_index] == "reduced":
+                assert isinstance(model, DiscreteTransformer)
+                model = ReducedTransformer(
+                    model,
+                    dim,
+                    absorb_gap=None
+                    if gaps[p_index] is None
+                    else jnp.asarray(gaps[p_index], jnp.float32),
+                )
             chunk = chunk_size or default_chunk_size(
                 n_trajectories,
                 n_tokens=n_tokens,
-                dim=dim,
+                # The reduced route keeps N × N coordinates per token set.
+                dim=n_tokens if routes[p_index] == "reduced" else dim,
                 n_saves=n_saves,
                 n_devices=len(devices),
             )
@@ -276,20 +350,26 @@ def estimate_probabilities(
             tol_arr = jnp.asarray(tol, jnp.float32)
             radius_arr = jnp.asarray(radius, jnp.float32)
             total_arr = jnp.asarray(n_trajectories, jnp.int32)
-            start = int(tallies.n_done[p_index])
-            while start < n_trajectories:
+            # n_done counts the trajectories this process has finished at this point, in the
+            # order of its own chunks (all chunks when it runs alone).
+            finished = 0
+            for start in process_chunk_starts(n_trajectories, chunk, process_index, process_count):
+                done = min(chunk, n_trajectories - start)
+                if finished + done <= tallies.n_done[p_index]:
+                    finished += done
+                    continue
                 indices = jax.device_put(np.arange(start, start + chunk, dtype=np.int32), sharding)
-                counts, n_valid, n_bad, cos_sum, cos_sumsq = _chunk_statistics(
+                counts, n_valid, n_bad, cosines = _chunk_statistics(
                     model, point_key, indices, total_arr, tol_arr, radius_arr, n_tokens, dim
                 )
-                done = min(chunk, n_trajectories - start)
+                cos_sum, cos_sumsq = _fixed_point_sums(np.asarray(cosines))
                 tallies.counts[p_index] += np.asarray(counts)
                 tallies.n_valid[p_index] += int(n_valid)
                 tallies.n_nonfinite[p_index] += int(n_bad)
-                tallies.cosine_sum[p_index] += np.asarray(cos_sum, np.float64)
-                tallies.cosine_sumsq[p_index] += np.asarray(cos_sumsq, np.float64)
-                start += done
-                tallies.n_done[p_index] = start
+                tallies.cosine_sum[p_index] += cos_sum
+                tallies.cosine_sumsq[p_index] += cos_sumsq
+                finished += done
+                tallies.n_done[p_index] = finished
                 bar.update(done)
                 if time.perf_counter() - last_save > 20:
                     save_checkpoint()
@@ -311,6 +391,18 @@ def estimate_probabilities(
     finally:
         bar.close()
     tallies.seconds = seconds_before + time.perf_counter() - started
+    if process_count > 1:
+        fields = gather_tallies(
+            [
+                tallies.counts,
+                tallies.n_valid,
+                tallies.n_nonfinite,
+                tallies.n_done,
+                tallies.cosine_sum,
+                tallies.cosine_sumsq,
+            ]
+        )
+        tallies = _Tallies(*fields, seconds=tallies.seconds)
 
     provenance = {
         "package": "attndyn",
@@ -325,12 +417,31 @@ def estimate_probabilities(
         "chunk_size": max(chunk_used) if chunk_used else chunk_size,
         "devices": [str(d) for d in devices],
         "prng_impl": str(jax.random.key_impl(key)),
+        "route": routes[0] if len(set(routes)) == 1 else "mixed",
+        "routes": routes,
+        "route_requested": route,
+        "early_absorption": None
+        if absorption_bound is None
+        else {"bound": absorption_bound, "gaps": [list(g) if g else None for g in gaps]},
+        "process_count": process_count,
         "on_nonfinite": on_nonfinite,
         "model": repr(models[0]),
         "signature": signature,
         **(dict(metadata) if metadata else {}),
     }
     return _dataset(tallies, points, save_times, provenance)
+
+
+def _route(route: str, model: AbstractDynamics, n_tokens: int, dim: int) -> str:
+    """The route a point runs on: ``"reduced"`` where exact in law (and allowed), else full."""
+    if route == "full":
+        return "full"
+    blocker = reduction_blocker(model, n_tokens, dim)
+    if blocker is None:
+        return "reduced"
+    if route == "reduced":
+        raise ParameterError(f"route='reduced' does not apply ({blocker}); use 'auto' or 'full'.")
+    return "full"
 
 
 def _version() -> str:
