@@ -6,6 +6,7 @@ from ._attention import (
     Attention as Attention,
     AttentionKind as AttentionKind,
 )
+from ._cli_phase import phase_model as phase_model
 from ._cli_schemes import (
     plot_schemes as plot_schemes,
     random_weights_cosine as random_weights_cosine,
@@ -37,6 +38,11 @@ from ._ode import (
 )
 from ._overlap import OverlapSDE as OverlapSDE
 from ._plot import plot_phase_diagram as plot_phase_diagram
+from ._plot_sde import (
+    plot_beta_eps as plot_beta_eps,
+    plot_beta_n as plot_beta_n,
+    plot_evolution as plot_evolution,
+)
 from ._rates import (
     RATE_KINDS as RATE_KINDS,
     RateFit as RateFit,

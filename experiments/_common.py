@@ -1,0 +1,78 @@
+"""Shared helpers of the figure scripts (public API only)."""
+
+import argparse
+import functools
+import json
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+
+import attndyn as ad
+
+ROOT = Path(__file__).resolve().parents[1]
+FIGURES = ROOT / "figures"
+
+
+def parser(doc: str | None) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    p.add_argument("--full", action="store_true", help="the paper's scale (slow: use a GPU)")
+    p.add_argument("--engine", default="discrete", choices=("discrete", "sde"))
+    p.add_argument("--seed", type=int, default=0)
+    return p
+
+
+def run(points, *, n_trajectories, seed, save_at=None, **model_kwargs):
+    """Estimate class probabilities at ``points`` with :func:`attndyn.phase_model`."""
+    started = time.perf_counter()
+
+    def model_fn(model="full", **p):
+        noise = {"full": "full", "hybrid": "hybrid", "deterministic": "none"}[model]
+        return ad.phase_model(noise=noise, save_at=save_at, **model_kwargs, **p)
+
+    ds = ad.estimate_probabilities(
+        functools.partial(model_fn),
+        points,
+        key=jax.random.key(seed),
+        n_trajectories=n_trajectories,
+        progress=False,
+        on_nonfinite="exclude",
+    )
+    print(
+        f"{len(points)} points x {n_trajectories} trajectories in "
+        f"{time.perf_counter() - started:.0f} s",
+        flush=True,
+    )
+    return ds
+
+
+def summary(ds, path: Path) -> None:
+    """Last-time probabilities with Wilson intervals, printed and written as JSON."""
+    last = ds.isel(time=-1)
+    rows = []
+    for i in range(ds.sizes["point"]):
+        r = last.isel(point=i)
+        row = {
+            k: _plain(r[k].item())
+            for k in ("model", "beta", "dim", "tokens", "eps")
+            if k in r.coords
+        }
+        for o in ("single", "antipodal", "has_antipodal_pair", "unclustered"):
+            row[o] = [
+                float(r["probability"].sel(outcome=o)),
+                float(r["ci_lower"].sel(outcome=o)),
+                float(r["ci_upper"].sel(outcome=o)),
+            ]
+        rows.append(row)
+    path.write_text(json.dumps(rows, indent=1))
+    for row in rows:
+        print(row)
+
+
+def _plain(v):
+    if isinstance(v, str):
+        return v.strip('"')
+    if isinstance(v, float) and not np.isfinite(v):
+        return None
+    return v

@@ -1,0 +1,43 @@
+"""Seed 003 Fig. 8 (App. D.1): fractions against time for N = 2 and three β regimes.
+
+Settings of Fig. 3 (eq. 4, SA, σ = 1, L = 100) except the horizon (T = 50 and 100).
+The three β are not stated in 003; we take β = 0.25 (below β_c(d) for every d: single
+cluster only), β = 3 (above β_c(d) for every d ≤ 10: antipodal attainable for all d) and
+β = 1 (β_c(4) = 0.66 < 1 < β_c(6) = 1.03: antipodal only for some d).
+Reduced: d ∈ {4, 6}, 200 trajectories, T = 50, L = 50. --full: d ∈ {4, ..., 10},
+2,000 trajectories, T = 100, L = 100.
+"""
+
+import numpy as np
+from _common import FIGURES, parser, run, summary
+
+import attndyn as ad
+
+
+def main():
+    args = parser(__doc__).parse_args()
+    if args.full:
+        dims, n, horizon, depth = list(range(4, 11)), 2000, 100.0, 100
+    else:
+        dims, n, horizon, depth = [4, 6], 200, 50.0, 50
+    points = ad.grid(dim=dims, tokens=[2], beta=[0.25, 3.0, 1.0])
+    save_at = tuple(np.linspace(0, horizon, 26).tolist())
+    ds = run(
+        points,
+        n_trajectories=n,
+        seed=args.seed,
+        save_at=save_at,
+        engine=args.engine,
+        attention="softmax",
+        depth=depth,
+        horizon=horizon,
+        dt=0.01,
+    )
+    FIGURES.mkdir(exist_ok=True)
+    stem = f"fig8_horizons_{args.engine}"
+    ad.plot_evolution(ds, label_keys=("beta", "dim")).savefig(FIGURES / f"{stem}.png", dpi=110)
+    summary(ds, FIGURES / f"{stem}.json")
+
+
+if __name__ == "__main__":
+    main()
