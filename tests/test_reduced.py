@@ -1,0 +1,149 @@
+"""The reduced (N × N frame) route against the full simulation: equal in law, exact algebra."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import attndyn as ad
+from attndyn._reduced import (
+    ReducedTransformer,
+    _variates,
+    lq,
+    pair_gaps,
+    reduce_model,
+    reduction_blocker,
+)
+from tests.helpers import two_sample_ks_pvalue
+
+
+def _terminal_overlaps(model, n, n_tokens, dim, seed):
+    """Terminal pairwise overlaps (N ≥ 2) or magnitudes (N = 1), one row per trajectory."""
+    keys = jax.random.split(jax.random.key(seed), n)
+    x0 = jax.vmap(lambda k: ad.uniform_sphere(key=k, n_tokens=n_tokens, dim=dim))(keys)
+    noise = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
+    if isinstance(model, ReducedTransformer):
+        saves = eqx.filter_jit(lambda m, x, k: m.trajectories(x, k))(model, x0, noise)
+    else:
+        run = eqx.filter_jit(lambda m, x, k: jax.vmap(lambda a, b: m.trajectory(a, key=b))(x, k))
+        saves = run(model, x0, noise)
+    if n_tokens == 1:
+        # One token: its magnitude is the only invariant (it moves under Pre-LN).
+        return np.asarray(jnp.linalg.norm(saves[:, -1], axis=-1))
+    theta = saves[:, -1] / jnp.linalg.norm(saves[:, -1], axis=-1, keepdims=True)
+    gram = jnp.einsum("bik,bjk->bij", theta, theta)
+    i, j = np.triu_indices(n_tokens, 1)
+    return np.asarray(gram[:, i, j])
+
+
+CASES = [
+    # (β, d, N, scheme, kind, T): d = 2 … d ≫ N, both complement samplers (direct for
+    # d − N ≤ 6, Bartlett with small-dof and Marsaglia–Tsang chi variates beyond), the
+    # two-token chain and the general frame, and a scheme that keeps magnitudes (Pre-LN,
+    # the only invariant of N = 1 at d = 2). Horizons keep the overlaps away from float32's
+    # resolution limit near ±1 while giving the dimension-dependent drift time to act.
+    (3.0, 4, 2, ad.PostLN(), "softmax", 2.0),
+    (1.0, 3, 2, ad.PostLN(), "unnormalized", 0.5),  # USA moves fast: T = 1 saturates
+    (2.0, 40, 2, ad.PostLN(), "softmax", 0.5),
+    (1.0, 10, 3, ad.PreLN(), "softmax", 1.0),
+    (0.5, 24, 3, ad.PostLN(), "softmax", 0.5),
+    (1.0, 2, 1, ad.PreLN(), "softmax", 1.0),
+]
+
+
+@pytest.mark.parametrize(("beta", "dim", "tokens", "scheme", "kind", "horizon"), CASES)
+def test_reduced_and_full_routes_agree_in_law(beta, dim, tokens, scheme, kind, horizon):
+    # KS on 3000 vs 3000 terminal overlaps (L = 20): under equal laws the p-value is
+    # uniform, so p < 1e-3 fails a correct route once in a thousand (seeds are fixed). The
+    # test has power: a Wishart part with one degree of freedom too many gives p ≈ 1e-16
+    # at (β, d) = (3, 4), and four too many p ≈ 1e-22 at (2, 40) (checked by hand).
+    model = ad.DiscreteTransformer(
+        ad.Attention(beta, kind=kind),
+        ad.MatrixValues(1.0),
+        scheme=scheme,
+        depth=20,
+        horizon=horizon,
+    )
+    full = _terminal_overlaps(model, 3000, tokens, dim, seed=1)
+    reduced = _terminal_overlaps(reduce_model(model, tokens, dim), 3000, tokens, dim, seed=2)
+    for k in range(full.shape[1] if full.ndim > 1 else 1):
+        a = full[:, k] if full.ndim > 1 else full
+        b = reduced[:, k] if reduced.ndim > 1 else reduced
+        assert two_sample_ks_pvalue(a, b) > 1e-3
+
+
+def test_d2_has_no_complement():
+    # N = 2 at d = 2 is not reducible (N < d fails); N = 1 at d = 2 is (tested in law above).
+    model = ad.DiscreteTransformer(ad.Attention(1.0), depth=5, horizon=1.0)
+    assert reduction_blocker(model, 2, 2) is not None
+    assert reduction_blocker(model, 1, 2) is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("beta", "dim"), [(0.5, 3), (2.0, 4), (3.0, 10), (1.5, 64)])
+def test_terminal_overlap_in_law_at_depth(beta, dim):
+    # L = 50, T = 4, 10,000 vs 10,000: same KS criterion as above, a 3× finer resolution.
+    model = ad.DiscreteTransformer(ad.Attention(beta), ad.MatrixValues(1.0), depth=50, horizon=4.0)
+    full = _terminal_overlaps(model, 10000, 2, dim, seed=3)
+    reduced = _terminal_overlaps(reduce_model(model, 2, dim), 10000, 2, dim, seed=4)
+    assert two_sample_ks_pvalue(full, reduced) > 1e-3
+
+
+def test_lq_factorises_and_resolves_near_parallel_rows():
+    x = jnp.asarray([[1.0, 0.0, 0.0], [1.0, 1e-6, 0.0], [-1.0, 2e-6, 1e-6]], jnp.float32)
+    c = lq(x)
+    np.testing.assert_allclose(np.asarray(c @ c.T), np.asarray(x @ x.T), atol=1e-6)
+    assert np.all(np.triu(np.asarray(c), 1) == 0)
+    plus, minus = pair_gaps(c)
+    # 1 − z of rows 0, 1 is 5e-13 and 1 + z of rows 0, 2 is 2.5e-12: a Gram matrix in
+    # float32 would give 0 for both.
+    np.testing.assert_allclose(float(plus[0, 1]), 0.5e-12, rtol=1e-2)
+    np.testing.assert_allclose(float(minus[0, 2]), 2.5e-12, rtol=1e-2)
+
+
+def test_chi_variates_have_the_right_moments():
+    # 40,000 draws: the mean of χ²_k has SE √(2k/40000); 5 SE bounds (stated per entry).
+    keys = jax.random.split(jax.random.key(0), 40000)
+    dofs = (1, 2, 5, 8, 9, 62)
+    z, chi = jax.vmap(lambda k: _variates(k, 2, dofs, jnp.float32))(keys)
+    chi2 = np.asarray(chi, np.float64) ** 2
+    for i, k in enumerate(dofs):
+        assert abs(chi2[:, i].mean() - k) < 5 * np.sqrt(2 * k / 40000)
+        assert abs(chi2[:, i].var() / (2 * k) - 1) < 0.05
+    assert abs(float(np.mean(z))) < 5 / np.sqrt(80000)
+
+
+def test_reduction_is_refused_where_it_is_not_exact():
+    att = ad.Attention(1.0)
+    ok = ad.DiscreteTransformer(att)
+    assert reduction_blocker(ok, 2, 4) is None
+    assert "N = 4" in str(reduction_blocker(ok, 4, 4))
+    assert reduction_blocker(
+        ad.DiscreteTransformer(att, ad.MatrixValues(distribution="uniform")), 2, 4
+    )
+    assert reduction_blocker(ad.DiscreteTransformer(ad.Attention(1.0, n_heads=2)), 2, 4)
+    assert reduction_blocker(ad.DiscreteTransformer(ad.Attention(1.0, query=jnp.eye(4))), 2, 4)
+    with pytest.raises(ad.ParameterError, match="route"):
+        reduce_model(ad.DiscreteTransformer(ad.Attention(1.0, n_heads=2)), 2, 4)
+
+
+def test_estimator_picks_the_route_and_says_so():
+    def make(beta, dim, tokens):
+        del dim, tokens
+        return ad.DiscreteTransformer(ad.Attention(beta), depth=5, horizon=1.0)
+
+    points = [{"dim": 4, "tokens": 2, "beta": 1.0}, {"dim": 3, "tokens": 3, "beta": 1.0}]
+    kw = {"key": jax.random.key(0), "n_trajectories": 20, "progress": False}
+    ds = ad.estimate_probabilities(make, points, **kw)
+    prov = ad.provenance(ds)
+    assert prov["routes"] == ["reduced", "full"]
+    assert prov["route"] == "mixed"
+    assert (
+        ad.provenance(ad.estimate_probabilities(make, points, route="full", **kw))["route"]
+        == "full"
+    )
+    with pytest.raises(ad.ParameterError, match="route"):
+        ad.estimate_probabilities(make, points, route="reduced", **kw)
+    with pytest.raises(ad.ParameterError, match="route"):
+        ad.estimate_probabilities(make, points, route="fast", **kw)  # type: ignore[arg-type]
