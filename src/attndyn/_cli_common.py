@@ -65,3 +65,41 @@ def say(message: str) -> None:
 
 def command_line() -> str:
     return " ".join(["attndyn", *sys.argv[1:]])
+
+
+def scale_options(func: Callable) -> Callable:
+    """``--route``, ``--early-absorption`` and the multi-host flags of the estimator.
+
+    The command receives ``route``, ``early_absorption`` (a float bound or ``None``),
+    ``coordinator``, ``process_count`` and ``process_id``; it should call
+    :func:`attndyn._distributed.initialize` with the last three before any other JAX work
+    and pass ``route`` and ``early_absorption or False`` to ``estimate_probabilities``.
+    """
+    options = [
+        click.option(
+            "--route",
+            type=click.Choice(["auto", "full"]),
+            default="auto",
+            show_default=True,
+            help="auto: simulate the N×N token Gram/frame where exact in law (Q=K=I, "
+            "Gaussian values, N<d); full: always the N×d model.",
+        ),
+        click.option(
+            "--early-absorption",
+            type=float,
+            default=None,
+            help="Stop a chunk once every two-token trajectory is within δ of ±1, δ from "
+            "the scale function for this per-trajectory bound (e.g. 1e-7).",
+        ),
+        click.option(
+            "--coordinator",
+            envvar="ATTNDYN_COORDINATOR",
+            default=None,
+            help="HOST:PORT of process 0 for a multi-host run (jax.distributed).",
+        ),
+        click.option("--process-count", envvar="ATTNDYN_PROCESS_COUNT", type=int, default=None),
+        click.option("--process-id", envvar="ATTNDYN_PROCESS_ID", type=int, default=None),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
