@@ -1,6 +1,7 @@
 """attndyn: transformer tokens as interacting particles on the sphere, in JAX."""
 
 from . import theory as theory
+from ._absorption import absorption_gaps as absorption_gaps
 from ._attention import (
     ATTENTION_KINDS as ATTENTION_KINDS,
     Attention as Attention,
@@ -49,6 +50,11 @@ from ._rates import (
     clustering_time as clustering_time,
     cosine_gap as cosine_gap,
     fit_terminal_rate as fit_terminal_rate,
+)
+from ._reduced import (
+    ReducedTransformer as ReducedTransformer,
+    reduce_model as reduce_model,
+    reduction_blocker as reduction_blocker,
 )
 from ._schemes import (
     NGPT as NGPT,
