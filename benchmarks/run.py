@@ -44,6 +44,7 @@ from datetime import UTC, datetime
 import jax
 import jax.numpy as jnp
 import numpy as np
+import xarray as xr
 
 import attndyn as ad
 from attndyn import _reduced
@@ -68,7 +69,7 @@ def make_model(beta, dim, tokens, *, depth, horizon):
     )
 
 
-def run_engine(w: dict, route: str, n: int | None = None, points=None) -> tuple[float, object]:
+def run_engine(w: dict, route: str, n: int | None = None, points=None) -> tuple[float, xr.Dataset]:
     n = n or w["n"]
     points = points or [{"dim": w["dim"], "tokens": w["tokens"], "beta": w["beta"]}]
     start = time.perf_counter()
@@ -264,7 +265,7 @@ def bench_w3(route: str, max_points: int | None) -> dict:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("workload", choices=[*WORKLOADS, "W3"])
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     parser.add_argument("--route", choices=["auto", "full"], default="auto")

@@ -91,7 +91,8 @@ def test_below_threshold_no_antipodal():
     assert float(last["ci_lower"]) == 0.0
 
 
-def test_monte_carlo_matches_exact_quadrature_above_threshold():
+@pytest.mark.parametrize("route", ["auto", "full"])  # auto picks the reduced chain here
+def test_monte_carlo_matches_exact_quadrature_above_threshold(route):
     # L = 20, T = 40, 4000 trajectories per point. SE = sqrt(p(1-p)/4000) ≈ 0.0071; the
     # tolerance is 4 SE ≈ 0.028. The discretisation bias at L = 20 was measured at ≈ −0.012
     # (d = 4, β = 2, 20000 trajectories): the remaining room is still > 2 SE of noise. The
@@ -103,7 +104,9 @@ def test_monte_carlo_matches_exact_quadrature_above_threshold():
         key=jax.random.key(11),
         n_trajectories=4000,
         progress=False,
+        route=route,
     )
+    assert ad.provenance(ds)["route"] == ("full" if route == "full" else "reduced")
     for i, p in enumerate(points):
         exact = ad.theory.p_antipodal_uniform(p["beta"], p["dim"])
         got = float(ds["probability"].isel(point=i, time=-1).sel(outcome="antipodal"))
