@@ -17,8 +17,10 @@ from ._cli_common import (
     ints,
     output_dir,
     say,
+    scale_options,
 )
 from ._discrete import DiscreteTransformer
+from ._distributed import initialize
 from ._dynamics import AbstractDynamics
 from ._errors import ParameterError, check_bound, check_int
 from ._estimate import estimate_probabilities, grid
@@ -142,14 +144,14 @@ def sphere_drift_of(model_fn, points, *, seed: int, n: int = 32) -> list[float]:
 @click.option("--tokens", default="2", show_default=True, help="Numbers of tokens N ≥ 1.")
 @click.option(
     "--trajectories",
-    default=1000,
+    default=2000,
     show_default=True,
     type=int,
     help="Monte Carlo trajectories per point.",
 )
-@click.option("--depth", default=20, show_default=True, type=int, help="L: layers per unit time.")
+@click.option("--depth", default=50, show_default=True, type=int, help="L: layers per unit time.")
 @click.option(
-    "--horizon", default=40.0, show_default=True, type=float, help="T: time horizon (L·T layers)."
+    "--horizon", default=60.0, show_default=True, type=float, help="T: time horizon (L·T layers)."
 )
 @click.option(
     "--attention",
@@ -199,6 +201,7 @@ def sphere_drift_of(model_fn, points, *, seed: int, n: int = 32) -> list[float]:
 @click.option("--fresh", is_flag=True, help="Ignore a checkpoint left by an interrupted run.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object to stdout.")
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
+@scale_options
 @cli_errors
 def phase_diagram(
     kind,
@@ -222,6 +225,11 @@ def phase_diagram(
     fresh,
     as_json,
     no_progress,
+    route,
+    early_absorption,
+    coordinator,
+    process_count,
+    process_id,
 ) -> None:
     """Clustering phase diagrams with Wilson intervals (seed 003 Figs. 3, 4, 6).
 
@@ -237,8 +245,17 @@ def phase_diagram(
     intervals, counts, provenance; with --engine sde also the measured drift off the
     sphere) and OUT/phase_diagram.png. An interrupted run resumes from
     OUT/phase_diagram.checkpoint.nc.
+
+    Two-token points with Gaussian values run on the exact-in-law reduced route unless
+    --route full; --early-absorption EPS stops chunks whose trajectories are all
+    absorbed. Several hosts: --coordinator HOST:PORT --process-count P --process-id p (or
+    ATTNDYN_COORDINATOR, ATTNDYN_PROCESS_COUNT, ATTNDYN_PROCESS_ID); process 0 writes the
+    outputs.
     """
     started = time.perf_counter()
+    # jax.distributed must be set up before any other JAX work.
+    initialize(coordinator, process_count, process_id)
+    writer = jax.process_index() == 0
     betas = floats("beta", beta)
     dims = ints("dim", dim)
     token_counts = ints("tokens", tokens)
@@ -273,7 +290,10 @@ def phase_diagram(
     out_dir = output_dir(out)
     dataset_path = out_dir / "phase_diagram.nc"
     checkpoint = out_dir / "phase_diagram.checkpoint.nc"
-    if fresh and checkpoint.exists():
+    if jax.process_count() > 1:
+        # Each process tallies only its own chunks: a shared checkpoint file would mix them.
+        checkpoint = None
+    elif fresh and checkpoint.exists():
         checkpoint.unlink()
     model_fn = functools.partial(
         phase_model,
@@ -320,9 +340,13 @@ def phase_diagram(
         tol=tol,
         chunk_size=chunk_size,
         checkpoint=checkpoint,
-        progress=not no_progress,
+        progress=not no_progress and writer,
         metadata=metadata,
+        route="full" if engine == "sde" else route,
+        early_absorption=early_absorption or False,
     )
+    if not writer:
+        return
     if kind == "beta-d":
         exact = [
             p_antipodal_uniform(p["beta"], p["dim"]) if p["tokens"] == 2 else float("nan")
@@ -338,7 +362,8 @@ def phase_diagram(
             "max | |Y_i| − 1 | over saved states of 32 trajectories (solver error left)"
         )
     ds.to_netcdf(dataset_path)
-    checkpoint.unlink(missing_ok=True)
+    if checkpoint is not None:
+        checkpoint.unlink(missing_ok=True)
     if kind == "beta-d":
         fig = plot_phase_diagram(ds)
     elif kind == "beta-eps":
