@@ -5,10 +5,11 @@ Q = K = I), two tokens started uniformly on the sphere, tolerance 10⁻³. The f
 the Monte Carlo fractions with Wilson 95 % bands, the exact t = ∞ probability from the
 scale function and β_c(d) = ½ arccosh(d − 2).
 
-Default (reduced, a few minutes on a 2-core CPU): d ∈ {4, 6, 8, 10}, β ∈ {0, 0.25, …, 3},
-2,000 trajectories a point, L = 20, T = 40 (800 layers). The paper's parameters are
-``--full``: d ∈ {4, …, 10}, β ∈ {0, 0.25, …, 4}, 40,000 trajectories, L = 100, T = 500
-(50,000 layers) — about 2.4·10¹¹ trajectory-steps, a job for an accelerator.
+Default (reduced, a few minutes on a 2-core CPU): d ∈ {4, 6, 8, 10}, β ∈ {0, 0.25, …, 4},
+4,000 trajectories a point (10× fewer), L = 50, T = 100 (5,000 layers, 10× fewer).
+The paper's parameters are ``--full``: d ∈ {4, …, 10}, β ∈ {0, 0.25, …, 4}, 40,000
+trajectories, L = 100, T = 500 (50,000 layers) — about 2.4·10¹¹ trajectory-steps, a job
+for an accelerator.
 
     python experiments/fig3_beta_d.py [--full] [--out figures/fig3_beta_d.png]
 """
@@ -22,7 +23,7 @@ import numpy as np
 
 import attndyn as ad
 
-REDUCED = {"dims": [4, 6, 8, 10], "betas": np.arange(0, 3.01, 0.25), "n": 2000, "L": 20, "T": 40.0}
+REDUCED = {"dims": [4, 6, 8, 10], "betas": np.arange(0, 4.01, 0.25), "n": 4000, "L": 50, "T": 100.0}
 FULL = {
     "dims": list(range(4, 11)),
     "betas": np.arange(0, 4.01, 0.25),
@@ -40,7 +41,7 @@ def model(*, beta, dim, tokens, depth, horizon):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description="Seed 003 Fig. 3: P(antipodal) against β.")
     parser.add_argument("--full", action="store_true", help="the paper's parameters")
     parser.add_argument("--out", default="figures/fig3_beta_d.png")
     parser.add_argument("--seed", type=int, default=0)

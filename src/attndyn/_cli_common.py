@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import click
+import jax
 import numpy as np
 
-from ._errors import NonFiniteError, ParameterError
+from ._errors import NonFiniteError, ParameterError, check_bound, check_int
 from ._ranges import parse_range
 
 
@@ -103,3 +104,65 @@ def scale_options(func: Callable) -> Callable:
     for option in reversed(options):
         func = option(func)
     return func
+
+
+def parse_study_axes(
+    *, beta: str, dim: str, tokens: str
+) -> tuple[list[float], list[int], list[int]]:
+    """Parse and check the (β, d, N) axes every study takes."""
+    betas = floats("beta", beta)
+    dims = ints("dim", dim)
+    token_counts = ints("tokens", tokens)
+    check_bound("beta", np.asarray(betas), lower=0.0)
+    for d in dims:
+        check_int("dim", d, lower=2)
+    for n in token_counts:
+        check_int("tokens", n, lower=1)
+    return betas, dims, token_counts
+
+
+def check_study_options(
+    *,
+    trajectories: int,
+    depth: int,
+    horizon: float,
+    sigma: float,
+    tol: float,
+    chunk_size: int | None,
+    engine: str,
+    dt: float,
+) -> None:
+    """Check the Monte Carlo and engine options shared by the study commands."""
+    check_int("trajectories", trajectories, lower=1)
+    check_int("depth", depth, lower=1)
+    check_bound("horizon", horizon, lower=0.0, lower_open=True)
+    check_bound("sigma", sigma, lower=0.0, lower_open=True)
+    check_bound("tol", tol, lower=0.0, upper=1.0, lower_open=True, upper_open=True)
+    if chunk_size is not None:
+        check_int("chunk-size", chunk_size, lower=1)
+    if engine == "sde":
+        check_bound("dt", dt, lower=0.0, lower_open=True)
+        if dt > horizon:
+            raise ParameterError(
+                f"dt={dt} is larger than the horizon={horizon}; the step must lie in (0, horizon]."
+            )
+
+
+def study_checkpoint(out_dir: Path, name: str, *, fresh: bool) -> Path | None:
+    """Where a study keeps its resumable tallies (``None`` in a multi-process run, where
+    each process holds only its own chunks and a shared file would mix them)."""
+    if jax.process_count() > 1:
+        return None
+    checkpoint = out_dir / f"{name}.checkpoint.nc"
+    if fresh:
+        checkpoint.unlink(missing_ok=True)
+    return checkpoint
+
+
+def save_study(ds, out_dir: Path, name: str, checkpoint: Path | None) -> Path:
+    """Write the finished dataset and drop the checkpoint it supersedes."""
+    dataset_path = out_dir / f"{name}.nc"
+    ds.to_netcdf(dataset_path)
+    if checkpoint is not None:
+        checkpoint.unlink(missing_ok=True)
+    return dataset_path

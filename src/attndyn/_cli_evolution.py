@@ -9,14 +9,17 @@ import numpy as np
 
 from ._attention import ATTENTION_KINDS
 from ._cli_common import (
+    check_study_options,
     cli_errors,
     command_line,
     emit_json,
     finite_or_none,
     floats,
-    ints,
     output_dir,
+    parse_study_axes,
+    save_study,
     say,
+    study_checkpoint,
 )
 from ._cli_phase import ENGINES, json_points, phase_model, sphere_drift_of
 from ._errors import ParameterError, check_bound, check_choice, check_int
@@ -120,28 +123,20 @@ def evolution(
         raise ParameterError("--model is empty; give one or more of " + ", ".join(MODELS) + ".")
     for m in model_names:
         check_choice("model", m, MODELS)
-    betas = floats("beta", beta)
-    dims = ints("dim", dim)
-    token_counts = ints("tokens", tokens)
+    betas, dims, token_counts = parse_study_axes(beta=beta, dim=dim, tokens=tokens)
     eps_values = floats("eps", eps)
-    check_bound("beta", np.asarray(betas), lower=0.0)
     check_bound("eps", np.asarray(eps_values), lower=0.0)
-    check_bound("sigma", sigma, lower=0.0, lower_open=True)
-    for d in dims:
-        check_int("dim", d, lower=2)
-    for n in token_counts:
-        check_int("tokens", n, lower=1)
-    check_int("trajectories", trajectories, lower=1)
-    check_int("depth", depth, lower=1)
     check_int("saves", saves, lower=1)
-    check_bound("horizon", horizon, lower=0.0, lower_open=True)
-    check_bound("tol", tol, lower=0.0, upper=1.0, lower_open=True, upper_open=True)
-    if engine == "sde":
-        check_bound("dt", dt, lower=0.0, lower_open=True)
-        if dt > horizon:
-            raise ParameterError(
-                f"dt={dt} is larger than the horizon={horizon}; the step must lie in (0, horizon]."
-            )
+    check_study_options(
+        trajectories=trajectories,
+        depth=depth,
+        horizon=horizon,
+        sigma=sigma,
+        tol=tol,
+        chunk_size=chunk_size,
+        engine=engine,
+        dt=dt,
+    )
 
     points = []
     for m in model_names:
@@ -171,10 +166,7 @@ def evolution(
     for p in points:
         model_fn(**p)
     out_dir = output_dir(out)
-    dataset_path = out_dir / "evolution.nc"
-    checkpoint = out_dir / "evolution.checkpoint.nc"
-    if fresh and checkpoint.exists():
-        checkpoint.unlink()
+    checkpoint = study_checkpoint(out_dir, "evolution", fresh=fresh)
     ds = estimate_probabilities(
         functools.partial(model_fn),
         points,
@@ -200,8 +192,7 @@ def evolution(
     )
     if engine == "sde":
         ds["sphere_drift"] = ("point", np.asarray(sphere_drift_of(model_fn, points, seed=seed)))
-    ds.to_netcdf(dataset_path)
-    checkpoint.unlink(missing_ok=True)
+    dataset_path = save_study(ds, out_dir, "evolution", checkpoint)
     keys = ("model", "beta", "dim", "tokens", "eps")
     fig = plot_evolution(ds, label_keys=keys)
     figure_path = out_dir / "evolution.png"

@@ -9,20 +9,23 @@ import numpy as np
 
 from ._attention import ATTENTION_KINDS, Attention
 from ._cli_common import (
+    check_study_options,
     cli_errors,
     command_line,
     emit_json,
     finite_or_none,
     floats,
-    ints,
     output_dir,
+    parse_study_axes,
+    save_study,
     say,
     scale_options,
+    study_checkpoint,
 )
 from ._discrete import DiscreteTransformer
 from ._distributed import initialize
 from ._dynamics import AbstractDynamics
-from ._errors import ParameterError, check_bound, check_int
+from ._errors import check_bound
 from ._estimate import estimate_probabilities, grid
 from ._plot import plot_phase_diagram
 from ._plot_sde import plot_beta_eps, plot_beta_n
@@ -256,21 +259,17 @@ def phase_diagram(
     # jax.distributed must be set up before any other JAX work.
     initialize(coordinator, process_count, process_id)
     writer = jax.process_index() == 0
-    betas = floats("beta", beta)
-    dims = ints("dim", dim)
-    token_counts = ints("tokens", tokens)
-    check_bound("beta", np.asarray(betas), lower=0.0)
-    for d in dims:
-        check_int("dim", d, lower=2)
-    for n in token_counts:
-        check_int("tokens", n, lower=1)
-    check_int("trajectories", trajectories, lower=1)
-    check_int("depth", depth, lower=1)
-    check_bound("horizon", horizon, lower=0.0, lower_open=True)
-    check_bound("sigma", sigma, lower=0.0, lower_open=True)
-    check_bound("tol", tol, lower=0.0, upper=1.0, lower_open=True, upper_open=True)
-    if chunk_size is not None:
-        check_int("chunk-size", chunk_size, lower=1)
+    betas, dims, token_counts = parse_study_axes(beta=beta, dim=dim, tokens=tokens)
+    check_study_options(
+        trajectories=trajectories,
+        depth=depth,
+        horizon=horizon,
+        sigma=sigma,
+        tol=tol,
+        chunk_size=chunk_size,
+        engine=engine,
+        dt=dt,
+    )
     attention = attention or DEFAULT_ATTENTION[kind]
     if kind == "beta-eps":
         eps_values = floats("eps", eps)
@@ -280,21 +279,9 @@ def phase_diagram(
     else:
         points = grid(dim=dims, tokens=token_counts, beta=betas)
         noise = "full"
-    if engine == "sde":
-        check_bound("dt", dt, lower=0.0, lower_open=True)
-        if dt > horizon:
-            raise ParameterError(
-                f"dt={dt} is larger than the horizon={horizon}; the step must lie in (0, horizon]."
-            )
 
     out_dir = output_dir(out)
-    dataset_path = out_dir / "phase_diagram.nc"
-    checkpoint = out_dir / "phase_diagram.checkpoint.nc"
-    if jax.process_count() > 1:
-        # Each process tallies only its own chunks: a shared checkpoint file would mix them.
-        checkpoint = None
-    elif fresh and checkpoint.exists():
-        checkpoint.unlink()
+    checkpoint = study_checkpoint(out_dir, "phase_diagram", fresh=fresh)
     model_fn = functools.partial(
         phase_model,
         noise=noise,
@@ -361,9 +348,7 @@ def phase_diagram(
         ds["sphere_drift"].attrs["description"] = (
             "max | |Y_i| − 1 | over saved states of 32 trajectories (solver error left)"
         )
-    ds.to_netcdf(dataset_path)
-    if checkpoint is not None:
-        checkpoint.unlink(missing_ok=True)
+    dataset_path = save_study(ds, out_dir, "phase_diagram", checkpoint)
     if kind == "beta-d":
         fig = plot_phase_diagram(ds)
     elif kind == "beta-eps":
