@@ -34,7 +34,9 @@ class DiscreteTransformer(AbstractDynamics):
     """
 
     attention: Attention
-    values: AbstractValues = MatrixValues()
+    # A factory: a default instance would create arrays, and so start the XLA backend, at
+    # import time, which jax.distributed.initialize forbids.
+    values: AbstractValues = eqx.field(default_factory=MatrixValues)
     scheme: AbstractScheme = PostLN()
     depth: int = eqx.field(static=True, default=100)
     horizon: float = eqx.field(static=True, default=1.0)
