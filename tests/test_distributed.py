@@ -126,3 +126,71 @@ def test_default_chunk_follows_memory_not_trajectories():
     large = ad.default_chunk_size(10**9, n_tokens=2, dim=4, n_saves=1, n_devices=2)
     assert small == 10**3
     assert large <= 1 << 16  # capped: more trajectories mean more chunks, not bigger ones
+
+
+def test_two_processes_on_localhost_with_jax_distributed(tmp_path):
+    # A real two-process run through jax.distributed (CPU collectives over gloo) must give
+    # exactly the single-process numbers, and only process 0 writes the outputs.
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    args = [
+        "phase-diagram",
+        "--beta",
+        "1,2",
+        "--dim",
+        "4",
+        "--trajectories",
+        "120",
+        "--depth",
+        "5",
+        "--horizon",
+        "4",
+        "--chunk-size",
+        "20",
+        "--no-progress",
+        "--json",
+    ]
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["JAX_PLATFORMS"] = "cpu"
+    cli = [sys.executable, "-c", "from attndyn._cli import main; main()"]
+    procs = []
+    for pid in (1, 0):
+        penv = {
+            **env,
+            "ATTNDYN_COORDINATOR": f"localhost:{port}",
+            "ATTNDYN_PROCESS_COUNT": "2",
+            "ATTNDYN_PROCESS_ID": str(pid),
+        }
+        out = tmp_path / f"p{pid}"
+        procs.append(
+            subprocess.Popen(
+                [*cli, *args, "--out", str(out)],
+                env=penv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    outputs = [p.communicate(timeout=240) for p in procs]
+    for p, (_, err) in zip(procs, outputs):
+        assert p.returncode == 0, err[-2000:]
+    single = subprocess.run(
+        [*cli, *args, "--out", str(tmp_path / "single")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=True,
+    )
+    # gloo prints a connection line on stdout: the JSON object is the last line.
+    combined = json.loads(outputs[1][0].strip().splitlines()[-1])
+    reference = json.loads(single.stdout.strip().splitlines()[-1])
+    for a, b in zip(combined["points"], reference["points"]):
+        assert a["trajectories"] == b["trajectories"] == 120
+        for key in ("p_single", "p_antipodal", "p_unclustered"):
+            assert a[key] == b[key]
+    assert (tmp_path / "p0" / "phase_diagram.nc").exists()
+    assert not (tmp_path / "p1" / "phase_diagram.nc").exists()
