@@ -133,3 +133,32 @@ def test_new_flags_bad_input(tmp_path, args, match):
     assert result.exit_code != 0
     assert match in result.output
     assert not (tmp_path / "phase_diagram.nc").exists()
+
+
+def test_overflow_is_an_error_unless_excluded(tmp_path):
+    overflow = [
+        "phase-diagram",
+        "--attention",
+        "unnormalized",
+        "--beta",
+        "120",
+        "--dim",
+        "4",
+        "--trajectories",
+        "10",
+        "--depth",
+        "3",
+        "--horizon",
+        "1",
+        "--no-progress",
+        "--out",
+        str(tmp_path),
+    ]
+    result = CliRunner().invoke(main, overflow)
+    assert result.exit_code != 0
+    assert "NaN or infinite" in result.output
+    result = CliRunner().invoke(main, [*overflow, "--exclude-nonfinite", "--json"])
+    assert result.exit_code == 0, result.output
+    point = json.loads(result.stdout.strip().splitlines()[-1])["points"][0]
+    assert point["n_nonfinite"] == 10 and point["n_valid"] == 0
+    assert point["p_antipodal"] is None

@@ -31,7 +31,7 @@ class Attention(eqx.Module):
       log-sum-exp shift so that it never overflows;
     - ``kind="unnormalized"`` (USA): ``A_i = (1/N) Σ_j exp(s_ij) x_j``. This overflows
       float32 once ``β ≳ 88``: the result is then non-finite, which the estimators
-      detect and report (or enable ``jax_enable_x64``).
+      detect and report; float64 inputs (with ``jax_enable_x64``) reach β ≈ 709.
 
     Options: ``laplacian=True`` replaces the attention matrix P by ``P − I`` (seeds 000,
     002); ``n_laplacian_heads=k`` makes only the first k heads Laplacian (seed 000's

@@ -72,7 +72,7 @@ def scale_options(func: Callable) -> Callable:
     """``--route``, ``--early-absorption`` and the multi-host flags of the estimator.
 
     The command receives ``route``, ``early_absorption`` (a float bound or ``None``),
-    ``coordinator``, ``process_count`` and ``process_id``; it should call
+    ``coordinator``, ``process_count``, ``process_id`` and ``exclude_nonfinite``; it should call
     :func:`attndyn._distributed.initialize` with the last three before any other JAX work
     and pass ``route`` and ``early_absorption or False`` to ``estimate_probabilities``.
     """
@@ -99,6 +99,12 @@ def scale_options(func: Callable) -> Callable:
             help="HOST:PORT of process 0 for a multi-host run (jax.distributed).",
         ),
         click.option("--process-count", envvar="ATTNDYN_PROCESS_COUNT", type=int, default=None),
+        click.option(
+            "--exclude-nonfinite",
+            is_flag=True,
+            help="Drop trajectories that overflow (NaN/inf) from the probabilities, with a "
+            "warning and their count in n_nonfinite, instead of stopping with an error.",
+        ),
         click.option("--process-id", envvar="ATTNDYN_PROCESS_ID", type=int, default=None),
     ]
     for option in reversed(options):

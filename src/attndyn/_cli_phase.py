@@ -233,6 +233,7 @@ def phase_diagram(
     coordinator,
     process_count,
     process_id,
+    exclude_nonfinite,
 ) -> None:
     """Clustering phase diagrams with Wilson intervals (seed 003 Figs. 3, 4, 6).
 
@@ -331,6 +332,7 @@ def phase_diagram(
         metadata=metadata,
         route="full" if engine == "sde" else route,
         early_absorption=early_absorption or False,
+        on_nonfinite="exclude" if exclude_nonfinite else "raise",
     )
     if not writer:
         return

@@ -379,11 +379,14 @@ def estimate_probabilities(
             if bad:
                 message = (
                     f"{bad} of {n_trajectories} trajectories at point {point} became NaN or "
-                    "infinite (overflow: unnormalised attention overflows float32 near "
-                    "β ≈ 88; lower β or enable jax_enable_x64)."
+                    "infinite (overflow? unnormalised attention overflows float32 once "
+                    "β ≳ 88: lower β or use softmax attention)."
                 )
                 if on_nonfinite == "raise":
-                    raise NonFiniteError(message + " Pass on_nonfinite='exclude' to drop them.")
+                    raise NonFiniteError(
+                        message + " Pass on_nonfinite='exclude' (CLI: --exclude-nonfinite) to "
+                        "drop them from the probabilities."
+                    )
                 warnings.warn(message + " They are excluded from the probabilities.", stacklevel=2)
     except KeyboardInterrupt:
         save_checkpoint()
