@@ -117,8 +117,8 @@ def rng_seconds(w: dict, route: str, n: int) -> float:
     """Seconds the PRNG alone needs for the run's draws (same keys, batch and layer count).
 
     It calls the engine's own samplers: ``normal((d, d))`` per layer for the full route;
-    for the reduced route the per-layer Gaussians and chi variates of the two-token chain
-    (N = 2) or the ``[B | L_W]`` noise block (N > 2).
+    for the reduced route the block-of-layers Gaussians and chi variates of the two-token
+    chain (N = 2, one key per LAYER_BLOCK layers) or the ``[B | L_W]`` noise block (N > 2).
     """
     n_layers = round(w["depth"] * w["horizon"])
     n_tok, dim = w["tokens"], w["dim"]
@@ -130,9 +130,6 @@ def rng_seconds(w: dict, route: str, n: int) -> float:
     def draw(k):
         if route == "full":
             return jnp.sum(jax.random.normal(k, (dim, dim), dtype))
-        if n_tok == 2:
-            z, chi = _reduced._variates(k, 5, (dim - 2, dim - 3), dtype)
-            return jnp.sum(z) + jnp.sum(chi)
         return jnp.sum(reduced._noise(k, n_tok, dtype))
 
     def one(key):
@@ -141,13 +138,25 @@ def rng_seconds(w: dict, route: str, n: int) -> float:
 
         return jax.lax.fori_loop(0, n_layers, body, jnp.zeros((), dtype))
 
+    def chain(keys):
+        # The two-token chain draws LAYER_BLOCK layers' variates per key, batch-wide.
+        block = _reduced.LAYER_BLOCK
+
+        def body(b, acc):
+            block_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, b)
+            z, chi = _reduced._two_token_block(block_keys, dim, dtype)
+            return acc + jnp.sum(z, axis=(0, 1)) + jnp.sum(chi, axis=(0, 1))
+
+        n_blocks = -(-n_layers // block)
+        return jax.lax.fori_loop(0, n_blocks, body, jnp.zeros(keys.shape, dtype))
+
     keys = jax.random.split(jax.random.key(1, impl=PRNG_IMPL[0]), n)
     devices = jax.local_devices()
     mesh = jax.sharding.Mesh(np.array(devices), ("traj",))
     keys = jax.device_put(
         keys, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("traj"))
     )
-    f = jax.jit(jax.vmap(one))
+    f = jax.jit(chain if route != "full" and n_tok == 2 else jax.vmap(one))
     f(keys).block_until_ready()
     best = math.inf
     for _ in range(2):

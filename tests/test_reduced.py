@@ -8,7 +8,10 @@ import pytest
 
 import attndyn as ad
 from attndyn._reduced import (
+    LAYER_BLOCK,
     ReducedTransformer,
+    _mt_candidate,
+    _two_token_block,
     _variates,
     lq,
     pair_gaps,
@@ -147,3 +150,68 @@ def test_estimator_picks_the_route_and_says_so():
         ad.estimate_probabilities(make, points, route="reduced", **kw)
     with pytest.raises(ad.ParameterError, match="route"):
         ad.estimate_probabilities(make, points, route="fast", **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("dim", [4, 7, 10, 64])
+def test_two_token_block_variates_are_exact(dim):
+    # 8,000 keys × LAYER_BLOCK layers = 80,000 draws of each variate (fixed seed). Under
+    # the right law the KS p-value is uniform, so p < 1e-4 fails a correct sampler once in
+    # 10⁴; the mean of χ²_k has SE √(2k/80000) and is held to 5 SE (variance to 5 % ≈ 5 SE
+    # of the sample variance, SE ≈ √(8/80000) relative for large k, larger for k = 1).
+    # dim = 7 and 10 take the one-word Marsaglia–Tsang with its fix-up loop at small
+    # shapes (α = 2.5 … 4, where ~1 % of candidates reject), dim = 64 at α ≈ 31; dim = 4
+    # the sums of logarithms. A Gamma sampler that kept a rejected candidate, or dropped
+    # the undecided ones (q ≤ g < q + 1), shifts the law near the mode by ~1e-3 … 1e-2.
+    from scipy import stats
+
+    keys = jax.random.split(jax.random.key(7), 8000)
+    z, chi = jax.jit(lambda k: _two_token_block(k, dim, jnp.float32))(keys)
+    z = np.asarray(z, np.float64).ravel()
+    chi2 = np.moveaxis(np.asarray(chi, np.float64), 1, 0).reshape(2, -1) ** 2
+    n = chi2.shape[1]
+    assert n == 8000 * LAYER_BLOCK
+    for i, k in enumerate((dim - 2, dim - 3)):
+        assert abs(chi2[i].mean() - k) < 5 * np.sqrt(2 * k / n)
+        assert abs(chi2[i].var() / (2 * k) - 1) < (0.05 if k > 1 else 0.08)
+        assert stats.kstest(chi2[i], stats.chi2(k).cdf).pvalue > 1e-4
+    assert stats.kstest(z, stats.norm.cdf).pvalue > 1e-4
+    assert abs(z.mean()) < 5 / np.sqrt(z.size)
+
+
+def test_one_word_marsaglia_tsang_takes_every_branch():
+    # The exactness test above only covers the fix-up loop if first candidates are
+    # rejected or undecided often enough: check that all three statuses occur at α = 2.5.
+    words = jax.random.bits(jax.random.key(3), (200000,), jnp.uint32)
+    _, status, _ = _mt_candidate(words, jnp.float32(2.5 - 1 / 3))
+    counts = np.bincount(np.asarray(status), minlength=3)
+    assert counts[1] > 50 and counts[2] > 500, counts
+
+
+@pytest.mark.parametrize("dim", [64])
+def test_chain_numbers_depend_on_the_key_only(dim):
+    # The chain draws LAYER_BLOCK layers per key (and, at d = 64, runs a batch-wide fix-up
+    # loop): a trajectory's numbers must not depend on the batch around it, on where the
+    # save times cut the layers (segments starting and stopping inside blocks), or on
+    # whether layers are stepped one by one with ``layer``.
+    def make(save_at):
+        model = ad.DiscreteTransformer(
+            ad.Attention(2.0), ad.MatrixValues(1.0), depth=10, horizon=2.3, save_at=save_at
+        )
+        return reduce_model(model, 2, dim)
+
+    keys = jax.random.split(jax.random.key(5), 6)
+    x0 = jax.vmap(lambda k: ad.uniform_sphere(key=k, n_tokens=2, dim=dim))(keys)
+    whole = make(None)
+    cut = make((0.3, 0.7, 1.0, 1.45, 2.3))
+    a = np.asarray(whole.trajectories(x0, keys)[:, -1])
+    b = np.asarray(cut.trajectories(x0, keys)[:, -1])
+    np.testing.assert_array_equal(a, b)
+    # Other batch shapes compile to other (vectorised or scalar) code: equal to rounding.
+    # Other random numbers would differ at O(1) after 23 layers of noise σ/√10.
+    alone = np.asarray(whole.trajectories(x0[4:5], keys[4:5])[0, -1])
+    np.testing.assert_allclose(a[4], alone, atol=1e-5)
+    step = eqx.filter_jit(lambda m, c, n, k: m.layer(c, n, key=k))
+    c = whole.reduce(x0[2])
+    for n in range(23):
+        c = step(whole, c, jnp.asarray(n), keys[2])
+    np.testing.assert_allclose(np.asarray(c), a[2], atol=1e-5)

@@ -35,6 +35,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.extend.random import threefry2x32_p
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from ._attention import Attention, matmul
@@ -61,6 +62,23 @@ SMALL_DOF_MAX = 8
 #: Marsaglia–Tsang candidates drawn up front per gamma variate; the rare variate with all of
 #: them rejected draws more in a loop (so the law is exact, never truncated).
 GAMMA_CANDIDATES = 3
+
+#: The two-token chain draws the random numbers of this many consecutive layers at once,
+#: from the key ``fold_in(trajectory key, block index)`` (layer n is row n mod LAYER_BLOCK
+#: of block n // LAYER_BLOCK). A constant of the model, never of the batch: the numbers of
+#: a trajectory depend on its key only, whatever the chunk, device count or save times.
+LAYER_BLOCK = 10
+
+#: In the two-token chain, chi-square variates with at most this many degrees of freedom
+#: are sums of exponentials; larger ones use the one-word Marsaglia–Tsang of
+#: :func:`_two_token_block` (one Gaussian per candidate; its acceptance uniform starts
+#: from the 9 bits the Gaussian leaves unused).
+CHAIN_SMALL_DOF_MAX = 4
+
+#: Low bits of a 32-bit word that a float32 uniform leaves unused (it keeps the top 23).
+_SPARE_BITS = 9
+_SPARE = 2**_SPARE_BITS
+_LOW = np.nextafter(np.float32(-1), np.float32(0))
 
 
 def reduction_blocker(model: AbstractDynamics, n_tokens: int, dim: int) -> str | None:
@@ -203,6 +221,160 @@ def _variates(
     return normals, jnp.sqrt(jnp.stack(chi2))
 
 
+def _words(keys: PRNGKeyArray, n: int, stream: int | Array = 0) -> Array:
+    """``n`` random 32-bit words per key of the batch ``keys``, shape ``(n, batch)``.
+
+    ``stream`` (an int, or one per key) selects independent streams. For Threefry keys the
+    words are both outputs of the blocks ``(i, stream)``, i < ⌈n/2⌉, of Threefry-2x32
+    under each key: half the hashing of ``jax.random.bits``, which (with
+    ``jax_threefry_partitionable``) spends a block on each word. Other implementations draw
+    ``jax.random.bits`` from ``fold_in(key, stream)``. The batch axis is last so that the
+    chain's arithmetic runs on contiguous rows.
+    """
+    batch = keys.shape[0]
+    if str(jax.random.key_impl(keys)) == "threefry2x32":
+        half = (n + 1) // 2
+        shape = (half, batch)
+        k = jax.random.key_data(keys)
+        streams = jnp.broadcast_to(jnp.asarray(stream, jnp.uint32), (batch,))
+        out = threefry2x32_p.bind(
+            jnp.broadcast_to(k[:, 0], shape),
+            jnp.broadcast_to(k[:, 1], shape),
+            jnp.broadcast_to(jnp.arange(half, dtype=jnp.uint32)[:, None], shape),
+            jnp.broadcast_to(streams, shape),
+        )
+        return jnp.concatenate(out)[:n]
+    if isinstance(stream, int) and stream == 0:
+        sub = keys
+    else:
+        streams = jnp.broadcast_to(jnp.asarray(stream, jnp.uint32), (batch,))
+        sub = jax.vmap(jax.random.fold_in)(keys, streams)
+    return jax.vmap(lambda k: jax.random.bits(k, (n,), jnp.uint32), out_axes=1)(sub)
+
+
+def _symmetric_uniform(words: Array) -> Array:
+    """``jax.random.uniform(minval=nextafter(−1, 0), maxval=1)`` (float32) of these words."""
+    mantissa = jnp.right_shift(words, jnp.uint32(32 - 23)) | jnp.uint32(0x3F800000)
+    floats = jax.lax.bitcast_convert_type(mantissa, jnp.float32) - np.float32(1)
+    return jnp.maximum(_LOW, floats * (np.float32(1) - _LOW) + _LOW)
+
+
+def _unit_uniform(words: Array) -> Array:
+    """``jax.random.uniform`` on [0, 1) (float32) of these words."""
+    mantissa = jnp.right_shift(words, jnp.uint32(32 - 23)) | jnp.uint32(0x3F800000)
+    return jax.lax.bitcast_convert_type(mantissa, jnp.float32) - np.float32(1)
+
+
+def _mt_candidate(words: Array, d: Array) -> tuple[Array, Array, Array]:
+    """One Marsaglia–Tsang candidate per word: (value d·v, status, g − q).
+
+    The candidate is ``x``, the Gaussian of the word's top 23 bits, and is accepted when
+    ``u < h(x) = exp(x²/2 + d − d·v + d·log v)``, v = (1 + c·x)³ (and v > 0). The uniform u
+    is ``1 − (q + r)/512`` with q the word's 9 spare low bits (independent of its top 23)
+    and r an independent uniform on [0, 1): u < h ⟺ q + r > g, g = 512·(1 − h). Most
+    candidates are decided by q alone (q > g: accepted, status 0; q + 1 ≤ g: rejected,
+    status 2); the rest (q ≤ g < q + 1, status 1) need r: accepted iff r > g − q.
+    """
+    c = jax.lax.rsqrt(9 * d)
+    x = math.sqrt(2) * jax.lax.erf_inv(_symmetric_uniform(words))
+    q = (words & jnp.uint32(_SPARE - 1)).astype(jnp.float32)
+    v = (1 + c * x) ** 3
+    positive = v > 0
+    log_h = 0.5 * x**2 + d - d * v + d * jnp.log(jnp.where(positive, v, 1))
+    g = jnp.where(positive, -_SPARE * jnp.expm1(jnp.minimum(log_h, 0)), jnp.inf)
+    status = jnp.where(q > g, 0, jnp.where(q + 1 <= g, 2, 1)).astype(jnp.int32)
+    return d * v, status, g - q
+
+
+def _gamma_slots(keys: PRNGKeyArray, words: Array, d: Array) -> Array:
+    """Gamma(d + 1/3) by Marsaglia–Tsang, exact; ``words`` (slots, batch) first candidates.
+
+    ``d`` has one entry per slot. Slots whose first candidate is not decided by its own
+    word are finished one at a time per trajectory, in slot order, each step hashing one
+    fresh Threefry block of that trajectory's key (streams 1, 2, …: two words, used as r
+    or as a new candidate and its r). Every slot thus sees i.i.d. candidates and keeps the
+    first accepted one: the law is Gamma exactly (no truncation), and which words a
+    trajectory uses depends on its own key only. The loop runs while any trajectory of
+    the batch has an open slot: a few steps per block of layers, about one word each.
+    """
+    value, status, gap = _mt_candidate(words, d[:, None])
+    lanes = jnp.arange(words.shape[1])
+
+    def cond(state):
+        return jnp.any(state[1] != 0)
+
+    def body(state):
+        value, status, gap, i = state
+        open_ = status != 0
+        active = jnp.any(open_, axis=0)
+        s = jnp.argmax(open_, axis=0)
+        w = _words(keys, 2, i + 1)
+        new_value, new_status, new_gap = _mt_candidate(w[0], d[s])
+        # An undecided slot (status 1) uses the fresh word as r; a rejected one (2) tries a
+        # new candidate, and decides it with the second word if its spare bits do not.
+        pending = status[s, lanes] == 1
+        r = jnp.where(pending, _unit_uniform(w[0]), _unit_uniform(w[1]))
+        gap_s = jnp.where(pending, gap[s, lanes], new_gap)
+        cand = jnp.where(pending, 1, new_status)
+        decided = jnp.where(cand == 1, jnp.where(r > gap_s, 0, 2), cand)
+        new_value = jnp.where(pending, value[s, lanes], new_value)
+        value = value.at[s, lanes].set(jnp.where(active, new_value, value[s, lanes]))
+        status = status.at[s, lanes].set(jnp.where(active, decided, status[s, lanes]))
+        return value, status, gap, i + active.astype(jnp.uint32)
+
+    i0 = jnp.zeros(words.shape[1], jnp.uint32)
+    value, *_ = jax.lax.while_loop(cond, body, (value, status, gap, i0))
+    return value
+
+
+def _two_token_block(
+    keys: PRNGKeyArray, dim: int, dtype, n_layers: int = LAYER_BLOCK
+) -> tuple[Array, Array]:
+    """The two-token chain's variates for ``n_layers`` layers, one key per trajectory.
+
+    Per layer: 5 Gaussians (B and the Bartlett entry) and the chi variates χ_{d−2},
+    χ_{d−3}, shapes ``(n_layers, 5, batch)`` and ``(n_layers, 2, batch)``. All come from
+    one draw of ``n_layers × width`` words per key (:func:`_words`): Gaussians as in
+    ``jax.random.normal``; χ²_k for k ≤ CHAIN_SMALL_DOF_MAX as −2 Σ log U (+ Z² for odd
+    k); larger k as twice a Gamma(k/2) from :func:`_gamma_slots` (one word per variate,
+    plus the rare fix-up). The variates are float32 numbers (cast to ``dtype``).
+    """
+    dofs = (dim - 2, dim - 3)
+    small = [k for k in dofs if k <= CHAIN_SMALL_DOF_MAX]
+    large = [k for k in dofs if k > CHAIN_SMALL_DOF_MAX]
+    n_gauss = 5 + sum(k % 2 for k in small)
+    n_log = sum(k // 2 for k in small)
+    width = n_gauss + len(large) + n_log
+    batch = keys.shape[0]
+    words = _words(keys, n_layers * width).reshape(n_layers, width, batch)
+    gauss = math.sqrt(2) * jax.lax.erf_inv(_symmetric_uniform(words[:, :n_gauss]))
+    logs = jnp.log1p(_symmetric_uniform(words[:, n_gauss + len(large) :])) - math.log(2)
+    gamma = None
+    if large:
+        d = np.asarray([k / 2 - 1 / 3 for k in large], np.float32)
+        mt = words[:, n_gauss : n_gauss + len(large)].reshape(-1, batch)
+        gamma = _gamma_slots(keys, mt, jnp.asarray(np.tile(d, n_layers)))
+        gamma = gamma.reshape(n_layers, len(large), batch)
+    chi2 = []
+    i_log, i_odd, i_large = 0, 5, 0
+    for k in dofs:
+        if k > CHAIN_SMALL_DOF_MAX:
+            assert gamma is not None
+            chi2.append(2 * gamma[:, i_large])
+            i_large += 1
+            continue
+        value = jnp.zeros((n_layers, batch), jnp.float32)
+        if k >= 2:
+            value = -2 * jnp.sum(logs[:, i_log : i_log + k // 2], axis=1)
+        i_log += k // 2
+        if k % 2:
+            value = value + gauss[:, i_odd] ** 2
+            i_odd += 1
+        chi2.append(value)
+    chi = jnp.sqrt(jnp.stack(chi2, axis=1))
+    return gauss[:, :5].astype(dtype), chi.astype(dtype)
+
+
 class ReducedTransformer(AbstractDynamics):
     """The law of :class:`DiscreteTransformer` simulated on the N × N token coordinates.
 
@@ -258,10 +430,19 @@ class ReducedTransformer(AbstractDynamics):
         return type(self.model.scheme) is PostLN
 
     def layer(self, c: Float[Array, "N N"], n: Array, *, key: PRNGKeyArray) -> Float[Array, "N N"]:
-        """Layer n on the frame coordinates ``c``, with layer key ``fold_in(key, n)``."""
+        """Layer n on the frame coordinates ``c``.
+
+        The layer key is ``fold_in(key, n)``; the two-token Post-LN chain instead uses row
+        n mod LAYER_BLOCK of the variates of ``fold_in(key, n // LAYER_BLOCK)``.
+        """
         n_tokens = c.shape[0]
         if n_tokens == 2 and self._two_token_post_ln:
-            cz, sz = self._layer_two(c[1, 0], c[1, 1], n, key=key)
+            # The chain's layers draw their numbers by blocks (see LAYER_BLOCK): row
+            # n mod LAYER_BLOCK of block n // LAYER_BLOCK, as in :meth:`trajectories`.
+            block_key = jax.random.fold_in(key, n // LAYER_BLOCK)
+            z, chi = _two_token_block(block_key[None], self.dim, c.dtype)
+            row = n % LAYER_BLOCK
+            cz, sz = self._layer_two(c[1, 0], c[1, 1], z[row, :, 0], chi[row, :, 0])
             return _two_token_frame(cz, sz)
         model = self.model
         values = model.values
@@ -281,13 +462,14 @@ class ReducedTransformer(AbstractDynamics):
         new = model.scheme.layer(x, update, layer=n.astype(c.dtype), depth=depth)
         return lq(new)
 
-    def _layer_two(self, cz: Array, sz: Array, n: Array, *, key: PRNGKeyArray):
+    def _layer_two(self, cz: Array, sz: Array, z: Array, chi: Array):
         """Post-LN, N = 2: the overlap chain on (cos φ, sin φ), written out scalar by scalar.
 
         The tokens are θ₁ = (1, 0), θ₂ = (cos φ, sin φ) in their frame; the noise is
         B (2 × 2) and the 2 × 2 Bartlett factor L of Wishart_2(d − 2) (one Gaussian, two
         chi variates). Everything is elementwise over the batch, so XLA fuses the layer into
-        a few loops; the new sin φ is the norm of a difference of nearly (anti)parallel
+        a few loops (``z``, ``chi``: the layer's 5 Gaussians and 2 chi variates, on the
+        leading axis); the new sin φ is the norm of a difference of nearly (anti)parallel
         vectors, taken before any squaring, so it keeps relative precision near φ = 0, π.
         """
         model = self.model
@@ -295,8 +477,6 @@ class ReducedTransformer(AbstractDynamics):
         assert isinstance(values, MatrixValues)
         dtype = cz.dtype
         depth = model.depth
-        layer_key = jax.random.fold_in(key, n)
-        z, chi = _variates(layer_key, 5, (self.dim - 2, self.dim - 3), dtype)
         # Row i of G = [B | L]: the value noise acting on frame direction i.
         g1 = (z[0], z[1], chi[0], jnp.zeros((), dtype))
         g2 = (z[2], z[3], z[4], chi[1])
@@ -341,18 +521,30 @@ class ReducedTransformer(AbstractDynamics):
         """A batch of trajectories (one key each), stopping early once all are absorbed."""
         c0 = jax.vmap(self.reduce)(x0)
         two = c0.shape[1] == 2 and self._two_token_post_ln
-        step_two = jax.vmap(
-            lambda cz, sz, n, k: self._layer_two(cz, sz, n, key=k), in_axes=(0, 0, None, 0)
-        )
         step = jax.vmap(lambda c, n, k: self.layer(c, n, key=k), in_axes=(0, None, 0))
+        dtype = c0.dtype
+        block = LAYER_BLOCK
+
+        def block_two(b, y, start, stop):
+            # Layers b·LAYER_BLOCK + j from the block key; those outside [start, stop) (a
+            # segment that starts or stops inside a block) leave the state as it is.
+            cz, sz = y
+            block_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, b)
+            z, chi = _two_token_block(block_keys, self.dim, dtype)
+            for j in range(block):
+                n = b * block + j
+                new_cz, new_sz = self._layer_two(cz, sz, z[j], chi[j])
+                live = (n >= start) & (n < stop)
+                cz, sz = jnp.where(live, new_cz, cz), jnp.where(live, new_sz, sz)
+            return cz, sz
 
         def run(c, start, stop):
             if two:
                 # Carry (cos φ, sin φ) only: the loop body is then purely elementwise.
                 cz, sz = jax.lax.fori_loop(
-                    start,
-                    stop,
-                    lambda n, y: step_two(y[0], y[1], n, keys),
+                    start // block,
+                    (stop + block - 1) // block,
+                    lambda b, y: block_two(b, y, start, stop),
                     (c[:, 1, 0], c[:, 1, 1]),
                 )
                 return jax.vmap(_two_token_frame)(cz, sz)
