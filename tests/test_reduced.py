@@ -1,5 +1,7 @@
 """The reduced (N × N frame) route against the full simulation: equal in law, exact algebra."""
 
+import logging
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -215,3 +217,26 @@ def test_chain_numbers_depend_on_the_key_only(dim):
     for n in range(23):
         c = step(whole, c, jnp.asarray(n), keys[2])
     np.testing.assert_allclose(np.asarray(c), a[2], atol=1e-5)
+
+
+def test_sweeping_beta_and_sigma_compiles_once_on_the_reduced_route(caplog):
+    # The reduced route is the default for two tokens: a (β, σ) sweep must reuse one
+    # compilation of the chunk kernel, as on the full route.
+    def make(beta, dim, tokens, sigma):
+        del dim, tokens
+        return ad.DiscreteTransformer(
+            ad.Attention(beta), ad.MatrixValues(sigma), depth=5, horizon=1.0
+        )
+
+    points = ad.grid(dim=[5], tokens=[2], beta=[0.5, 1.0, 2.0], sigma=[0.5, 1.0])
+    with jax.log_compiles(True), caplog.at_level(logging.WARNING, logger="jax"):
+        ds = ad.estimate_probabilities(
+            make, points, key=jax.random.key(0), n_trajectories=10, progress=False
+        )
+    compiles = [
+        r
+        for r in caplog.records
+        if "Compiling" in r.getMessage() and "_chunk_statistics" in r.getMessage()
+    ]
+    assert ad.provenance(ds)["route"] == "reduced"
+    assert len(compiles) == 1
