@@ -86,7 +86,37 @@ def _chunk_statistics(
     radius: Array,
     n_tokens: int,
     dim: int,
+    mesh: jax.sharding.Mesh | None = None,
 ):
+    """Tallies of one chunk. With a mesh, each device simulates its own slice of the chunk
+    in its own loops (``shard_map``): data-dependent loops (early absorption, exact
+    rejection samplers) then never wait on a cross-device reduction at every step, and
+    each trajectory's numbers stay those of its key alone."""
+    if mesh is None or mesh.size == 1:
+        return _tally(
+            *_simulate(model, point_key, indices, tol, radius, n_tokens, dim), indices, n_total
+        )
+    dynamic, static = eqx.partition(model, eqx.is_array)
+
+    def local(dynamic, point_key, indices, tol, radius):
+        return _simulate(
+            eqx.combine(dynamic, static), point_key, indices, tol, radius, n_tokens, dim
+        )
+
+    replicated = jax.sharding.PartitionSpec()
+    batch = jax.sharding.PartitionSpec("traj")
+    simulated = jax.shard_map(
+        local,
+        mesh=mesh,
+        in_specs=(replicated, replicated, batch, replicated, replicated),
+        out_specs=(batch, batch, batch),
+    )(dynamic, point_key, indices, tol, radius)
+    return _tally(*simulated, indices, n_total)
+
+
+def _simulate(model, point_key, indices, tol, radius, n_tokens: int, dim: int):
+    """Per-trajectory classes, mean cosines and finiteness for a batch of indices."""
+
     def start(index):
         start_key, noise_key = jax.random.split(jax.random.fold_in(point_key, index))
         return radius * uniform_sphere(key=start_key, n_tokens=n_tokens, dim=dim), noise_key
@@ -104,7 +134,10 @@ def _chunk_statistics(
         cosines = jax.vmap(mean_cosine)(saves)
         return classes, cosines, finite
 
-    classes, cosines, finite = jax.vmap(observe)(saves)
+    return jax.vmap(observe)(saves)
+
+
+def _tally(classes, cosines, finite, indices, n_total):
     in_range = indices < n_total
     valid = in_range & finite
     counts = jnp.sum(classes & valid[:, None, None], axis=0, dtype=jnp.int32)
@@ -360,7 +393,15 @@ def estimate_probabilities(
                     continue
                 indices = jax.device_put(np.arange(start, start + chunk, dtype=np.int32), sharding)
                 counts, n_valid, n_bad, cosines = _chunk_statistics(
-                    model, point_key, indices, total_arr, tol_arr, radius_arr, n_tokens, dim
+                    model,
+                    point_key,
+                    indices,
+                    total_arr,
+                    tol_arr,
+                    radius_arr,
+                    n_tokens,
+                    dim,
+                    mesh,
                 )
                 cos_sum, cos_sumsq = _fixed_point_sums(np.asarray(cosines))
                 tallies.counts[p_index] += np.asarray(counts)
