@@ -89,10 +89,13 @@ def _chunk_statistics(
     mesh: jax.sharding.Mesh | None = None,
 ):
     """Tallies of one chunk. With a mesh, each device simulates its own slice of the chunk
-    in its own loops (``shard_map``): data-dependent loops (early absorption, exact
-    rejection samplers) then never wait on a cross-device reduction at every step, and
-    each trajectory's numbers stay those of its key alone."""
-    if mesh is None or mesh.size == 1:
+    of a layer-map model in its own loops (``shard_map``): data-dependent loops (early
+    absorption, exact rejection samplers) then never wait on a cross-device reduction at
+    every step, and each trajectory's numbers stay those of its key alone."""
+    # Only the layer-map models: diffrax's closure-converted solver internals reject the
+    # per-device array types that shard_map gives their inputs, and GSPMD shards them well.
+    per_device = isinstance(model, ReducedTransformer | DiscreteTransformer)
+    if mesh is None or mesh.size == 1 or not per_device:
         return _tally(
             *_simulate(model, point_key, indices, tol, radius, n_tokens, dim), indices, n_total
         )
