@@ -89,10 +89,20 @@ def test_d2_has_no_complement():
 @pytest.mark.parametrize(("beta", "dim"), [(0.5, 3), (2.0, 4), (3.0, 10), (1.5, 64)])
 def test_terminal_overlap_in_law_at_depth(beta, dim):
     # L = 50, T = 4, 10,000 vs 10,000: same KS criterion as above, a 3× finer resolution.
+    # By T = 4 most pairs sit within 1e-6 of ±1. There the full route's float32 coordinates
+    # cannot represent the gap (1 − z ≈ 1e-7 comes out as 1.0 or 1.0000001), while the
+    # reduced route carries the gap itself: compared raw, KS sees that rounding, not the
+    # law. So both are compared at a 1e-5 resolution, still 100× finer than the clustering
+    # tolerance. (Diagnosed at β = 2, d = 4 with 80,000 vs 80,000: mean overlap differs by
+    # 0.85 SE, and the fractions within 1e-3 of ±1 by 0.1 and 0.3 SE.)
     model = ad.DiscreteTransformer(ad.Attention(beta), ad.MatrixValues(1.0), depth=50, horizon=4.0)
     full = _terminal_overlaps(model, 10000, 2, dim, seed=3)
     reduced = _terminal_overlaps(reduce_model(model, 2, dim), 10000, 2, dim, seed=4)
-    assert two_sample_ks_pvalue(full, reduced) > 1e-3
+
+    def resolved(z):
+        return np.round(np.clip(np.asarray(z, np.float64), -1.0, 1.0), 5)
+
+    assert two_sample_ks_pvalue(resolved(full), resolved(reduced)) > 1e-3
 
 
 def test_lq_factorises_and_resolves_near_parallel_rows():
