@@ -1,6 +1,5 @@
 """``attndyn evolution``: clustering fractions against time (seed 003 Figs. 7-9)."""
 
-import functools
 import time
 
 import click
@@ -168,7 +167,7 @@ def evolution(
     out_dir = output_dir(out)
     checkpoint = study_checkpoint(out_dir, "evolution", fresh=fresh)
     ds = estimate_probabilities(
-        functools.partial(model_fn),
+        model_fn,
         points,
         key=jax.random.key(seed),
         n_trajectories=trajectories,
