@@ -102,37 +102,41 @@ def reduction_blocker(model: AbstractDynamics, n_tokens: int, dim: int) -> str |
 
 
 def lq(x: Float[Array, "N w"]) -> Float[Array, "N N"]:
-    """A lower-triangular C with ``C Cᵀ = x xᵀ`` (Gram–Schmidt on the rows, done twice).
+    """A lower-triangular C with ``x = C Q`` for some Q with orthonormal rows (Householder).
 
-    Each row is orthogonalised against the earlier directions by subtracting projections
-    of nearly equal vectors *before* taking a norm, so a small off-span part (two tokens
-    close to each other, or to antipodes) is computed with absolute, not relative, error
-    ε_mach·|x|. Repeating the projection ("twice is enough") keeps the directions
-    orthonormal to working precision. A row inside the span of the earlier ones gives a
-    zero diagonal and a zero direction, which leaves the factorisation valid.
+    Row k is reflected onto its first free coordinate by ``H_k = I − 2 v vᵀ/(vᵀv)``,
+    ``v = a + sign(a₀)|a| e₀`` (a: row k beyond column k), and every later row is hit by the
+    same reflection. ``|v| ≥ |a|``, so no reflection divides by a cancelled quantity: each
+    H_k is orthogonal to working precision whatever its rows hold, and C is the exact
+    factor of an ``x + E`` with ``|E| ≤ c·ε_mach·|x|`` (Householder's backward stability).
+    A later row close to an earlier one (or to its antipode) keeps its offset with absolute
+    error ε_mach·|x|: the gaps ``1 ∓ z = |c_i ∓ c_j|²/2`` have relative precision
+    ε_mach/√(1 ∓ z), as in the two-token chain.
+
+    Gram–Schmidt, used here before, loses this when a row lies in the span of the earlier
+    ones to rounding (tokens clustered to float32 resolution): its residual is then a
+    rounding error of the projection coefficient, i.e. parallel to the earlier directions,
+    and normalising it gave a "new" direction almost equal to an old one, which broke
+    clusters apart (issue 8). The diagonal is made non-negative (a sign flip of each frame
+    direction), so a row inside the span of the earlier ones has a zero diagonal.
     """
-    n_tokens = x.shape[0]
-    directions: list[Array] = []
-    rows = []
-    for i in range(n_tokens):
-        r = x[i]
-        coeffs = []
-        for q in directions:
-            coeffs.append(jnp.sum(r * q))
-        for q, c in zip(directions, coeffs):
-            r = r - c * q
-        if directions:
-            # Second pass: the residual of the first pass is ε-accurate, not orthogonal.
-            for j, q in enumerate(directions):
-                c2 = jnp.sum(r * q)
-                coeffs[j] = coeffs[j] + c2
-                r = r - c2 * q
-        norm = jnp.sqrt(jnp.sum(r * r))
-        safe = jnp.where(norm > 0, norm, 1)
-        directions.append(jnp.where(norm > 0, r / safe, 0))
-        row = [*coeffs, norm] + [jnp.zeros((), x.dtype)] * (n_tokens - i - 1)
-        rows.append(jnp.stack(row))
-    return jnp.stack(rows)
+    n_tokens, width = x.shape
+    r = x
+    for k in range(n_tokens):
+        a = r[k, k:]
+        norm = jnp.sqrt(jnp.sum(a * a))
+        sign = jnp.where(a[0] < 0, -1.0, 1.0).astype(x.dtype)
+        v = a.at[0].add(sign * norm)
+        vv = norm * (norm + jnp.abs(a[0]))  # vᵀv / 2, without cancellation
+        scale = jnp.where(vv > 0, 1 / jnp.where(vv > 0, vv, 1), 0)
+        tail = r[k:, k:]
+        tail = tail - (scale * jnp.sum(tail * v, axis=1))[:, None] * v[None, :]
+        # Row k itself is exactly (−sign·|a|, 0, …, 0) after its reflection.
+        pivot = jnp.zeros((width - k,), x.dtype).at[0].set(-sign * norm)
+        r = r.at[k:, k:].set(tail.at[0].set(pivot))
+    c = r[:, :n_tokens]
+    flip = jnp.where(jnp.diagonal(c) < 0, -1.0, 1.0).astype(x.dtype)
+    return c * flip[None, :]
 
 
 def pair_gaps(c: Float[Array, "N k"]) -> tuple[Float[Array, "N N"], Float[Array, "N N"]]:
