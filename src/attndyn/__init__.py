@@ -1,31 +1,30 @@
-"""attndyn: transformer tokens as interacting particles on the sphere, in JAX."""
+"""attndyn: transformer tokens as interacting particles on the sphere, in JAX.
+
+The package reads from the bottom up:
+
+- the core (one configuration ``X`` of shape ``(N, d)``): :class:`Attention`, the value
+  operators, the normalization schemes, :class:`SaveAt`, sphere geometry and observables;
+- the models, behind one batch-level interface (:class:`AbstractModel`): discrete layer
+  maps, normalized-attention ODEs, common-noise SDEs, the two-token overlap diffusion, the
+  symmetric-start ODE, and exact reduced forms;
+- the estimator (:func:`estimate_probabilities`), which sees models only through that
+  interface;
+- :mod:`attndyn.theory` (closed forms), :mod:`attndyn.studies` (the typed studies behind
+  the CLI) and :mod:`attndyn.plot` (figures; loaded on first use, so ``import attndyn``
+  loads neither matplotlib nor the CLI's click).
+"""
+
+import importlib
+from typing import TYPE_CHECKING
 
 from . import theory as theory
-from ._absorption import absorption_gaps as absorption_gaps
-from ._attention import (
+from ._core.attention import (
     ATTENTION_KINDS as ATTENTION_KINDS,
     Attention as Attention,
     AttentionKind as AttentionKind,
 )
-from ._cli_phase import phase_model as phase_model
-from ._cli_schemes import (
-    plot_schemes as plot_schemes,
-    random_weights_cosine as random_weights_cosine,
-    schemes_study as schemes_study,
-    schemes_summary as schemes_summary,
-)
-from ._discrete import DiscreteTransformer as DiscreteTransformer
-from ._dynamics import AbstractDynamics as AbstractDynamics
-from ._errors import NonFiniteError as NonFiniteError, ParameterError as ParameterError
-from ._estimate import (
-    default_chunk_size as default_chunk_size,
-    estimate_probabilities as estimate_probabilities,
-    grid as grid,
-    point_id as point_id,
-    provenance as provenance,
-    trajectory_key as trajectory_key,
-)
-from ._observables import (
+from ._core.errors import NonFiniteError as NonFiniteError, ParameterError as ParameterError
+from ._core.observables import (
     OUTCOMES as OUTCOMES,
     cluster_classes as cluster_classes,
     mean_cosine as mean_cosine,
@@ -33,30 +32,8 @@ from ._observables import (
     overlaps as overlaps,
     variance as variance,
 )
-from ._ode import (
-    NormalizedAttentionODE as NormalizedAttentionODE,
-    ODESolution as ODESolution,
-)
-from ._overlap import OverlapSDE as OverlapSDE
-from ._plot import plot_phase_diagram as plot_phase_diagram
-from ._plot_sde import (
-    plot_beta_eps as plot_beta_eps,
-    plot_beta_n as plot_beta_n,
-    plot_evolution as plot_evolution,
-)
-from ._rates import (
-    RATE_KINDS as RATE_KINDS,
-    RateFit as RateFit,
-    clustering_time as clustering_time,
-    cosine_gap as cosine_gap,
-    fit_terminal_rate as fit_terminal_rate,
-)
-from ._reduced import (
-    ReducedTransformer as ReducedTransformer,
-    reduce_model as reduce_model,
-    reduction_blocker as reduction_blocker,
-)
-from ._schemes import (
+from ._core.saveat import SaveAt as SaveAt
+from ._core.schemes import (
     NGPT as NGPT,
     SCHEME_NAMES as SCHEME_NAMES,
     AbstractScheme as AbstractScheme,
@@ -67,34 +44,68 @@ from ._schemes import (
     SqrtScaling as SqrtScaling,
     scheme_from_name as scheme_from_name,
 )
-from ._sde import (
-    SDE_SOLVERS as SDE_SOLVERS,
-    AbstractSphereSDE as AbstractSphereSDE,
-    HybridSDE as HybridSDE,
-    ProjectedSolver as ProjectedSolver,
-    SDESolution as SDESolution,
-    TransformerSDE as TransformerSDE,
-    hybrid_correction as hybrid_correction,
-)
-from ._sphere import (
+from ._core.sphere import (
     normalize as normalize,
     sphere_drift as sphere_drift,
     tangent_project as tangent_project,
     uniform_sphere as uniform_sphere,
 )
-from ._stats import wilson_interval as wilson_interval
-from ._symmetric import (
-    SymmetricODE as SymmetricODE,
-    SymmetricSolution as SymmetricSolution,
-    symmetric_start as symmetric_start,
-)
-from ._values import (
+from ._core.values import (
     DISTRIBUTIONS as DISTRIBUTIONS,
     AbstractValues as AbstractValues,
     DeterministicValues as DeterministicValues,
     MatrixValues as MatrixValues,
     ScalarValues as ScalarValues,
-    sample_entries as sample_entries,
+)
+from ._estimate.dataset import provenance as provenance
+from ._estimate.distributed import initialize_distributed as initialize_distributed
+from ._estimate.estimator import estimate_probabilities as estimate_probabilities
+from ._estimate.plan import grid as grid
+from ._estimate.stats import wilson_interval as wilson_interval
+from ._models.base import (
+    ROUTES as ROUTES,
+    AbstractModel as AbstractModel,
+    AbstractTrajectoryModel as AbstractTrajectoryModel,
+    Reduction as Reduction,
+    Route as Route,
+    select_route as select_route,
+)
+from ._models.discrete import DiscreteTransformer as DiscreteTransformer
+from ._models.integrators import (
+    SDE_SOLVERS as SDE_SOLVERS,
+    ODEIntegrator as ODEIntegrator,
+    ProjectedSolver as ProjectedSolver,
+    SDEIntegrator as SDEIntegrator,
+)
+from ._models.ode import (
+    NormalizedAttentionODE as NormalizedAttentionODE,
+    ODESolution as ODESolution,
+)
+from ._models.overlap import OverlapSDE as OverlapSDE
+from ._models.reduced.model import ReducedTransformer as ReducedTransformer
+from ._models.sde import (
+    AbstractSphereSDE as AbstractSphereSDE,
+    HybridSDE as HybridSDE,
+    SDESolution as SDESolution,
+    TransformerSDE as TransformerSDE,
+)
+from ._models.symmetric import (
+    SymmetricODE as SymmetricODE,
+    SymmetricSolution as SymmetricSolution,
+    symmetric_start as symmetric_start,
 )
 
-__version__ = "0.1.0"
+if TYPE_CHECKING:
+    from . import plot as plot, studies as studies
+
+#: Subpackages loaded on first attribute access: ``attndyn.plot`` needs matplotlib.
+_LAZY = ("plot", "studies")
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__version__ = "0.2.0"

@@ -1,0 +1,69 @@
+"""Clustering observables of one configuration ``X`` shaped ``(N, d)`` (spec §5)."""
+
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float
+
+from .sphere import normalize
+
+#: The clustering classes, in the order of the last axis of :func:`cluster_classes`.
+OUTCOMES = ("single", "antipodal", "has_antipodal_pair", "unclustered")
+
+
+def overlaps(x: Float[Array, "N d"]) -> Float[Array, "N N"]:
+    """Pairwise cosines ⟨θ_i, θ_j⟩ of the directions θ = x/|x|."""
+    theta = normalize(x)
+    return theta @ theta.T
+
+
+def _pair_mask(n_tokens: int) -> Bool[Array, "N N"]:
+    return jnp.triu(jnp.ones((n_tokens, n_tokens), dtype=bool), k=1)
+
+
+def cluster_classes(x: Float[Array, "N d"], tol: float | Array = 1e-3) -> Bool[Array, "4"]:
+    """Membership in each of :data:`OUTCOMES`.
+
+    A pair is *together* if ⟨θ_i, θ_j⟩ ≥ 1 − tol and *antipodal* if ⟨θ_i, θ_j⟩ ≤ −1 + tol.
+
+    - single: every pair together (always true for N = 1);
+    - antipodal: every pair together or antipodal, at least one antipodal;
+    - has_antipodal_pair: at least one antipodal pair (overlaps the others);
+    - unclustered: neither single nor antipodal.
+    """
+    n_tokens = x.shape[0]
+    gram = overlaps(x)
+    pairs = _pair_mask(n_tokens)
+    together = gram >= 1 - tol
+    apart = gram <= -1 + tol
+    all_together = jnp.all(together | ~pairs)
+    all_clustered = jnp.all(together | apart | ~pairs)
+    any_apart = jnp.any(apart & pairs)
+    antipodal = all_clustered & any_apart
+    return jnp.stack([all_together, antipodal, any_apart, ~(all_together | antipodal)])
+
+
+def mean_cosine(x: Float[Array, "N d"]) -> Float[Array, ""]:
+    """Mean of ⟨θ_i, θ_j⟩ over pairs i < j (seed 000's CosSim); 1 when N = 1."""
+    n_tokens = x.shape[0]
+    if n_tokens == 1:
+        return jnp.ones((), x.dtype)
+    pairs = _pair_mask(n_tokens)
+    return jnp.sum(jnp.where(pairs, overlaps(x), 0)) / (n_tokens * (n_tokens - 1) / 2)
+
+
+def variance(x: Float[Array, "N d"]) -> Float[Array, ""]:
+    """Var = (1/N) Σ_k |θ_k − θ̄|² = 1 − |θ̄|² (seed 004, Thm 4.3)."""
+    theta = normalize(x)
+    return jnp.mean(jnp.sum((theta - jnp.mean(theta, axis=0)) ** 2, axis=-1))
+
+
+def n_clusters(x: Float[Array, "N d"], tol: float | Array = 1e-3) -> Float[Array, ""]:
+    """Number of connected components of the "together" graph.
+
+    The reachability matrix comes from ⌈log₂ N⌉ boolean squarings; a component of size s
+    contributes s tokens each counting 1/s.
+    """
+    n_tokens = x.shape[0]
+    reach = (overlaps(x) >= 1 - tol).astype(x.dtype)
+    for _ in range(max(1, (n_tokens - 1).bit_length())):
+        reach = (reach @ reach > 0).astype(x.dtype)
+    return jnp.sum(1 / jnp.sum(reach, axis=-1))

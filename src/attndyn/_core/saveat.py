@@ -1,0 +1,59 @@
+"""When a model records its state: the horizon and the save times, apart from the equation.
+
+As diffrax keeps ``SaveAt`` apart from the vector field and the solver, every attndyn model
+takes one :class:`SaveAt`; it is validated here, once, for every model.
+"""
+
+from typing import final
+
+import equinox as eqx
+import numpy as np
+
+from .errors import ParameterError, check_bound
+
+
+def as_times(value) -> tuple[float, ...] | None:
+    """Converter: save times as a tuple of Python floats (hashable, never a static array)."""
+    if value is None:
+        return None
+    return tuple(float(v) for v in np.atleast_1d(np.asarray(value, dtype=np.float64)))
+
+
+@final
+class SaveAt(eqx.Module):
+    """The horizon T and the times in [0, T] at which a model records its state.
+
+    Args:
+        horizon: T > 0, in units of t = n/L for the layer maps.
+        ts: save times in [0, T], non-decreasing (default: T only).
+
+    Models that step on a grid (layers of size 1/L, SDE steps of size dt) round each save
+    time to the nearest grid point: :meth:`steps` says which.
+    """
+
+    horizon: float = eqx.field(static=True, converter=float)
+    ts: tuple[float, ...] | None = eqx.field(static=True, default=None, converter=as_times)
+
+    def __check_init__(self):
+        check_bound("horizon", self.horizon, lower=0.0, lower_open=True)
+        if self.ts is None:
+            return
+        times = np.asarray(self.ts, dtype=np.float64)
+        if times.size == 0:
+            raise ParameterError("save_at must name at least one time in [0, horizon].")
+        if not np.all(np.isfinite(times)) or np.any((times < 0) | (times > self.horizon)):
+            raise ParameterError(
+                f"save_at={np.array2string(times, threshold=6)} has a time outside "
+                f"[0, {self.horizon}]; every save time must lie in [0, horizon]."
+            )
+        if np.any(np.diff(times) < 0):
+            raise ParameterError("save_at must be non-decreasing.")
+
+    @property
+    def times(self) -> np.ndarray:
+        """The save times (float64)."""
+        return np.asarray((self.horizon,) if self.ts is None else self.ts, dtype=np.float64)
+
+    def steps(self, step: float) -> np.ndarray:
+        """Indices of the grid points ``k·step`` nearest to the save times (int64)."""
+        return np.rint(self.times / step).astype(np.int64)

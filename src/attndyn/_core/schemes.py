@@ -1,0 +1,231 @@
+"""Normalization schemes as layer maps (seed 004, Table 1; spec §2).
+
+Each scheme maps the state ``X`` (rows = tokens, shape ``(N, d)``) of layer ``n`` to layer
+``n + 1``. ``update(Z)`` returns the rows ``V_n A_i(Z)``: the attention output computed on
+``Z`` and hit by this layer's value operator, so that the same ``V_n`` (and the same
+random draw) is used whichever input a scheme feeds to attention.
+
+The state holds magnitudes where a scheme needs them: Pre-LN, Mix-LN (after τ) and Peri-LN
+carry un-normalised rows whose norms are the radii r_i; the other schemes keep rows on
+the sphere. Attention always sees the directions Θ (rows normalised): for the sphere
+schemes this only matters in the first layer of a start off the sphere, whose magnitude
+they discard anyway (Post-LN, nGPT and sqrt-scaling act on directions only).
+
+Each scheme also gives the speed factors of the normalized-attention ODE (seed 004 eq. NA,
+Table 2; spec §3.1): ``dθ_i/dt = P_{θ_i}(A_i(Θ)) / s_i(t)`` and ``dr_i/dt = ρ_i(t)``, with
+``A`` computed on the directions and V = I. :meth:`AbstractScheme.speed` returns s_i and
+:meth:`AbstractScheme.radial_rate` returns ρ_i, both from ``radial = ⟨θ_i, A_i⟩`` and
+``attn_norm = |A_i|``. With deterministic values ``V_n = I/L`` the layer maps are Euler
+steps (step 1/L) of these ODEs.
+"""
+
+import abc
+from collections.abc import Callable
+from typing import TYPE_CHECKING, ClassVar, final
+
+import equinox as eqx
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+from .attention import as_float
+from .errors import check_bound
+from .sphere import normalize
+
+Update = Callable[[Float[Array, "N d"]], Float[Array, "N d"]]
+
+SCHEME_NAMES = ("post-ln", "pre-ln", "mix-ln", "peri-ln", "ngpt", "sqrt-scaling")
+
+
+class AbstractScheme(eqx.Module):
+    """A normalization scheme: a layer map and (for the ODEs) its speed factors."""
+
+    if TYPE_CHECKING:  # pyright does not know equinox's AbstractClassVar
+        name: ClassVar[str]
+        keeps_radius: ClassVar[bool]
+    else:
+        name: eqx.AbstractClassVar[str]
+        #: Whether the state keeps magnitudes (rows off the unit sphere).
+        keeps_radius: eqx.AbstractClassVar[bool]
+
+    #: Whether the layer map acts row by row through norms and linear combinations of x_i
+    #: and V_n A_i, so that it commutes with rotations (what the reduced route needs). The
+    #: six built-in schemes do; a user-defined scheme is not assumed to.
+    rotation_equivariant: ClassVar[bool] = False
+
+    @abc.abstractmethod
+    def layer(
+        self, x: Float[Array, "N d"], update: Update, *, layer: Array, depth: int
+    ) -> Float[Array, "N d"]:
+        """One layer. ``layer`` is the index n (time ``t = n/L``), ``depth`` is L."""
+
+    @abc.abstractmethod
+    def speed(
+        self, t: Array, r: Float[Array, " N"], attn_norm: Float[Array, " N"]
+    ) -> Float[Array, " N"]:
+        """The speed-regulation factor s_i(t): the angular velocity is P_θ(A)/s_i."""
+
+    def radial_rate(
+        self,
+        t: Array,
+        r: Float[Array, " N"],
+        radial: Float[Array, " N"],
+        attn_norm: Float[Array, " N"],
+    ) -> Float[Array, " N"]:
+        """ρ_i = dr_i/dt; zero for the schemes that keep the rows on the sphere."""
+        del t, r, attn_norm
+        return jnp.zeros_like(radial)
+
+
+@final
+class PostLN(AbstractScheme):
+    """``x_i ← normalize(x_i + V_n A_i(X))``: 003 eq. 4 / eq. 7 with noisy values."""
+
+    name: ClassVar[str] = "post-ln"
+    keeps_radius: ClassVar[bool] = False
+    rotation_equivariant: ClassVar[bool] = True
+
+    def layer(self, x, update, *, layer, depth):
+        theta = normalize(x)
+        return normalize(theta + update(theta))
+
+    def speed(self, t, r, attn_norm):
+        """s = 1."""
+        return jnp.ones_like(r)
+
+
+@final
+class PreLN(AbstractScheme):
+    """``x_i ← x_i + V_n A_i(Θ)`` with Θ the normalised rows; radii grow."""
+
+    name: ClassVar[str] = "pre-ln"
+    keeps_radius: ClassVar[bool] = True
+    rotation_equivariant: ClassVar[bool] = True
+
+    def layer(self, x, update, *, layer, depth):
+        return x + update(normalize(x))
+
+    def speed(self, t, r, attn_norm):
+        """s = r: the growing magnitude damps the angular velocity."""
+        return r
+
+    def radial_rate(self, t, r, radial, attn_norm):
+        """ρ = ⟨θ, A⟩."""
+        return radial
+
+
+@final
+class MixLN(AbstractScheme):
+    """Post-LN for the first ⌈τL⌉ layers, Pre-LN after (``tau`` is an array leaf).
+
+    The Post-LN phase leaves unit rows, so the Pre-LN phase starts from r = 1 (for τ > 0;
+    τ = 0 is plain Pre-LN from the start radius). The ODE solver does not integrate across
+    the switch with these (discontinuous) factors: it splits the solve at τ (see
+    :class:`attndyn.NormalizedAttentionODE`).
+    """
+
+    tau: Float[Array, ""] = eqx.field(converter=as_float, default=0.5)
+    name: ClassVar[str] = "mix-ln"
+    keeps_radius: ClassVar[bool] = True
+    rotation_equivariant: ClassVar[bool] = True
+
+    def __check_init__(self):
+        check_bound("tau", self.tau, lower=0.0)
+
+    def layer(self, x, update, *, layer, depth):
+        switch = jnp.ceil(self.tau * depth)
+        post = layer < switch
+        # One attention evaluation: both branches feed attention the normalised rows
+        # (Post-LN's rows are already on the sphere while it is active).
+        theta = normalize(x)
+        step = update(theta)
+        return jnp.where(post, normalize(theta + step), x + step)
+
+    def speed(self, t, r, attn_norm):
+        """s = 1 for t < τ, r after."""
+        return jnp.where(t < self.tau, jnp.ones_like(r), r)
+
+    def radial_rate(self, t, r, radial, attn_norm):
+        """ρ = 0 for t < τ, ⟨θ, A⟩ after."""
+        return jnp.where(t < self.tau, jnp.zeros_like(radial), radial)
+
+
+@final
+class PeriLN(AbstractScheme):
+    """``x_i ← x_i + (1/L)·normalize(L·V_n A_i(Θ))``: unit-length steps of size 1/L."""
+
+    name: ClassVar[str] = "peri-ln"
+    keeps_radius: ClassVar[bool] = True
+    rotation_equivariant: ClassVar[bool] = True
+
+    def layer(self, x, update, *, layer, depth):
+        return x + normalize(depth * update(normalize(x))) / depth
+
+    def speed(self, t, r, attn_norm):
+        """s = r·|A|: unit-speed steps in the ambient space."""
+        return r * attn_norm
+
+    def radial_rate(self, t, r, radial, attn_norm):
+        """ρ = ⟨θ, A⟩/|A|."""
+        return radial / attn_norm
+
+
+@final
+class NGPT(AbstractScheme):
+    """``x_i ← normalize(x_i + α(t)(1/L)(normalize(L·V_n A_i(X)) − x_i))``.
+
+    ``alpha`` is the constant α (array leaf); pass ``alpha_schedule`` (a function of
+    t = n/L returning an array) for a time-dependent α(t), which then replaces it.
+    """
+
+    alpha: Float[Array, ""] = eqx.field(converter=as_float, default=1.0)
+    alpha_schedule: Callable[[Array], Array] | None = eqx.field(static=True, default=None)
+    name: ClassVar[str] = "ngpt"
+    keeps_radius: ClassVar[bool] = False
+    rotation_equivariant: ClassVar[bool] = True
+
+    def __check_init__(self):
+        check_bound("alpha", self.alpha, lower=0.0, lower_open=True)
+
+    def alpha_at(self, t: Array) -> Array:
+        return self.alpha if self.alpha_schedule is None else self.alpha_schedule(t)
+
+    def layer(self, x, update, *, layer, depth):
+        alpha = self.alpha_at(layer / depth)
+        theta = normalize(x)
+        return normalize(theta + alpha / depth * (normalize(depth * update(theta)) - theta))
+
+    def speed(self, t, r, attn_norm):
+        """s = |A|/α(t)."""
+        return attn_norm / self.alpha_at(t)
+
+
+@final
+class SqrtScaling(AbstractScheme):
+    """``x_i ← normalize(x_i + V_n A_i(X)/√(t+1))`` with t = n/L."""
+
+    name: ClassVar[str] = "sqrt-scaling"
+    keeps_radius: ClassVar[bool] = False
+    rotation_equivariant: ClassVar[bool] = True
+
+    def layer(self, x, update, *, layer, depth):
+        theta = normalize(x)
+        return normalize(theta + update(theta) / jnp.sqrt(layer / depth + 1.0))
+
+    def speed(self, t, r, attn_norm):
+        """s = √(t + 1)."""
+        return jnp.broadcast_to(jnp.sqrt(t + 1.0), r.shape).astype(r.dtype)
+
+
+def scheme_from_name(name: str, *, tau: float = 0.5, alpha: float = 1.0) -> AbstractScheme:
+    """The scheme called ``name`` (one of :data:`SCHEME_NAMES`)."""
+    from .errors import check_choice
+
+    check_choice("scheme", name, SCHEME_NAMES)
+    return {
+        "post-ln": lambda: PostLN(),
+        "pre-ln": lambda: PreLN(),
+        "mix-ln": lambda: MixLN(tau=tau),
+        "peri-ln": lambda: PeriLN(),
+        "ngpt": lambda: NGPT(alpha=alpha),
+        "sqrt-scaling": lambda: SqrtScaling(),
+    }[name]()

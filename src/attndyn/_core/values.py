@@ -1,0 +1,125 @@
+"""Random value operators ``V_n = a·I/L + Ξ_n/√L`` (spec §2), one per layer.
+
+``V_n`` is shared by all tokens of a trajectory and drawn afresh for every layer and
+every trajectory: the caller passes one key per (trajectory, layer).
+"""
+
+import abc
+import math
+from typing import Literal
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, PRNGKeyArray
+
+from .attention import as_float, matmul
+from .errors import check_bound, check_choice
+
+DISTRIBUTIONS = ("gaussian", "uniform", "rademacher", "truncnormal")
+Distribution = Literal["gaussian", "uniform", "rademacher", "truncnormal"]
+
+# Truncated normal: a standard normal cut at ±TRUNCATION, rescaled to unit variance.
+TRUNCATION = 2.0
+_PHI = math.exp(-0.5 * TRUNCATION**2) / math.sqrt(2 * math.pi)
+_MASS = math.erf(TRUNCATION / math.sqrt(2))
+_TRUNCNORMAL_STD = math.sqrt(1 - 2 * TRUNCATION * _PHI / _MASS)
+
+
+def sample_entries(
+    key: PRNGKeyArray, shape: tuple[int, ...], distribution: str, dtype=jnp.float32
+) -> Array:
+    """I.i.d. entries with mean 0 and variance 1.
+
+    - ``gaussian``: N(0, 1);
+    - ``uniform``: uniform on [−√3, √3];
+    - ``rademacher``: ±1 with probability ½ each;
+    - ``truncnormal``: N(0, 1) conditioned on [−2, 2], divided by its standard deviation.
+    """
+    check_choice("distribution", distribution, DISTRIBUTIONS)
+    if distribution == "gaussian":
+        return jax.random.normal(key, shape, dtype)
+    if distribution == "uniform":
+        s = math.sqrt(3.0)
+        return jax.random.uniform(key, shape, dtype, minval=-s, maxval=s)
+    if distribution == "rademacher":
+        return jax.random.rademacher(key, shape, dtype)
+    z = jax.random.truncated_normal(key, -TRUNCATION, TRUNCATION, shape, dtype)
+    return z / _TRUNCNORMAL_STD
+
+
+class AbstractValues(eqx.Module):
+    """How layer n's value operator acts on the attention output ``A`` (shape ``(N, d)``)."""
+
+    @abc.abstractmethod
+    def apply(
+        self, attention_out: Float[Array, "N d"], *, key: PRNGKeyArray, depth: int
+    ) -> Float[Array, "N d"]:
+        """Return the rows ``V_n A_i`` for one layer of a depth-``depth`` stack."""
+
+    @property
+    @abc.abstractmethod
+    def noise(self) -> str:
+        """``"none"``, ``"matrix"`` or ``"scalar"``."""
+
+
+class DeterministicValues(AbstractValues):
+    """``V_n = I/L``: the layer maps are Euler steps of the deterministic ODE (003 Lemma 2)."""
+
+    def apply(self, attention_out, *, key, depth):
+        del key
+        return attention_out / depth
+
+    @property
+    def noise(self) -> str:
+        return "none"
+
+
+class MatrixValues(AbstractValues):
+    """Full value noise (003 eq. 4): ``V_n = drift·I/L + σ M_n/√L``.
+
+    ``M_n`` is ``d×d`` with i.i.d. unit-variance entries from ``distribution``; the paper's
+    model has ``drift = 0``. ``sigma`` and ``drift`` are array leaves.
+    """
+
+    sigma: Float[Array, ""] = eqx.field(converter=as_float, default=1.0)
+    distribution: Distribution = eqx.field(static=True, default="gaussian")
+    drift: Float[Array, ""] = eqx.field(converter=as_float, default=0.0)
+
+    def __check_init__(self):
+        check_choice("distribution", self.distribution, DISTRIBUTIONS)
+        check_bound("sigma", self.sigma, lower=0.0, lower_open=True)
+
+    def apply(self, attention_out, *, key, depth):
+        dim = attention_out.shape[-1]
+        m = sample_entries(key, (dim, dim), self.distribution, attention_out.dtype)
+        # Rows are tokens, so V x becomes x Vᵀ.
+        noisy = matmul(attention_out, m.T)
+        return (self.drift / depth) * attention_out + (self.sigma / math.sqrt(depth)) * noisy
+
+    @property
+    def noise(self) -> str:
+        return "matrix"
+
+
+class ScalarValues(AbstractValues):
+    """Scalar (hybrid) value noise (003 eq. 7): ``V_n = (1/L + ε v_n/√L)·I``.
+
+    ``v_n`` is a scalar with mean 0 and variance 1 from ``distribution``. ``eps`` is an
+    array leaf.
+    """
+
+    eps: Float[Array, ""] = eqx.field(converter=as_float, default=0.0)
+    distribution: Distribution = eqx.field(static=True, default="gaussian")
+
+    def __check_init__(self):
+        check_choice("distribution", self.distribution, DISTRIBUTIONS)
+        check_bound("eps", self.eps, lower=0.0)
+
+    def apply(self, attention_out, *, key, depth):
+        v = sample_entries(key, (), self.distribution, attention_out.dtype)
+        return (1.0 / depth + self.eps * v / math.sqrt(depth)) * attention_out
+
+    @property
+    def noise(self) -> str:
+        return "scalar"

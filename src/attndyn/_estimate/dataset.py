@@ -1,0 +1,102 @@
+"""The last stage: probabilities with Wilson intervals, and the one provenance format."""
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import jax
+import numpy as np
+import xarray as xr
+
+from .._core.observables import OUTCOMES
+from .keys import canonical
+from .stats import wilson_interval
+from .tallies import Tallies
+
+
+def package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("attndyn")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def provenance_record(seconds: float, **fields: Any) -> dict[str, Any]:
+    """The provenance every attndyn dataset carries: what made it, when, with which
+    versions, how long it took, and the study's own ``fields`` (``kind`` among them)."""
+    return {
+        "package": "attndyn",
+        "attndyn_version": package_version(),
+        "jax_version": jax.__version__,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "seconds": seconds,
+        **fields,
+    }
+
+
+def attach_provenance(ds: xr.Dataset, record: Mapping[str, Any]) -> xr.Dataset:
+    """Store ``record`` as JSON in ``attrs["provenance"]``, and its scalars as attributes
+    (so netCDF tools show them)."""
+    ds.attrs["provenance"] = json.dumps(record, default=str)
+    for name, value in record.items():
+        if isinstance(value, str | int | float) and not isinstance(value, bool):
+            ds.attrs[name] = value
+    return ds
+
+
+def provenance(ds: xr.Dataset) -> dict[str, Any]:
+    """The provenance record stored in a results dataset."""
+    return json.loads(ds.attrs["provenance"])
+
+
+def coordinates(points: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One coordinate per parameter along ``point``: numbers as numbers, the rest as JSON."""
+    names: list[str] = []
+    for p in points:
+        names += [k for k in p if k not in names]
+    coords: dict[str, Any] = {}
+    for name in names:
+        values = [canonical(p.get(name)) for p in points]
+        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+            coords[name] = ("point", np.asarray(values))
+        else:
+            coords[name] = ("point", np.asarray([json.dumps(v) for v in values]))
+    return coords
+
+
+def probabilities_dataset(
+    tallies: Tallies, points: Sequence[Mapping[str, Any]], save_times: np.ndarray
+) -> xr.Dataset:
+    """Counts, probabilities, Wilson 95 % bounds and mean cosines over (point, time, outcome)."""
+    n_valid = tallies.n_valid[:, None, None]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        probability = tallies.counts / n_valid
+        cos_mean = tallies.cosine_sum / tallies.n_valid[:, None]
+        cos_var = tallies.cosine_sumsq / tallies.n_valid[:, None] - cos_mean**2
+        cos_se = np.sqrt(np.maximum(cos_var, 0) / np.maximum(tallies.n_valid[:, None] - 1, 1))
+    lower, upper = wilson_interval(tallies.counts, np.broadcast_to(n_valid, tallies.counts.shape))
+    dims3 = ("point", "time", "outcome")
+    ds = xr.Dataset(
+        {
+            "count": (dims3, tallies.counts),
+            "probability": (dims3, probability),
+            "ci_lower": (dims3, lower),
+            "ci_upper": (dims3, upper),
+            "n_valid": ("point", tallies.n_valid),
+            "n_nonfinite": ("point", tallies.n_nonfinite),
+            "mean_cosine": (("point", "time"), cos_mean),
+            "mean_cosine_se": (("point", "time"), cos_se),
+        },
+        coords={
+            "point": np.arange(len(points)),
+            "time": save_times,
+            "outcome": list(OUTCOMES),
+            **coordinates(points),
+        },
+    )
+    ds["ci_lower"].attrs["description"] = "Wilson score interval, 95 %"
+    ds["ci_upper"].attrs["description"] = "Wilson score interval, 95 %"
+    return ds

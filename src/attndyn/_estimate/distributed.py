@@ -1,0 +1,101 @@
+"""Several hosts: which trajectories each process runs, and the exact combination.
+
+Every process runs the same study with the same arguments. The trajectories of a point are
+cut into chunks ``[k·chunk, (k+1)·chunk)``; process ``p`` of ``P`` runs the chunks with
+``k ≡ p (mod P)``, on all of its local devices. Because trajectory i's randomness is
+``fold_in(fold_in(key, point_id), i)`` whoever runs it, the union over processes is
+exactly the single-process run. At the end each process's tallies (integer counts and
+fixed-point cosine sums) are gathered and added in process order, once: every process
+holds the same, exact totals.
+
+Start a study on several hosts with :func:`initialize` (or the ``attndyn`` flags
+``--coordinator HOST:PORT --process-count P --process-id p``, or the environment variables
+``ATTNDYN_COORDINATOR``, ``ATTNDYN_PROCESS_COUNT``, ``ATTNDYN_PROCESS_ID``), then call the
+estimator as usual on every process.
+"""
+
+import os
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+
+from .._core.errors import ParameterError, check_int
+
+ENV_COORDINATOR = "ATTNDYN_COORDINATOR"
+ENV_PROCESS_COUNT = "ATTNDYN_PROCESS_COUNT"
+ENV_PROCESS_ID = "ATTNDYN_PROCESS_ID"
+
+
+def initialize_distributed(
+    coordinator: str | None = None,
+    process_count: int | None = None,
+    process_id: int | None = None,
+) -> bool:
+    """Join a multi-process run through ``jax.distributed`` (arguments or environment).
+
+    Returns whether a multi-process run was set up (False when no coordinator is given
+    anywhere, i.e. a plain single-process run). Must run before any other JAX call.
+    """
+    coordinator = coordinator or os.environ.get(ENV_COORDINATOR)
+    if process_count is None and ENV_PROCESS_COUNT in os.environ:
+        process_count = int(os.environ[ENV_PROCESS_COUNT])
+    if process_id is None and ENV_PROCESS_ID in os.environ:
+        process_id = int(os.environ[ENV_PROCESS_ID])
+    if coordinator is None:
+        if process_count not in (None, 1):
+            raise ParameterError(
+                f"process_count={process_count} needs a coordinator address (HOST:PORT)."
+            )
+        return False
+    if process_count is None or process_id is None:
+        raise ParameterError("a coordinator needs both process_count and process_id.")
+    check_int("process_count", process_count, lower=1)
+    check_int("process_id", process_id, lower=0)
+    if process_id >= process_count:
+        raise ParameterError(
+            f"process_id={process_id} must be below process_count={process_count}."
+        )
+    # CPU collectives (used to gather the tallies) need an implementation; harmless on GPU.
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(
+        coordinator_address=coordinator, num_processes=process_count, process_id=process_id
+    )
+    return True
+
+
+def process_layout() -> tuple[int, int]:
+    """(process index, process count) of this run."""
+    return jax.process_index(), jax.process_count()
+
+
+def process_chunk_starts(
+    n_trajectories: int, chunk: int, process_index: int, process_count: int
+) -> list[int]:
+    """Starts of the chunks this process runs: chunk k goes to process k mod P."""
+    check_int("n_trajectories", n_trajectories, lower=1)
+    check_int("chunk_size", chunk, lower=1)
+    check_int("process_count", process_count, lower=1)
+    if not 0 <= process_index < process_count:
+        raise ParameterError(f"process_index={process_index} must be in [0, {process_count}).")
+    return list(range(process_index * chunk, n_trajectories, process_count * chunk))
+
+
+def combine_tallies(parts: Sequence[Sequence[np.ndarray]]) -> list[np.ndarray]:
+    """Add the per-process tallies field by field, in process order (exact for integers and
+    fixed-point sums)."""
+    if not parts:
+        raise ParameterError("no tallies to combine.")
+    return [np.sum(np.stack(field), axis=0) for field in zip(*parts)]
+
+
+def gather_tallies(fields: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Every process's tallies, combined exactly once (identity for a single process)."""
+    if jax.process_count() == 1:
+        return [np.asarray(f) for f in fields]
+    from jax.experimental import multihost_utils
+
+    gathered = [np.asarray(multihost_utils.process_allgather(np.asarray(f))) for f in fields]
+    # process_allgather stacks along a new leading axis, indexed by process.
+    parts = [[g[p] for g in gathered] for p in range(jax.process_count())]
+    return combine_tallies(parts)

@@ -1,0 +1,258 @@
+"""``estimate_probabilities``: the stages of :mod:`attndyn._estimate` put together."""
+
+import os
+import sys
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import xarray as xr
+from jaxtyping import PRNGKeyArray
+from tqdm.auto import tqdm
+
+from .._core.errors import NonFiniteError
+from .._models.base import AbstractModel
+from .checkpoint import load_checkpoint, signature, write_checkpoint
+from .dataset import attach_provenance, probabilities_dataset, provenance_record
+from .distributed import gather_tallies, process_chunk_starts, process_layout
+from .keys import Point, point_key
+from .plan import Plan, PointPlan, make_plan
+from .runner import chunk_indices, chunk_statistics, default_chunk_size, round_up
+from .tallies import Tallies
+
+#: Seconds between checkpoint writes within a point (one is always written after each point).
+CHECKPOINT_EVERY = 20.0
+
+
+def estimate_probabilities(
+    model_fn: Callable[..., AbstractModel],
+    points: Sequence[Point],
+    *,
+    key: PRNGKeyArray,
+    n_trajectories: int,
+    tol: float = 1e-3,
+    radius: float = 1.0,
+    chunk_size: int | None = None,
+    checkpoint: str | os.PathLike | None = None,
+    on_nonfinite: Literal["raise", "exclude"] = "raise",
+    progress: bool = True,
+    metadata: Mapping[str, Any] | None = None,
+    route: Literal["auto", "full", "reduced"] = "auto",
+    early_absorption: bool | float = False,
+) -> xr.Dataset:
+    """Estimate the probability of each clustering class at each save time, per point.
+
+    Args:
+        model_fn: ``model_fn(**point)`` builds the model of one point (any
+            :class:`attndyn.AbstractModel`). Every point must name ``dim`` (d ≥ 2) and
+            ``tokens`` (N ≥ 1); the other keys are the model's.
+        points: the parameter points, e.g. from :func:`grid`.
+        key: the PRNG key of the whole study.
+        n_trajectories: trajectories per point (independent uniform starts on the sphere,
+            scaled by ``radius``).
+        tol: clustering tolerance, in (0, 1).
+        chunk_size: trajectories simulated at once (rounded up to a multiple of the local
+            device count); chosen from device memory when omitted. It does not change the
+            numbers.
+        checkpoint: a netCDF path; progress is saved there after each point and at most
+            every 20 s, and a run with the same arguments resumes from it.
+        on_nonfinite: what to do when a trajectory turns NaN/inf (e.g. USA overflow):
+            ``"raise"`` a :class:`NonFiniteError`, or ``"exclude"`` it from the
+            denominators with a warning (the count is kept as ``n_nonfinite``).
+        progress: show a progress bar on stderr.
+        metadata: extra provenance stored in the dataset's attributes.
+        route: ``"auto"`` simulates a model's reduced form wherever it has one that is
+            exact in law (for :class:`DiscreteTransformer`: Q = K = I, one head, Gaussian
+            full value noise, a built-in scheme, N < d; the N × N token coordinates instead
+            of N × d); ``"full"`` always runs the model itself; ``"reduced"`` insists (a
+            ParameterError says why it does not apply). Provenance records the route of
+            every point.
+        early_absorption: ``True`` (bound 10⁻⁷) or a per-trajectory bound ε: stop
+            simulating a chunk once every trajectory is within δ± of ±1, δ± from the scale
+            function so that an absorbed trajectory changes class later with probability
+            ≤ ε (see :mod:`attndyn._models.reduced.absorption`). Needs a model that
+            supports it (the reduced two-token Post-LN route with drift-free Gaussian
+            values); δ± per point go to provenance.
+
+    With several processes (``jax.distributed``, see :func:`attndyn.initialize_distributed`),
+    each process runs the chunks ``k ≡ process_index (mod process_count)`` of every point and
+    the tallies are combined exactly once at the end; every process returns the same dataset.
+
+    Returns:
+        An ``xarray.Dataset`` over ``(point, time, outcome)`` with ``count``,
+        ``probability``, Wilson 95 % bounds ``ci_lower``/``ci_upper``, ``n_valid``,
+        ``n_nonfinite``, the mean pairwise cosine with its standard error, one coordinate
+        per parameter along ``point``, and full provenance in ``attrs``.
+    """
+    plan = make_plan(
+        model_fn,
+        points,
+        n_trajectories=n_trajectories,
+        tol=tol,
+        radius=radius,
+        chunk_size=chunk_size,
+        route=route,
+        early_absorption=early_absorption,
+        on_nonfinite=on_nonfinite,
+    )
+    study = _Study(plan, key, None if checkpoint is None else Path(checkpoint))
+    study.run(progress)
+    tallies = study.combined()
+    record = _provenance(plan, study, tallies, metadata)
+    return attach_provenance(
+        probabilities_dataset(tallies, [p.point for p in plan.points], plan.save_times), record
+    )
+
+
+class _Study:
+    """The running state of one ``estimate_probabilities`` call: devices, tallies and
+    checkpoint."""
+
+    def __init__(self, plan: Plan, key: PRNGKeyArray, checkpoint: Path | None):
+        self.plan = plan
+        self.key = key
+        self.checkpoint = checkpoint
+        self.devices = jax.local_devices()
+        self.process = process_layout()
+        self.mesh = jax.sharding.Mesh(np.array(self.devices), ("traj",))
+        self.sharding = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec("traj"))
+        self.key_data = np.asarray(jax.random.key_data(key)).tolist()
+        self.signature = signature(plan, self.key_data, self.process)
+        self.tallies = Tallies.zeros(len(plan.points), len(plan.save_times))
+        if checkpoint is not None and checkpoint.exists():
+            self.tallies = load_checkpoint(checkpoint, self.signature)
+        self.seconds_before = self.tallies.seconds
+        self.started = time.perf_counter()
+        self.last_save = self.started
+        self.chunks: list[int] = []
+
+    def save(self) -> None:
+        if self.checkpoint is not None:
+            self.tallies.seconds = self.seconds_before + time.perf_counter() - self.started
+            points = [p.point for p in self.plan.points]
+            write_checkpoint(
+                self.checkpoint, self.signature, self.tallies, points, self.plan.save_times
+            )
+            self.last_save = time.perf_counter()
+
+    def run(self, progress: bool) -> None:
+        plan = self.plan
+        bar = tqdm(
+            total=len(plan.points) * plan.n_trajectories,
+            initial=int(self.tallies.n_done.sum()),
+            unit="traj",
+            desc="attndyn",
+            file=sys.stderr,
+            disable=not progress,
+            dynamic_ncols=True,
+        )
+        try:
+            for index, point in enumerate(plan.points):
+                self.run_point(index, point, bar)
+                self.save()
+                self.check_nonfinite(index, point)
+        except KeyboardInterrupt:
+            self.save()
+            raise
+        finally:
+            bar.close()
+        self.tallies.seconds = self.seconds_before + time.perf_counter() - self.started
+
+    def chunk_size(self, point: PointPlan) -> int:
+        plan, n_devices = self.plan, len(self.devices)
+        chunk = plan.chunk_size or default_chunk_size(
+            plan.n_trajectories,
+            n_tokens=point.n_tokens,
+            # A reduced route keeps N × N coordinates per trajectory.
+            dim=point.n_tokens if point.route == "reduced" else point.dim,
+            n_saves=len(plan.save_times),
+            n_devices=n_devices,
+        )
+        return round_up(chunk, n_devices)
+
+    def run_point(self, index: int, point: PointPlan, bar) -> None:
+        """The chunks of one point that this process has not finished yet."""
+        plan, tallies = self.plan, self.tallies
+        chunk = self.chunk_size(point)
+        self.chunks.append(chunk)
+        key = point_key(self.key, point.point)
+        args = (
+            jnp.asarray(plan.n_trajectories, jnp.int32),
+            jnp.asarray(plan.tol, jnp.float32),
+            jnp.asarray(plan.radius, jnp.float32),
+        )
+        # n_done counts the trajectories this process has finished at this point, in the
+        # order of its own chunks (all chunks when it runs alone).
+        finished = 0
+        for start in process_chunk_starts(plan.n_trajectories, chunk, *self.process):
+            done = min(chunk, plan.n_trajectories - start)
+            if finished + done <= tallies.n_done[index]:
+                finished += done
+                continue
+            indices = chunk_indices(start, chunk, self.sharding)
+            results = chunk_statistics(
+                point.model, key, indices, *args, point.n_tokens, point.dim, self.mesh
+            )
+            tallies.add_chunk(index, *results)
+            finished += done
+            tallies.n_done[index] = finished
+            bar.update(done)
+            if time.perf_counter() - self.last_save > CHECKPOINT_EVERY:
+                self.save()
+
+    def check_nonfinite(self, index: int, point: PointPlan) -> None:
+        bad = int(self.tallies.n_nonfinite[index])
+        if not bad:
+            return
+        message = (
+            f"{bad} of {self.plan.n_trajectories} trajectories at point {point.point} became "
+            "NaN or infinite (overflow? unnormalised attention overflows float32 once "
+            "β ≳ 88: lower β or use softmax attention)."
+        )
+        if self.plan.on_nonfinite == "raise":
+            raise NonFiniteError(
+                message + " Pass on_nonfinite='exclude' (CLI: --exclude-nonfinite) to "
+                "drop them from the probabilities."
+            )
+        warnings.warn(message + " They are excluded from the probabilities.", stacklevel=4)
+
+    def combined(self) -> Tallies:
+        """The totals over every process (this process's own when it runs alone)."""
+        if self.process[1] == 1:
+            return self.tallies
+        fields = gather_tallies(self.tallies.arrays())
+        return Tallies(*fields, seconds=self.tallies.seconds)
+
+
+def _provenance(
+    plan: Plan, study: _Study, tallies: Tallies, metadata: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    routes = plan.routes
+    gaps = [p.model.absorption_gaps() for p in plan.points]
+    fields: dict[str, Any] = {"kind": "probabilities", **(dict(metadata) if metadata else {})}
+    return provenance_record(
+        tallies.seconds,
+        key_data=study.key_data,
+        n_trajectories=plan.n_trajectories,
+        tol=plan.tol,
+        radius=plan.radius,
+        chunk_size=max(study.chunks) if study.chunks else plan.chunk_size,
+        devices=[str(d) for d in study.devices],
+        prng_impl=str(jax.random.key_impl(study.key)),
+        route=routes[0] if len(set(routes)) == 1 else "mixed",
+        routes=routes,
+        route_requested=plan.route,
+        early_absorption=None
+        if plan.absorption_bound is None
+        else {"bound": plan.absorption_bound, "gaps": [list(g) if g else None for g in gaps]},
+        process_count=study.process[1],
+        on_nonfinite=plan.on_nonfinite,
+        model=repr(plan.points[0].user_model),
+        signature=study.signature,
+        **fields,
+    )

@@ -1,0 +1,44 @@
+"""Where every trajectory's randomness comes from: the study key, the point and the index.
+
+Trajectory ``i`` of a point gets the key ``fold_in(fold_in(key, point_id), i)``, with
+``point_id`` a hash of the point's parameters: the numbers depend on the seed, the point
+and the trajectory index only, never on the chunk size, the device count or which other
+points share the grid.
+"""
+
+import json
+import zlib
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import numpy as np
+from jaxtyping import Array, PRNGKeyArray
+
+Point = Mapping[str, Any]
+
+
+def canonical(value: Any) -> Any:
+    """A point value as it enters :func:`point_id` (NumPy scalars as Python numbers,
+    tuples as lists). Frozen: changing it would change every published number."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, tuple | list):
+        return [canonical(v) for v in value]
+    return value
+
+
+def point_id(point: Point) -> int:
+    """A stable 31-bit identifier of a parameter point (its canonical JSON, hashed)."""
+    text = json.dumps({k: canonical(v) for k, v in sorted(point.items())}, sort_keys=True)
+    return zlib.crc32(text.encode()) & 0x7FFFFFFF
+
+
+def point_key(key: PRNGKeyArray, point: Point) -> PRNGKeyArray:
+    """The key of all trajectories at ``point``."""
+    return jax.random.fold_in(key, point_id(point))
+
+
+def trajectory_key(key: PRNGKeyArray, point: Point, index: int | Array) -> PRNGKeyArray:
+    """The key of trajectory ``index`` at ``point``."""
+    return jax.random.fold_in(point_key(key, point), index)

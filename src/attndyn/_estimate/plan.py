@@ -1,0 +1,154 @@
+"""The first stage: check every argument and build, route and absorb every point's model,
+before anything is compiled or written."""
+
+import dataclasses
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .._core.errors import ParameterError, check_bound, check_choice, check_int
+from .._models.base import ROUTES, AbstractModel, select_route
+from .._models.reduced.absorption import DEFAULT_BOUND
+from .keys import Point
+
+NONFINITE_POLICIES = ("raise", "exclude")
+
+
+def grid(**axes: Sequence[Any]) -> list[dict[str, Any]]:
+    """The Cartesian product of parameter axes, the last axis varying fastest.
+
+    >>> grid(dim=[4, 6], beta=[1.0, 2.0])  # doctest: +NORMALIZE_WHITESPACE
+    [{'dim': 4, 'beta': 1.0}, {'dim': 4, 'beta': 2.0},
+     {'dim': 6, 'beta': 1.0}, {'dim': 6, 'beta': 2.0}]
+    """
+    for name, values in axes.items():
+        if len(values) == 0:
+            raise ParameterError(f"the range for {name!r} is empty; give at least one value.")
+    names = list(axes)
+    return [dict(zip(names, combo)) for combo in itertools.product(*axes.values())]
+
+
+@dataclasses.dataclass(frozen=True)
+class PointPlan:
+    """One grid point: its parameters and the model that will run it."""
+
+    point: dict[str, Any]
+    n_tokens: int
+    dim: int
+    model: AbstractModel  # routed (and absorbing, if asked)
+    route: str
+    user_model: AbstractModel  # as ``model_fn`` built it (provenance)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """Everything the estimator will do, fixed before it starts."""
+
+    points: list[PointPlan]
+    n_trajectories: int
+    tol: float
+    radius: float
+    chunk_size: int | None
+    route: str
+    absorption_bound: float | None
+    on_nonfinite: str
+    save_times: np.ndarray
+
+    @property
+    def routes(self) -> list[str]:
+        return [p.route for p in self.points]
+
+
+def absorption_bound_of(early_absorption: bool | float) -> float | None:
+    """``True`` → the default bound, ``False`` → none, a float → itself (checked)."""
+    if isinstance(early_absorption, bool):
+        return DEFAULT_BOUND if early_absorption else None
+    check_bound("early_absorption", early_absorption, lower=0.0, upper=1.0, lower_open=True)
+    return float(early_absorption)
+
+
+def check_options(*, n_trajectories, tol, radius, on_nonfinite, chunk_size, route) -> None:
+    """The estimator's own arguments."""
+    check_int("n_trajectories", n_trajectories, lower=1)
+    check_bound("tol", tol, lower=0.0, upper=1.0, lower_open=True, upper_open=True)
+    check_bound("radius", radius, lower=0.0, lower_open=True)
+    check_choice("on_nonfinite", on_nonfinite, NONFINITE_POLICIES)
+    if chunk_size is not None:
+        check_int("chunk_size", chunk_size, lower=1)
+    check_choice("route", route, ROUTES)
+
+
+def check_points(points: Sequence[Point]) -> list[dict[str, Any]]:
+    """The points as dicts; each names an integer ``dim`` ≥ 2 and ``tokens`` ≥ 1."""
+    points = [dict(p) for p in points]
+    if not points:
+        raise ParameterError("points is empty; give at least one parameter point.")
+    for p in points:
+        for name, lower in (("dim", 2), ("tokens", 1)):
+            if name not in p:
+                raise ParameterError(f"every point must give {name!r}; got {p}.")
+            check_int(name, p[name], lower=lower)
+    return points
+
+
+def plan_point(
+    model_fn: Callable[..., AbstractModel],
+    point: dict[str, Any],
+    *,
+    route: str,
+    tol: float,
+    absorption_bound: float | None,
+) -> PointPlan:
+    """Build the point's model, take its reduced form where allowed, make it absorbing."""
+    n_tokens, dim = int(point["tokens"]), int(point["dim"])
+    user_model = model_fn(**point)
+    if not isinstance(user_model, AbstractModel):
+        raise ParameterError(
+            f"model_fn must return an attndyn model (an AbstractModel); got "
+            f"{type(user_model).__name__} at {point}."
+        )
+    model, route_name, reason = select_route(user_model, n_tokens=n_tokens, dim=dim, route=route)
+    if absorption_bound is not None:
+        try:
+            model = model.with_absorption(tol=tol, bound=absorption_bound, dim=dim)
+        except ParameterError as error:
+            why = f" It runs on the full route: {reason}." if route_name == "full" else ""
+            raise ParameterError(f"at {point}: {error}{why}") from None
+    return PointPlan(point, n_tokens, dim, model, route_name, user_model)
+
+
+def make_plan(
+    model_fn: Callable[..., AbstractModel],
+    points: Sequence[Point],
+    *,
+    n_trajectories: int,
+    tol: float,
+    radius: float,
+    chunk_size: int | None,
+    route: str,
+    early_absorption: bool | float,
+    on_nonfinite: str,
+) -> Plan:
+    """Check the arguments and build every point's model; refuse anything inconsistent."""
+    check_options(
+        n_trajectories=n_trajectories,
+        tol=tol,
+        radius=radius,
+        on_nonfinite=on_nonfinite,
+        chunk_size=chunk_size,
+        route=route,
+    )
+    bound = absorption_bound_of(early_absorption)
+    planned = [
+        plan_point(model_fn, p, route=route, tol=tol, absorption_bound=bound)
+        for p in check_points(points)
+    ]
+    save_times = np.asarray(planned[0].model.save_times, dtype=np.float64)
+    for p in planned:
+        if not np.array_equal(np.asarray(p.model.save_times, dtype=np.float64), save_times):
+            raise ParameterError(f"all points must share save times; {p.point} differs.")
+    return Plan(
+        planned, n_trajectories, tol, radius, chunk_size, route, bound, on_nonfinite, save_times
+    )

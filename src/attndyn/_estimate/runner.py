@@ -1,0 +1,123 @@
+"""The chunk kernel: simulate a fixed-size batch of trajectory indices and tally it.
+
+Each chunk is a fixed-size batch (padded and masked at the end), so one compilation serves
+every chunk and every point whose shapes agree; swept parameters are array leaves of the
+model and never trigger recompilation. The kernel sees models only through
+:class:`attndyn.AbstractModel`.
+"""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Int, PRNGKeyArray
+
+from .._core.observables import cluster_classes, mean_cosine
+from .._core.sphere import uniform_sphere
+from .._models.base import AbstractModel
+
+
+def default_chunk_size(
+    n_trajectories: int, *, n_tokens: int, dim: int, n_saves: int, n_devices: int
+) -> int:
+    """A chunk that fits comfortably in device memory.
+
+    The per-trajectory footprint counts the saved states, the attention scores and one
+    value matrix, times a safety factor of 8 for XLA temporaries; the budget is an eighth
+    of the device's memory where JAX reports it, else 512 MiB per device.
+    """
+    per_traj = 4 * 8 * (n_saves * n_tokens * dim + n_tokens**2 + dim**2 + 4 * n_tokens * dim)
+    budget = 512 * 2**20
+    try:
+        stats = jax.local_devices()[0].memory_stats() or {}
+        if "bytes_limit" in stats:
+            budget = int(stats["bytes_limit"]) // 8
+    except Exception:
+        pass
+    by_memory = max(1, budget // per_traj) * n_devices
+    chunk = min(by_memory, 1 << 16, n_trajectories)
+    return round_up(chunk, n_devices)
+
+
+def round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def simulate_chunk(model: AbstractModel, point_key, indices, tol, radius, n_tokens, dim):
+    """Per-trajectory classes, mean cosines and finiteness for a batch of indices."""
+
+    def start(index):
+        start_key, noise_key = jax.random.split(jax.random.fold_in(point_key, index))
+        return radius * uniform_sphere(key=start_key, n_tokens=n_tokens, dim=dim), noise_key
+
+    x0, keys = jax.vmap(start)(indices)
+    saves = model.simulate(x0, keys)
+
+    def observe(saves):
+        finite = jnp.all(jnp.isfinite(saves))
+        classes = jax.vmap(cluster_classes, in_axes=(0, None))(saves, tol)
+        cosines = jax.vmap(mean_cosine)(saves)
+        return classes, cosines, finite
+
+    return jax.vmap(observe)(saves)
+
+
+def tally(classes, cosines, finite, indices, n_total):
+    """Counts over the valid trajectories of the chunk (in range and finite)."""
+    in_range = indices < n_total
+    valid = in_range & finite
+    counts = jnp.sum(classes & valid[:, None, None], axis=0, dtype=jnp.int32)
+    # Per-trajectory cosines go back to the host, which sums them in fixed point: the
+    # totals are then exact and independent of chunk size, device and process count.
+    cosines = jnp.where(valid[:, None], cosines, 0)
+    return (
+        counts,
+        jnp.sum(valid, dtype=jnp.int32),
+        jnp.sum(in_range & ~finite, dtype=jnp.int32),
+        cosines,
+    )
+
+
+@eqx.filter_jit
+def chunk_statistics(
+    model: AbstractModel,
+    point_key: PRNGKeyArray,
+    indices: Int[Array, " chunk"],
+    n_total: Int[Array, ""],
+    tol: Array,
+    radius: Array,
+    n_tokens: int,
+    dim: int,
+    mesh: jax.sharding.Mesh | None = None,
+):
+    """Tallies of one chunk. With a mesh and a model that allows it
+    (:attr:`AbstractModel.per_device`), each device simulates its own slice of the chunk in
+    its own loops (``shard_map``): data-dependent loops (early absorption, exact rejection
+    samplers) then never wait on a cross-device reduction at every step, and each
+    trajectory's numbers stay those of its key alone."""
+    # diffrax's closure-converted solver internals reject the per-device array types that
+    # shard_map gives their inputs, and GSPMD shards them well: those models opt out.
+    if mesh is None or mesh.size == 1 or not model.per_device:
+        simulated = simulate_chunk(model, point_key, indices, tol, radius, n_tokens, dim)
+        return tally(*simulated, indices, n_total)
+    dynamic, static = eqx.partition(model, eqx.is_array)
+
+    def local(dynamic, point_key, indices, tol, radius):
+        return simulate_chunk(
+            eqx.combine(dynamic, static), point_key, indices, tol, radius, n_tokens, dim
+        )
+
+    replicated = jax.sharding.PartitionSpec()
+    batch = jax.sharding.PartitionSpec("traj")
+    simulated = jax.shard_map(
+        local,
+        mesh=mesh,
+        in_specs=(replicated, replicated, batch, replicated, replicated),
+        out_specs=(batch, batch, batch),
+    )(dynamic, point_key, indices, tol, radius)
+    return tally(*simulated, indices, n_total)
+
+
+def chunk_indices(start: int, chunk: int, sharding) -> Array:
+    """The trajectory indices of the chunk starting at ``start``, placed on the devices."""
+    return jax.device_put(np.arange(start, start + chunk, dtype=np.int32), sharding)

@@ -1,0 +1,109 @@
+"""The one interface every simulated model offers to the estimator.
+
+The estimator knows models only through :class:`AbstractModel`: a batch of starts and keys
+in, the states at the save times out, plus two optional transformations that a model may
+or may not support (a reduced form that is exact in law, and early absorption). It never
+asks which concrete class it runs, so a new model plugs in by implementing
+:meth:`AbstractModel.simulate` and :attr:`AbstractModel.save_times`.
+
+Following equinox's abstract/final pattern, every class here is abstract and every
+concrete model is final (``typing.final``): behaviour is never inherited from a concrete
+class, only from these abstract ones.
+"""
+
+import abc
+from typing import ClassVar, NamedTuple
+
+import equinox as eqx
+import jax
+import numpy as np
+from jaxtyping import Array, Float, PRNGKeyArray
+
+from .._core.errors import ParameterError
+
+States = Float[Array, "batch n_saves N k"]
+
+
+class Reduction(NamedTuple):
+    """A model's reduced form at (N, d), or why it has none (``model is None``)."""
+
+    model: "AbstractModel | None"
+    reason: str
+
+
+class AbstractModel(eqx.Module):
+    """A model of N tokens in R^d that the estimator can simulate in batches.
+
+    :meth:`simulate` returns, for each trajectory, the tokens at every save time as rows of
+    coordinates in *some* orthonormal frame: ``k = d`` for the models that simulate
+    R^d itself, ``k ≤ d`` for reduced forms (the frame of the tokens' span). Only
+    rotation-invariant observables (overlaps, classes, cosines) may be read from them.
+    """
+
+    #: Whether each device may run its own slice of a batch in its own loops
+    #: (``shard_map``): true for the layer maps and exact chains; diffrax solves are left
+    #: to the compiler's partitioner instead.
+    per_device: ClassVar[bool] = True
+
+    @property
+    @abc.abstractmethod
+    def save_times(self) -> np.ndarray:
+        """The times at which :meth:`simulate` records the state (float64)."""
+
+    @abc.abstractmethod
+    def simulate(self, x0: Float[Array, "batch N d"], keys: PRNGKeyArray) -> States:
+        """The states at :attr:`save_times` of a batch of trajectories, one key each."""
+
+    def reduction(self, n_tokens: int, dim: int) -> Reduction:
+        """The cheaper model with the same law of every rotation-invariant observable, if
+        one exists at (N, d). The default: none."""
+        del n_tokens, dim
+        return Reduction(None, f"{type(self).__name__} has no reduced form")
+
+    def with_absorption(self, *, tol: float, bound: float, dim: int) -> "AbstractModel":
+        """This model, stopping trajectories whose class can no longer change except with
+        probability ≤ ``bound`` (see :mod:`attndyn._models.reduced.absorption`)."""
+        del tol, bound, dim
+        raise ParameterError(f"early_absorption does not apply to {type(self).__name__}.")
+
+    def absorption_gaps(self) -> tuple[float, float] | None:
+        """(δ₊, δ₋) when absorbing, for provenance; ``None`` otherwise."""
+        return None
+
+
+class AbstractTrajectoryModel(AbstractModel):
+    """A model written for one trajectory, batched with ``jax.vmap``."""
+
+    @abc.abstractmethod
+    def trajectory(self, x0: Float[Array, "N d"], *, key: PRNGKeyArray) -> Float[Array, "S N k"]:
+        """The state at each of :attr:`save_times`, starting from ``x0`` at t = 0."""
+
+    def simulate(self, x0, keys):
+        return jax.vmap(lambda x, k: self.trajectory(x, key=k))(x0, keys)
+
+
+ROUTES = ("auto", "full", "reduced")
+
+
+class Route(NamedTuple):
+    """The model to simulate, its route name and, on the full route, why it is not reduced."""
+
+    model: AbstractModel
+    name: str
+    reason: str
+
+
+def select_route(model: AbstractModel, *, n_tokens: int, dim: int, route: str = "auto") -> Route:
+    """The model to simulate: its reduced form (route ``"reduced"``) or itself (``"full"``).
+
+    ``route="auto"`` takes the model's reduced form where it has one (exact in law),
+    ``"full"`` never does, and ``"reduced"`` insists (a ParameterError says why not).
+    """
+    if route == "full":
+        return Route(model, "full", "route='full' was asked for")
+    reduced, reason = model.reduction(n_tokens, dim)
+    if reduced is not None:
+        return Route(reduced, "reduced", "")
+    if route == "reduced":
+        raise ParameterError(f"route='reduced' does not apply ({reason}); use 'auto' or 'full'.")
+    return Route(model, "full", reason)

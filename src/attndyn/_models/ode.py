@@ -1,0 +1,120 @@
+"""The normalized-attention ODE of seed 004 (eq. NA, Table 2; spec §3.1), solved with diffrax.
+
+State (θ, r): directions θ_i on S^{d−1} and magnitudes r_i > 0, with
+
+    dθ_i/dt = P_{θ_i}(A_i(Θ)) / s_i(t),    dr_i/dt = ρ_i(t),
+
+V = I, and the speed factors s_i, ρ_i of the scheme (:meth:`AbstractScheme.speed`,
+:meth:`AbstractScheme.radial_rate`).
+"""
+
+from typing import ClassVar, final
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, PRNGKeyArray
+
+from .._core.attention import Attention
+from .._core.saveat import SaveAt
+from .._core.schemes import AbstractScheme, PostLN
+from .._core.sphere import normalize, tangent_project
+from .base import AbstractTrajectoryModel
+from .integrators import ODEIntegrator, solve_with_switch
+
+State = tuple[Float[Array, "N d"], Float[Array, " N"]]
+
+
+@final
+class ODESolution(eqx.Module):
+    """What :meth:`NormalizedAttentionODE.solve` returns for one trajectory.
+
+    ``theta`` is normalised at every save (the solver's own drift off the sphere is in
+    ``sphere_drift``, max over tokens of ``| |θ_i| − 1 |`` before normalising); ``r`` are
+    the magnitudes; ``num_steps`` counts accepted steps over all solve segments.
+    """
+
+    ts: Float[Array, " S"]
+    theta: Float[Array, "S N d"]
+    r: Float[Array, "S N"]
+    sphere_drift: Float[Array, " S"]
+    num_steps: Array
+
+    @property
+    def x(self) -> Float[Array, "S N d"]:
+        """The states r_i θ_i."""
+        return self.r[..., None] * self.theta
+
+
+@final
+class NormalizedAttentionODE(AbstractTrajectoryModel):
+    """The speed-regulated attention ODE for one scheme, solved by ``diffrax.diffeqsolve``.
+
+    The vector field evaluates attention on the normalised rows and moves θ along the
+    tangent space of the normalised rows, so the exact flow keeps |θ_i| = 1 and only
+    integration error moves θ off the sphere: it is reported (``sphere_drift``), never
+    hidden, and θ is renormalised only in the output.
+
+    Schemes that keep rows on the sphere (Post-LN, nGPT, sqrt-scaling) run at r = 1 from
+    any start, as their first discrete layer normalises it away. Mix-LN is solved in two
+    segments split exactly at τ (:func:`solve_with_switch`).
+
+    Args:
+        attention: the attention core (β, Q, K, kind); V = I.
+        scheme: the normalization scheme (speed factors).
+        saveat: the horizon T and the save times.
+        integrator: the diffrax solver and step control (default adaptive ``Tsit5``).
+    """
+
+    per_device: ClassVar[bool] = False
+
+    attention: Attention
+    scheme: AbstractScheme = PostLN()
+    saveat: SaveAt = SaveAt(1.0)
+    integrator: ODEIntegrator = ODEIntegrator()
+
+    @property
+    def save_times(self) -> np.ndarray:
+        return self.saveat.times
+
+    def vector_field(self, t, state: State, scheme: AbstractScheme) -> State:
+        """(dθ/dt, dr/dt) for ``scheme`` (Mix-LN is solved segment by segment)."""
+        theta, r = state
+        # Using the normalised rows makes d|θ|²/dt = 0 exactly for the continuous flow.
+        unit = normalize(theta)
+        attn = self.attention(unit)
+        radial = jnp.sum(unit * attn, axis=-1)
+        attn_norm = jnp.linalg.norm(attn, axis=-1)
+        s = scheme.speed(t, r, attn_norm)
+        dtheta = tangent_project(unit, attn) / s[:, None]
+        return dtheta, scheme.radial_rate(t, r, radial, attn_norm)
+
+    def _segment(self, scheme, t0, t1, y0: State, ts: Array):
+        return self.integrator.solve(_field, t0, t1, y0, (self, scheme), ts)
+
+    @eqx.filter_jit
+    def solve(self, x0: Float[Array, "N d"]) -> ODESolution:
+        """Solve from ``x0`` (θ = x0/|x0|, r = |x0|) and return the saves."""
+        dtype = x0.dtype
+        ts = jnp.asarray(self.save_times, dtype)
+        r0 = jnp.linalg.norm(x0, axis=-1)
+        y0 = (x0 / r0[:, None], r0)
+        if not self.scheme.keeps_radius:
+            # Post-LN, nGPT and sqrt-scaling keep rows on the sphere: r = 1 throughout,
+            # as after the first discrete layer.
+            y0 = (y0[0], jnp.ones_like(r0))
+        t_end = jnp.asarray(self.saveat.horizon, dtype)
+        (theta, r), steps = solve_with_switch(self._segment, self.scheme, t_end, y0, ts)
+        norms = jnp.linalg.norm(theta, axis=-1)
+        drift = jnp.max(jnp.abs(norms - 1), axis=-1)
+        return ODESolution(ts, theta / norms[..., None], r, drift, steps)
+
+    def trajectory(self, x0, *, key: PRNGKeyArray | None = None):
+        """The states r_i θ_i at :attr:`save_times` (deterministic: ``key`` is unused)."""
+        del key
+        return self.solve(x0).x
+
+
+def _field(t, y, args):
+    model, scheme = args
+    return model.vector_field(t, y, scheme)

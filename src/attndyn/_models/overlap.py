@@ -1,0 +1,171 @@
+"""Two-token overlap diffusions (003 Lemma 4, eq. 26; spec §3.4), as 1-D SDEs.
+
+For N = 2 and Q = K = I the overlap Z = ⟨Y_1, Y_2⟩ of eq. 6 or eq. 8 is a closed
+one-dimensional diffusion ``dZ = (1−Z²) m(Z) dt + (1−Z²) s(Z) dB``. With a = e^β,
+b = e^{βZ}:
+
+- full noise, USA (eq. 20): ``m = (σ²/4)(2(d−2)ab − Z(a²+b²))``, ``s = (σ/√2)√(a²+b²)``;
+- full noise, SA: SA = USA·2/(a+b), so ``m`` is scaled by 4/(a+b)² and ``s`` by 2/(a+b):
+  ``m = σ²(2(d−2)ab − Z(a²+b²))/(a+b)²``, ``s = √2 σ √(a²+b²)/(a+b)``. 003 eq. 21 (and
+  spec §3.4) print the diffusion without the factor √2; the law of the full SDE agrees
+  with the corrected one (``tests/test_overlap.py``);
+- hybrid: with c = 1/2 (USA) or 1/(a+b) (SA): ``m = 2cb(1 − ε²c(a + 2bZ))``,
+  ``s = 2εcb``. For USA this is eq. 26, ``e^{βZ}(1−Z²)[(1 − ε²e^β/2 − ε²Z e^{βZ})dt + ε dB]``.
+
+Z itself sits on [−1, 1] with both ends absorbing-in-the-limit, where an explicit step
+overshoots. The solver therefore integrates ``X = artanh Z`` on the whole line. By Itô's
+formula ``dX = [m(Z) + Z s(Z)²] dt + s(Z) dB`` with ``Z = tanh X``: bounded coefficients,
+no boundary. The coefficients are evaluated with r = b/a = e^{β(Z−1)} ∈ (0, 1] so SA
+never overflows.
+"""
+
+import math
+from typing import ClassVar, Literal, final
+
+import diffrax as dfx
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, PRNGKeyArray
+
+from .._core.attention import ATTENTION_KINDS, as_float
+from .._core.errors import ParameterError, check_bound, check_choice, check_int
+from .._core.saveat import SaveAt
+from .base import AbstractModel
+from .integrators import SDEIntegrator
+
+OVERLAP_NOISES = ("full", "hybrid")
+OVERLAP_SOLVERS = ("euler", "heun")
+
+
+@final
+class OverlapSDE(AbstractModel):
+    """The overlap diffusion of two tokens, one trajectory at a time (vmap to batch).
+
+    Args:
+        beta: β ≥ 0 (array leaf).
+        attention: ``"softmax"`` (SA) or ``"unnormalized"`` (USA).
+        noise: ``"full"`` (eq. 6, parameter σ) or ``"hybrid"`` (eq. 8, parameter ε).
+        sigma: σ > 0 (full noise); eps: ε ≥ 0 (hybrid). Array leaves.
+        dim: d ≥ 2 (full noise only; the hybrid overlap does not depend on d).
+        saveat: the horizon T and the save times, rounded to the step grid.
+        integrator: ``SDEIntegrator`` with solver ``"euler"`` (Itô) or ``"heun"``
+            (Stratonovich form, strong order 1); its projection does not apply (the state is
+            X = artanh Z, on the whole line).
+
+    As a model for the estimator (N = 2), :meth:`simulate` starts from the overlap of each
+    start's two tokens and returns them as the frame rows (1, 0), (Z, √(1 − Z²)), with
+    √(1 − Z²) = 1/cosh X and Z = tanh X computed from X: the gaps 1 ∓ Z keep their
+    relative precision, so no pair merges numerically.
+    """
+
+    per_device: ClassVar[bool] = False
+
+    beta: Float[Array, ""] = eqx.field(converter=as_float)
+    attention: Literal["softmax", "unnormalized"] = eqx.field(static=True, default="softmax")
+    noise: Literal["full", "hybrid"] = eqx.field(static=True, default="full")
+    sigma: Float[Array, ""] = eqx.field(converter=as_float, default=1.0)
+    eps: Float[Array, ""] = eqx.field(converter=as_float, default=0.0)
+    dim: int = eqx.field(static=True, default=3)
+    saveat: SaveAt = SaveAt(1.0)
+    integrator: SDEIntegrator = SDEIntegrator()
+
+    def __check_init__(self):
+        check_choice("attention", self.attention, ATTENTION_KINDS)
+        check_choice("noise", self.noise, OVERLAP_NOISES)
+        check_choice("solver", self.integrator.solver, OVERLAP_SOLVERS)
+        check_bound("beta", self.beta, lower=0.0)
+        check_bound("sigma", self.sigma, lower=0.0, lower_open=True)
+        check_bound("eps", self.eps, lower=0.0)
+        check_int("dim", self.dim, lower=2)
+        self.integrator.check_horizon(self.saveat.horizon)
+
+    @property
+    def n_steps(self) -> int:
+        return self.integrator.n_steps(self.saveat.horizon)
+
+    @property
+    def save_times(self) -> np.ndarray:
+        step = self.integrator.step_size(self.saveat.horizon)
+        return self.saveat.steps(step) * step
+
+    def rates(self, z: Float[Array, "*b"]) -> tuple[Float[Array, "*b"], Float[Array, "*b"]]:
+        """``(m(z), s(z))``: drift and diffusion of Z divided by (1 − z²)."""
+        beta = self.beta.astype(z.dtype)
+        a = jnp.exp(beta)
+        r = jnp.exp(beta * (z - 1))  # b/a, in (0, 1]
+        if self.noise == "full":
+            sigma = self.sigma.astype(z.dtype)
+            inner = 2 * (self.dim - 2) * r - z * (1 + r**2)  # (2(d−2)ab − Z(a²+b²))/a²
+            if self.attention == "unnormalized":
+                return sigma**2 / 4 * a**2 * inner, sigma / math.sqrt(2) * a * jnp.sqrt(1 + r**2)
+            return (
+                sigma**2 * inner / (1 + r) ** 2,
+                math.sqrt(2) * sigma * jnp.sqrt(1 + r**2) / (1 + r),
+            )
+        eps = self.eps.astype(z.dtype)
+        # c·a and c·b, with c = 1/2 (USA) or 1/(a+b) (SA).
+        ca, cb = (
+            (a / 2, a * r / 2) if self.attention == "unnormalized" else (1 / (1 + r), r / (1 + r))
+        )
+        return 2 * cb * (1 - eps**2 * (ca + 2 * cb * z)), 2 * eps * cb
+
+    def drift(self, z: Float[Array, "*b"]) -> Float[Array, "*b"]:
+        """The Itô drift of Z."""
+        return (1 - z**2) * self.rates(z)[0]
+
+    def diffusion(self, z: Float[Array, "*b"]) -> Float[Array, "*b"]:
+        """The diffusion coefficient of Z."""
+        return (1 - z**2) * self.rates(z)[1]
+
+    def _x_drift(self, x):
+        z = jnp.tanh(x)
+        m, s = self.rates(z)
+        ito = m + z * s**2
+        if self.integrator.solver == "euler":
+            return ito
+        # Stratonovich drift for Heun: subtract ½ s·ds/dx.
+        _, ds = jax.jvp(lambda u: self.rates(jnp.tanh(u))[1], (x,), (s,))
+        return ito - 0.5 * ds
+
+    def solve_artanh(self, z0: Float[Array, ""], *, key: PRNGKeyArray) -> Float[Array, " S"]:
+        """X = artanh Z at :attr:`save_times`, from ``z0`` in (−1, 1) (NaN if the solve
+        fails)."""
+        dtype = jnp.result_type(z0, jnp.float32)
+        # Keep the start strictly inside (−1, 1) so artanh is finite.
+        tiny = jnp.asarray(1e-6, dtype)
+        x0 = jnp.arctanh(jnp.clip(jnp.asarray(z0, dtype), -1 + tiny, 1 - tiny))
+        horizon = self.saveat.horizon
+        path = self.integrator.brownian_path(key, jax.ShapeDtypeStruct((), dtype), horizon)
+        terms = dfx.MultiTerm(
+            dfx.ODETerm(lambda t, x, m: m._x_drift(x)),
+            dfx.ControlTerm(lambda t, x, m: m.rates(jnp.tanh(x))[1], path),
+        )
+        ts = jnp.asarray(self.save_times, dtype)
+        xs, ok = self.integrator.solve(terms, x0, self, ts, horizon, project=False)
+        return jnp.where(ok, xs, jnp.nan)
+
+    @eqx.filter_jit
+    def solve(self, z0: Float[Array, ""], *, key: PRNGKeyArray) -> Float[Array, " S"]:
+        """Z at :attr:`save_times`, from ``z0`` in (−1, 1) (NaN if the solve fails)."""
+        return jnp.tanh(self.solve_artanh(z0, key=key))
+
+    def simulate(self, x0: Float[Array, "batch N d"], keys: PRNGKeyArray):
+        if x0.shape[1] != 2:
+            raise ParameterError(
+                f"OverlapSDE has two tokens; the points ask for tokens={x0.shape[1]}."
+            )
+        if self.noise == "full" and x0.shape[2] != self.dim:
+            raise ParameterError(
+                f"OverlapSDE has dim={self.dim}; the points ask for dim={x0.shape[2]}."
+            )
+        theta = x0 / jnp.linalg.norm(x0, axis=-1, keepdims=True)
+        z0 = jnp.sum(theta[:, 0] * theta[:, 1], axis=-1)
+        xs = jax.vmap(lambda z, k: self.solve_artanh(z, key=k))(z0, keys)
+        return jax.vmap(jax.vmap(_overlap_frame))(xs)
+
+
+def _overlap_frame(x: Array) -> Float[Array, "2 2"]:
+    one, zero = jnp.ones_like(x), jnp.zeros_like(x)
+    return jnp.stack([jnp.stack([one, zero]), jnp.stack([jnp.tanh(x), 1 / jnp.cosh(x)])])

@@ -1,0 +1,1 @@
+"""Reduced routes: models exact in law on fewer coordinates than N × d."""

@@ -1,0 +1,157 @@
+"""Symmetric orthogonal start: the reduced ODEs of seed 004 Thm 4.1 (spec §4) and closed forms.
+
+From ⟨θ_i(0), θ_j(0)⟩ = 0 (i ≠ j) and r_i(0) = r_0, n ≤ d, every pair keeps one cosine
+γ(t) and every token one magnitude r(t). With softmax attention, Q = K = V = I and
+Z(γ) = e^β + (n−1)e^{βγ}:
+
+    F(γ) = e^{βγ}(1−γ)(1+(n−1)γ)/Z,   ⟨θ, A⟩ = (e^β + (n−1)γ e^{βγ})/Z,
+    |A|² = (e^{2β} + 2(n−1)γ e^{β(1+γ)} + (n−1)e^{2βγ}(1+(n−2)γ))/Z²,
+    γ' = 2F/s(t, r, |A|),   r' = ρ(t, r, ⟨θ, A⟩, |A|)
+
+with the scheme's speed factors. The ODE is solved for ℓ = log(1 − γ) rather than γ:
+the terminal decay of 1 − γ (e^{−2t}, t^{−2}, e^{−4√t}) then never underflows or cancels,
+so terminal rates can be read off at any horizon. Dividing numerator and denominator by
+e^β, with u = 1 − γ:
+
+    ℓ' = −2 e^{−βu}(n − (n−1)u) / ((1 + (n−1)e^{−βu}) s),
+
+which does not overflow at large β either.
+"""
+
+from typing import ClassVar, final
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, PRNGKeyArray
+
+from .._core.attention import as_float
+from .._core.errors import ParameterError, check_bound, check_int
+from .._core.saveat import SaveAt
+from .._core.schemes import AbstractScheme
+from .base import AbstractModel
+from .integrators import ODEIntegrator, solve_with_switch
+
+
+def symmetric_start(n_tokens: int, dim: int, r0: float = 1.0) -> Float[Array, "n_tokens dim"]:
+    """The orthogonal symmetric start: token i is r_0·e_i (needs n ≤ d)."""
+    check_int("n_tokens", n_tokens, lower=1)
+    check_int("dim", dim, lower=1)
+    check_bound("r0", r0, lower=0.0, lower_open=True)
+    if n_tokens > dim:
+        raise ParameterError(
+            f"a symmetric orthogonal start needs n_tokens <= dim; got n_tokens={n_tokens}, "
+            f"dim={dim}."
+        )
+    return r0 * jnp.eye(n_tokens, dim, dtype=jnp.float32)
+
+
+def _attention_terms(u: Array, beta: Array, n: int) -> tuple[Array, Array, Array]:
+    """(ℓ' · s, ⟨θ, A⟩, |A|) at 1 − γ = u, all divided through by e^β."""
+    e = jnp.exp(-beta * u)  # e^{β(γ−1)}
+    gamma = 1.0 - u
+    z = 1.0 + (n - 1) * e
+    log_rate = -2.0 * e * (n - (n - 1) * u) / z
+    radial = (1.0 + (n - 1) * gamma * e) / z
+    norm_sq = 1.0 + 2 * (n - 1) * gamma * e + (n - 1) * e**2 * (1.0 + (n - 2) * gamma)
+    return log_rate, radial, jnp.sqrt(norm_sq) / z
+
+
+class SymmetricSolution(eqx.Module):
+    """γ(t) from the reduced ODE; ``log_gap`` = log(1 − γ) is exact where γ rounds to 1."""
+
+    ts: Float[Array, " S"]
+    log_gap: Float[Array, " S"]
+    r: Float[Array, " S"]
+
+    @property
+    def gamma(self) -> Float[Array, " S"]:
+        return 1.0 - jnp.exp(self.log_gap)
+
+    @property
+    def gap(self) -> Float[Array, " S"]:
+        """1 − γ(t)."""
+        return jnp.exp(self.log_gap)
+
+
+@final
+class SymmetricODE(AbstractModel):
+    """The reduced ODE (Thm 4.1) for one scheme from the symmetric orthogonal start.
+
+    ``beta`` and ``r0`` are array leaves (vmap over them); ``n_tokens`` is static. Mix-LN
+    is split at τ exactly as in :class:`attndyn.NormalizedAttentionODE` (r = 1 after a
+    Post-LN phase). Softmax attention with Q = K = V = I only.
+
+    As a model for the estimator, :meth:`simulate` ignores the starts it is given (the
+    start is the symmetric one, and the flow is deterministic) and returns the n tokens as
+    rows of an ``n × n`` frame whose Gram matrix is r²((1 − γ)I + γ11ᵀ).
+    """
+
+    per_device: ClassVar[bool] = False
+
+    scheme: AbstractScheme
+    beta: Float[Array, ""] = eqx.field(converter=as_float)
+    n_tokens: int = eqx.field(static=True, default=2)
+    r0: Float[Array, ""] = eqx.field(converter=as_float, default=1.0)
+    saveat: SaveAt = SaveAt(1.0)
+    integrator: ODEIntegrator = ODEIntegrator(rtol=1e-8, atol=1e-10)
+
+    def __check_init__(self):
+        check_bound("beta", self.beta, lower=0.0)
+        check_int("n_tokens", self.n_tokens, lower=2)
+        check_bound("r0", self.r0, lower=0.0, lower_open=True)
+
+    @property
+    def save_times(self) -> np.ndarray:
+        return self.saveat.times
+
+    def vector_field(self, t, state, scheme: AbstractScheme):
+        log_gap, r = state
+        log_rate, radial, attn_norm = _attention_terms(jnp.exp(log_gap), self.beta, self.n_tokens)
+        one = r[None]
+        s = scheme.speed(t, one, attn_norm[None])[0]
+        rho = scheme.radial_rate(t, one, radial[None], attn_norm[None])[0]
+        return log_rate / s, rho
+
+    def _segment(self, scheme, t0, t1, y0, ts):
+        ys, steps = self.integrator.solve(_field, t0, t1, y0, (self, scheme), ts)
+        return ys, steps
+
+    @eqx.filter_jit
+    def solve(self, dtype=None) -> SymmetricSolution:
+        """γ and r at :attr:`save_times` (``dtype`` defaults to JAX's default float)."""
+        dtype = dtype or jnp.zeros(()).dtype
+        ts = jnp.asarray(self.save_times, dtype)
+        r0 = self.r0.astype(dtype)
+        if not self.scheme.keeps_radius:
+            r0 = jnp.ones_like(r0)  # the sphere schemes run at r = 1 (as in the full ODE)
+        y0 = (jnp.zeros((), dtype), r0)
+        t_end = jnp.asarray(self.saveat.horizon, dtype)
+        (log_gap, r), _ = solve_with_switch(self._segment, self.scheme, t_end, y0, ts)
+        return SymmetricSolution(ts, log_gap, r)
+
+    def simulate(self, x0: Float[Array, "batch N d"], keys: PRNGKeyArray):
+        del keys
+        if x0.shape[1] != self.n_tokens:
+            raise ParameterError(
+                f"SymmetricODE has n_tokens={self.n_tokens}; the points ask for "
+                f"tokens={x0.shape[1]}."
+            )
+        sol = self.solve(x0.dtype)
+        frames = jax.vmap(self._frame)(sol.log_gap, sol.r)
+        return jnp.broadcast_to(frames, (x0.shape[0], *frames.shape))
+
+    def _frame(self, log_gap: Array, r: Array) -> Float[Array, "n n+1"]:
+        """Rows r·(√γ, √(1 − γ) e_i): every pairwise cosine γ, the gap 1 − γ = e^ℓ kept
+        with its relative precision."""
+        n = self.n_tokens
+        gap = jnp.exp(log_gap)
+        common = jnp.sqrt(jnp.maximum(1 - gap, 0))
+        own = jnp.sqrt(gap) * jnp.eye(n, dtype=gap.dtype)
+        return r * jnp.concatenate([jnp.full((n, 1), common, gap.dtype), own], axis=1)
+
+
+def _field(t, y, args):
+    model, scheme = args
+    return model.vector_field(t, y, scheme)

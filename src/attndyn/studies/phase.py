@@ -1,0 +1,274 @@
+"""Phase diagrams of seed 003 (Figs. 3, 4, 6) as typed study functions.
+
+The CLI's ``phase-diagram`` and ``evolution`` commands parse their options into a
+:class:`ModelSpec` (which model) and a :class:`MonteCarlo` (how many trajectories, which
+seed and route) and call :func:`phase_diagram_study` or
+:func:`attndyn.studies.evolution_study`; a script can do the same.
+"""
+
+import dataclasses
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+import xarray as xr
+
+from .._core.attention import ATTENTION_KINDS, Attention
+from .._core.errors import ParameterError, check_bound, check_choice, check_int
+from .._core.saveat import SaveAt
+from .._core.sphere import uniform_sphere
+from .._core.values import DISTRIBUTIONS, MatrixValues, ScalarValues
+from .._estimate.estimator import estimate_probabilities
+from .._estimate.plan import grid
+from .._models.base import AbstractModel
+from .._models.discrete import DiscreteTransformer
+from .._models.integrators import SDEIntegrator
+from .._models.sde import HybridSDE, TransformerSDE
+from ..theory import p_antipodal_uniform
+
+KINDS = ("beta-d", "beta-eps", "beta-n")
+ENGINES = ("discrete", "sde")
+NOISES = ("full", "hybrid", "none")
+#: The attention each kind uses unless said otherwise. Fig. 4 tests Prop. 1, which holds
+#: for unnormalised attention (ε_c = √(2e^{−β})); Figs. 3 and 6 use softmax.
+DEFAULT_ATTENTION = {"beta-d": "softmax", "beta-eps": "unnormalized", "beta-n": "softmax"}
+EQUATIONS = {
+    ("full", "discrete"): "seed 003 eq. 4 (Post-LN, full value noise)",
+    ("full", "sde"): "seed 003 eq. 6 (Transformer SDE)",
+    ("hybrid", "discrete"): "seed 003 eq. 7 (Post-LN, scalar value noise)",
+    ("hybrid", "sde"): "seed 003 eq. 8 (hybrid SDE)",
+    ("none", "discrete"): "seed 003 eq. 7 with ε = 0 (Post-LN, deterministic values)",
+    ("none", "sde"): "seed 003 Lemma 2 (the attention ODE, fixed steps)",
+}
+
+
+def phase_model(
+    *,
+    beta: float,
+    dim: int,
+    tokens: int,
+    eps: float | None = None,
+    noise: str = "full",
+    engine: str = "discrete",
+    attention: str = "softmax",
+    values: str = "gaussian",
+    sigma: float = 1.0,
+    depth: int = 20,
+    horizon: float = 40.0,
+    solver: str = "euler",
+    dt: float = 0.01,
+    save_at: tuple[float, ...] | None = None,
+) -> AbstractModel:
+    """The model of one phase-diagram point.
+
+    ``noise="full"``: Post-LN with full value noise (003 eq. 4) or its SDE (eq. 6);
+    ``noise="hybrid"``: scalar value noise ε (eq. 7) or its SDE (eq. 8);
+    ``noise="none"``: deterministic values (ε = 0 of eq. 7; the ODE of Lemma 2 for the SDE
+    engine, solved by the same fixed-step solver).
+    """
+    del dim, tokens
+    att = Attention(beta, kind=attention)  # type: ignore[arg-type]
+    saveat = SaveAt(horizon, save_at)
+    if engine == "discrete":
+        if noise == "full":
+            vals = MatrixValues(sigma, distribution=values)  # type: ignore[arg-type]
+        elif noise == "hybrid":
+            vals = ScalarValues(eps, distribution=values)  # type: ignore[arg-type]
+        else:
+            vals = ScalarValues(0.0)
+        return DiscreteTransformer(att, vals, depth=depth, saveat=saveat)
+    integrator = SDEIntegrator(solver, dt)
+    if noise == "full":
+        return TransformerSDE(att, sigma=sigma, saveat=saveat, integrator=integrator)
+    return HybridSDE(
+        att, eps=eps if noise == "hybrid" else 0.0, saveat=saveat, integrator=integrator
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """Which model every point of a study runs (its point supplies β, d, N and ε)."""
+
+    noise: str = "full"
+    engine: str = "discrete"
+    attention: str = "softmax"
+    values: str = "gaussian"
+    sigma: float = 1.0
+    depth: int = 50
+    horizon: float = 60.0
+    solver: str = "euler"
+    dt: float = 0.01
+    save_at: tuple[float, ...] | None = None
+
+    def __post_init__(self):
+        check_choice("noise", self.noise, NOISES)
+        check_choice("engine", self.engine, ENGINES)
+        check_choice("attention", self.attention, ATTENTION_KINDS)
+        check_choice("values", self.values, DISTRIBUTIONS)
+        check_bound("sigma", self.sigma, lower=0.0, lower_open=True)
+        check_int("depth", self.depth, lower=1)
+        check_bound("horizon", self.horizon, lower=0.0, lower_open=True)
+        if self.engine == "sde":
+            check_bound("dt", self.dt, lower=0.0, lower_open=True)
+            if self.dt > self.horizon:
+                raise ParameterError(
+                    f"dt={self.dt} is larger than the horizon={self.horizon}; the step must "
+                    "lie in (0, horizon]."
+                )
+
+    def model_fn(self) -> Callable[..., AbstractModel]:
+        """``model_fn(**point)`` for the estimator."""
+        fields = dataclasses.asdict(self)
+        return functools.partial(phase_model, **fields)
+
+    def metadata(self) -> dict[str, Any]:
+        """Provenance of the model choice."""
+        record: dict[str, Any] = {
+            "model_equation": EQUATIONS[(self.noise, self.engine)],
+            "engine": self.engine,
+            "attention": self.attention,
+            "values": self.values,
+            "horizon": self.horizon,
+        }
+        if self.noise == "full":
+            record["sigma"] = self.sigma
+        if self.engine == "discrete":
+            record["depth"] = self.depth
+        else:
+            record.update(
+                solver=self.solver, dt=self.dt, sphere_scheme="projection after each step"
+            )
+        return record
+
+
+@dataclasses.dataclass(frozen=True)
+class MonteCarlo:
+    """How a study is estimated: sample size, seed, tolerance and the estimator's options."""
+
+    trajectories: int = 2000
+    seed: int = 0
+    tol: float = 1e-3
+    chunk_size: int | None = None
+    route: str = "auto"
+    early_absorption: float | None = None
+    exclude_nonfinite: bool = False
+
+    def __post_init__(self):
+        check_int("trajectories", self.trajectories, lower=1)
+        check_bound("tol", self.tol, lower=0.0, upper=1.0, lower_open=True, upper_open=True)
+        if self.chunk_size is not None:
+            check_int("chunk-size", self.chunk_size, lower=1)
+
+    def estimate(
+        self,
+        model_fn: Callable[..., AbstractModel],
+        points: Sequence[Mapping[str, Any]],
+        *,
+        checkpoint: Path | None = None,
+        progress: bool = True,
+        metadata: Mapping[str, Any] | None = None,
+        route: str | None = None,
+    ) -> xr.Dataset:
+        return estimate_probabilities(
+            model_fn,
+            points,
+            key=jax.random.key(self.seed),
+            n_trajectories=self.trajectories,
+            tol=self.tol,
+            chunk_size=self.chunk_size,
+            checkpoint=checkpoint,
+            progress=progress,
+            metadata={"seed": self.seed, **(metadata or {})},
+            route=route or self.route,  # type: ignore[arg-type]
+            early_absorption=self.early_absorption or False,
+            on_nonfinite="exclude" if self.exclude_nonfinite else "raise",
+        )
+
+
+def phase_points(
+    kind: str,
+    *,
+    betas: Sequence[float],
+    dims: Sequence[int],
+    tokens: Sequence[int],
+    eps: Sequence[float] = (),
+) -> list[dict[str, Any]]:
+    """The grid of a phase diagram: (d, N, β), or (d, N, ε, β) for ``beta-eps``."""
+    check_choice("kind", kind, KINDS)
+    check_bound("beta", np.asarray(betas, dtype=np.float64), lower=0.0)
+    for d in dims:
+        check_int("dim", d, lower=2)
+    for n in tokens:
+        check_int("tokens", n, lower=1)
+    if kind == "beta-eps":
+        check_bound("eps", np.asarray(eps, dtype=np.float64), lower=0.0)
+        return grid(dim=list(dims), tokens=list(tokens), eps=list(eps), beta=list(betas))
+    return grid(dim=list(dims), tokens=list(tokens), beta=list(betas))
+
+
+def phase_diagram_study(
+    kind: str,
+    spec: ModelSpec,
+    mc: MonteCarlo,
+    points: Sequence[Mapping[str, Any]],
+    *,
+    checkpoint: Path | None = None,
+    progress: bool = True,
+    metadata: Mapping[str, Any] | None = None,
+) -> xr.Dataset:
+    """Estimate a phase diagram; add the exact t = ∞ two-token curve (``beta-d``) and the
+    SDE solver's measured drift off the sphere (``engine="sde"``)."""
+    model_fn = spec.model_fn()
+    for p in points:  # build (and so validate) every model before anything runs
+        model_fn(**p)
+    ds = mc.estimate(
+        model_fn,
+        points,
+        checkpoint=checkpoint,
+        progress=progress,
+        metadata={"kind": kind, **spec.metadata(), **(metadata or {})},
+        route="full" if spec.engine == "sde" else None,
+    )
+    if kind == "beta-d":
+        add_exact_curve(ds, points)
+    if spec.engine == "sde":
+        add_sphere_drift(ds, model_fn, points, seed=mc.seed)
+    return ds
+
+
+def add_exact_curve(ds: xr.Dataset, points: Sequence[Mapping[str, Any]]) -> None:
+    """``p_antipodal_exact``: the t = ∞ two-token probability (NaN for N ≠ 2)."""
+    exact = [
+        p_antipodal_uniform(p["beta"], p["dim"]) if p["tokens"] == 2 else float("nan")
+        for p in points
+    ]
+    ds["p_antipodal_exact"] = ("point", np.asarray(exact))
+    ds["p_antipodal_exact"].attrs["description"] = (
+        "exact t = ∞ probability for two uniform tokens (scale-function quadrature)"
+    )
+
+
+def sphere_drift_of(model_fn, points, *, seed: int, n: int = 32) -> list[float]:
+    """Max | |Y_i| − 1 | over ``n`` trajectories per point of an SDE model (saved states)."""
+    out = []
+    for p in points:
+        model = model_fn(**p)
+
+        def one(key, model=model, p=p):
+            k1, k2 = jax.random.split(key)
+            x0 = uniform_sphere(key=k1, n_tokens=int(p["tokens"]), dim=int(p["dim"]))
+            return model.solve(x0, key=k2).sphere_drift
+
+        keys = jax.random.split(jax.random.key(seed + 7919), n)
+        out.append(float(np.nanmax(np.asarray(jax.jit(jax.vmap(one))(keys)))))
+    return out
+
+
+def add_sphere_drift(ds: xr.Dataset, model_fn, points, *, seed: int) -> None:
+    ds["sphere_drift"] = ("point", np.asarray(sphere_drift_of(model_fn, points, seed=seed)))
+    ds["sphere_drift"].attrs["description"] = (
+        "max | |Y_i| − 1 | over saved states of 32 trajectories (solver error left)"
+    )

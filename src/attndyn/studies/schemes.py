@@ -1,0 +1,345 @@
+"""Clustering speed of the six normalization schemes (seed 004) as a typed study.
+
+Four parts, all in one dataset (:func:`schemes_study`):
+
+(a) γ(t) from the symmetric orthogonal start for every scheme: the reduced ODE
+    (Thm 4.1) drawn over the full n-particle solve (seed 004 Fig. 2);
+(b) nGPT for several α (Fig. 3);
+(c) random weights, layer by layer (Fig. 4): see :func:`random_weights_cosine`;
+(d) fitted terminal rates of 1 − γ against theory (:func:`attndyn.fit_terminal_rate`).
+"""
+
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import xarray as xr
+from jaxtyping import Array, Float, PRNGKeyArray
+
+from .._core.attention import Attention
+from .._core.errors import ParameterError, check_bound, check_choice, check_int
+from .._core.observables import mean_cosine
+from .._core.saveat import SaveAt
+from .._core.schemes import NGPT, SCHEME_NAMES, AbstractScheme, MixLN, scheme_from_name
+from .._core.sphere import uniform_sphere
+from .._estimate.dataset import attach_provenance, provenance, provenance_record
+from .._models.integrators import ODEIntegrator
+from .._models.ode import NormalizedAttentionODE
+from .._models.symmetric import SymmetricODE, symmetric_start
+from ..theory import initial_slope, terminal_rate_theory
+from .rates import fit_terminal_rate
+
+#: Save points of the γ(t) curves.
+N_SAVES = 121
+
+
+def random_weights_cosine(
+    scheme: AbstractScheme,
+    *,
+    n_tokens: int,
+    dim: int,
+    beta: float | Array,
+    n_layers: int,
+    key: PRNGKeyArray,
+) -> Float[Array, " n_layers_plus_1"]:
+    """Mean pairwise cosine after each layer of a random-weight stack (seed 004 Fig. 4).
+
+    One head. Layer n draws Q_n, K_n, V_n with i.i.d. N(0, 1/d) entries (Kaiming scale
+    for a linear layer: |V x| ≈ |x|) and applies the scheme's map with update
+    ``V_n A(Z; Q_n, K_n)`` and L = 1: a plain residual stack, updates of size O(1) as in
+    a transformer at initialisation, t = n the layer index (sqrt-scaling divides by
+    √(n + 1)). Mix-LN's τ is read as a fraction of the depth (Post-LN for the first
+    ⌈τ·n_layers⌉ layers). Tokens start uniform on the sphere. Returns n_layers + 1 values
+    (the start included).
+    """
+    check_int("n_tokens", n_tokens, lower=2)
+    check_int("dim", dim, lower=2)
+    check_int("n_layers", n_layers, lower=1)
+    if isinstance(scheme, MixLN):
+        scheme = MixLN(tau=scheme.tau * n_layers)
+    start_key, layers_key = jax.random.split(key)
+    x0 = uniform_sphere(key=start_key, n_tokens=n_tokens, dim=dim)
+    scale = 1.0 / math.sqrt(dim)
+
+    def layer(x, n):
+        kq, kk, kv = jax.random.split(jax.random.fold_in(layers_key, n), 3)
+        q, k, v = (scale * jax.random.normal(kk_, (dim, dim), x.dtype) for kk_ in (kq, kk, kv))
+        attention = Attention(beta, query=q, key_matrix=k)
+
+        def update(z):
+            return attention(z) @ v.T
+
+        x = scheme.layer(x, update, layer=n.astype(x.dtype), depth=1)
+        return x, mean_cosine(x)
+
+    _, cosines = jax.lax.scan(layer, x0, jnp.arange(n_layers))
+    return jnp.concatenate([mean_cosine(x0)[None], cosines])
+
+
+def _schemes(names: Sequence[str], *, tau: float, alpha: float) -> list[AbstractScheme]:
+    return [scheme_from_name(name, tau=tau, alpha=alpha) for name in names]
+
+
+def _rate_window(kind: str, t_start: float, value: float) -> tuple[np.ndarray, tuple[float, float]]:
+    """Save times and fit window past ``t_start`` (when 1 − γ first reaches 10⁻²).
+
+    The window spans 1 − γ falling by ≈ e^{−40} (exponential laws, from the predicted
+    rate) or three decades of t (power law): deep in the terminal regime.
+    """
+    if kind == "power":
+        end = 1000.0 * t_start
+        return np.geomspace(t_start, end, 160), (10.0 * t_start, end)
+    if kind == "sqrt-exponential":
+        root_end = math.sqrt(t_start) + 40.0 / value
+        ts = np.linspace(math.sqrt(t_start), root_end, 160) ** 2
+        return ts, (float(ts[40]), float(ts[-1]))
+    end = t_start + 40.0 / value
+    ts = np.linspace(t_start, end, 160)
+    return ts, (float(ts[40]), end)
+
+
+def terminal_fit(scheme: AbstractScheme, *, beta: float, n_tokens: int, r0: float):
+    """Fit the terminal rate of 1 − γ on the reduced ODE, deep in the terminal regime."""
+    theory = terminal_rate_theory(scheme)
+    probe_ts = np.geomspace(1e-2, 1e7, 400)
+    probe = SymmetricODE(
+        scheme, beta, n_tokens=n_tokens, r0=r0, saveat=SaveAt(float(probe_ts[-1]), probe_ts)
+    ).solve()
+    reached = np.nonzero(np.asarray(probe.log_gap) <= math.log(1e-2))[0]
+    if reached.size == 0:
+        raise ParameterError(
+            f"{scheme.name}: 1 − γ never reaches 1e-2 by t = 1e7; lower beta or the tokens."
+        )
+    t_start = float(probe_ts[reached[0]])
+    ts, window = _rate_window(theory.kind, t_start, theory.value)
+    sol = SymmetricODE(
+        scheme, beta, n_tokens=n_tokens, r0=r0, saveat=SaveAt(float(ts[-1]), ts)
+    ).solve()
+    fit = fit_terminal_rate(sol.ts, kind=theory.kind, log_gap=sol.log_gap, window=window)
+    return theory, fit, (np.asarray(sol.ts), np.asarray(sol.log_gap))
+
+
+def _check_arguments(schemes, *, tokens, dim, beta, horizon, alphas, tau, r0, rw_layers, rw_runs):
+    if len(schemes) == 0:
+        raise ParameterError("schemes must name at least one scheme.")
+    for name in schemes:
+        check_choice("scheme", name, SCHEME_NAMES)
+    check_int("tokens", tokens, lower=2)
+    check_int("dim", dim, lower=2)
+    check_bound("beta", beta, lower=0.0)
+    check_bound("horizon", horizon, lower=0.0, lower_open=True)
+    check_bound("tau", tau, lower=0.0)
+    check_bound("r0", r0, lower=0.0, lower_open=True)
+    if len(alphas) == 0:
+        raise ParameterError("alpha must name at least one value.")
+    check_bound("alpha", np.asarray(alphas), lower=0.0, lower_open=True)
+    check_int("rw_layers", rw_layers, lower=1)
+    check_int("rw_runs", rw_runs, lower=1)
+
+
+def _measured_slope(scheme, x0, *, beta: float, horizon: float, theory_slope: float) -> float:
+    """γ'(0) of the full solve: Richardson extrapolation of γ(h)/h, second order."""
+    h = min(1e-3 / max(theory_slope, 1e-12), horizon / 4)
+    small = NormalizedAttentionODE(
+        Attention(beta),
+        scheme,
+        saveat=SaveAt(2 * h, (h, 2 * h)),
+        integrator=ODEIntegrator(rtol=1e-7, atol=1e-10),
+    ).solve(x0)
+    g = np.asarray(jax.vmap(mean_cosine)(small.theta), dtype=np.float64)
+    return float((4 * g[0] - g[1]) / (2 * h))
+
+
+def _scheme_part(scheme, x0, *, beta, tokens, r0, horizon, ts) -> dict[str, Any]:
+    """Part (a) and (d) for one scheme: γ(t) both ways, initial slopes, terminal rate."""
+    say = _progress
+    say(f"  {scheme.name}: symmetric start")
+    red = SymmetricODE(scheme, beta, n_tokens=tokens, r0=r0, saveat=SaveAt(horizon, ts)).solve()
+    full = NormalizedAttentionODE(Attention(beta), scheme, saveat=SaveAt(horizon, ts)).solve(x0)
+    theory_slope = initial_slope(scheme, beta=beta, n_tokens=tokens, r0=r0)
+    say(f"  {scheme.name}: terminal rate")
+    theory, fit, curve = terminal_fit(scheme, beta=beta, n_tokens=tokens, r0=r0)
+    return {
+        "gamma_reduced": np.asarray(red.gamma),
+        "r_reduced": np.asarray(red.r),
+        "gamma_full": np.asarray(jax.vmap(mean_cosine)(full.theta)),
+        "sphere_drift": float(jnp.max(full.sphere_drift)),
+        "initial_slope": _measured_slope(
+            scheme, x0, beta=beta, horizon=horizon, theory_slope=theory_slope
+        ),
+        "initial_slope_theory": theory_slope,
+        "terminal_rate": fit.value,
+        "terminal_rate_lower": fit.interval[0],
+        "terminal_rate_upper": fit.interval[1],
+        "terminal_rate_theory": theory.value,
+        "terminal_rate_kind": fit.kind,
+        "terminal_law": theory.formula,
+        "curve": curve,
+    }
+
+
+def _progress(message: str) -> None:
+    import sys
+
+    print(message, file=sys.stderr)
+
+
+def _random_weights_part(objs, *, seed, rw_tokens, rw_dim, rw_beta, rw_layers, rw_runs):
+    """Part (c): (scheme, run, layer) mean cosines of random-weight stacks."""
+    _progress("  random weights")
+    keys = jax.random.split(jax.random.key(seed), rw_runs)
+    rw = []
+    for scheme in objs:
+        run = eqx.filter_jit(
+            jax.vmap(
+                lambda k, s=scheme: random_weights_cosine(
+                    s, n_tokens=rw_tokens, dim=rw_dim, beta=rw_beta, n_layers=rw_layers, key=k
+                )
+            )
+        )
+        rw.append(np.asarray(run(keys)))
+    return np.stack(rw)
+
+
+def _padded_curves(curves) -> tuple[np.ndarray, np.ndarray]:
+    """The terminal-rate curves (t, log gap) padded with NaN to a common length."""
+    n_rate = max(len(c[0]) for c in curves)
+    rate_t = np.full((len(curves), n_rate), np.nan)
+    rate_log_gap = np.full((len(curves), n_rate), np.nan)
+    for i, (t_, lg) in enumerate(curves):
+        rate_t[i, : len(t_)] = t_
+        rate_log_gap[i, : len(lg)] = lg
+    return rate_t, rate_log_gap
+
+
+#: Per-scheme variables of the dataset, in order.
+_SCHEME_VARIABLES = (
+    "initial_slope",
+    "initial_slope_theory",
+    "terminal_rate",
+    "terminal_rate_lower",
+    "terminal_rate_upper",
+    "terminal_rate_theory",
+    "terminal_rate_kind",
+    "terminal_law",
+)
+
+
+def _dataset(parts, ngpt, rw, *, names, ts, alphas, rw_layers, rw_runs) -> xr.Dataset:
+    rate_t, rate_log_gap = _padded_curves([p["curve"] for p in parts])
+    data = {
+        "gamma_reduced": (("scheme", "time"), np.stack([p["gamma_reduced"] for p in parts])),
+        "gamma_full": (("scheme", "time"), np.stack([p["gamma_full"] for p in parts])),
+        "r_reduced": (("scheme", "time"), np.stack([p["r_reduced"] for p in parts])),
+        "sphere_drift": ("scheme", np.asarray([p["sphere_drift"] for p in parts])),
+        **{name: ("scheme", np.asarray([p[name] for p in parts])) for name in _SCHEME_VARIABLES},
+        "rate_time": (("scheme", "rate_point"), rate_t),
+        "rate_log_gap": (("scheme", "rate_point"), rate_log_gap),
+        "ngpt_gamma": (("alpha", "time"), ngpt),
+        "random_weights_cosine": (("scheme", "run", "layer"), rw),
+    }
+    return xr.Dataset(
+        data,
+        coords={
+            "scheme": names,
+            "time": ts,
+            "alpha": np.asarray(alphas, dtype=np.float64),
+            "layer": np.arange(rw_layers + 1),
+            "run": np.arange(rw_runs),
+        },
+    )
+
+
+def schemes_study(
+    *,
+    schemes: Sequence[str] = SCHEME_NAMES,
+    tokens: int = 32,
+    dim: int = 32,
+    beta: float = 3.0,
+    horizon: float = 60.0,
+    alphas: Sequence[float] = (1.0, 0.5, 2.0, 4.0),
+    tau: float = 0.5,
+    r0: float = 1.0,
+    seed: int = 0,
+    rw_dim: int = 64,
+    rw_tokens: int = 32,
+    rw_beta: float | None = None,
+    rw_layers: int = 48,
+    rw_runs: int = 8,
+) -> xr.Dataset:
+    """All four parts as one dataset (see the module docstring); ``alphas[0]`` is nGPT's α."""
+    started = time.perf_counter()
+    _check_arguments(
+        schemes, tokens=tokens, dim=dim, beta=beta, horizon=horizon, alphas=alphas, tau=tau,
+        r0=r0, rw_layers=rw_layers, rw_runs=rw_runs,
+    )  # fmt: skip
+    x0 = symmetric_start(tokens, dim, r0)  # n > d is refused here, before any solve
+    rw_beta = math.sqrt(rw_dim) if rw_beta is None else rw_beta
+    alpha = float(alphas[0])
+    objs = _schemes(schemes, tau=tau, alpha=alpha)
+    ts = np.linspace(0.0, horizon, N_SAVES)
+    kw = {"beta": beta, "tokens": tokens, "r0": r0, "horizon": horizon, "ts": ts}
+    parts = [_scheme_part(scheme, x0, **kw) for scheme in objs]
+    _progress("  nGPT over alpha")
+    saveat = SaveAt(horizon, ts)
+    ngpt = np.stack(
+        [
+            np.asarray(SymmetricODE(NGPT(alpha=a), beta, tokens, r0, saveat).solve().gamma)
+            for a in alphas
+        ]
+    )
+    rw = _random_weights_part(
+        objs, seed=seed, rw_tokens=rw_tokens, rw_dim=rw_dim, rw_beta=rw_beta,
+        rw_layers=rw_layers, rw_runs=rw_runs,
+    )  # fmt: skip
+    names = [s.name for s in objs]
+    ds = _dataset(
+        parts, ngpt, rw, names=names, ts=ts, alphas=alphas, rw_layers=rw_layers, rw_runs=rw_runs
+    )
+    params = {
+        "beta": beta, "n": tokens, "d": dim, "r0": r0, "alpha": alpha,
+        "alphas": list(map(float, alphas)), "tau": tau, "horizon": horizon,
+        "schemes": list(names),
+        "random_weights": {
+            "d": rw_dim, "n": rw_tokens, "beta": rw_beta, "layers": rw_layers, "runs": rw_runs,
+        },
+    }  # fmt: skip
+    record = provenance_record(
+        time.perf_counter() - started,
+        kind="schemes",
+        params=params,
+        seed=seed,
+        description="attndyn schemes: seed 004 Figs 2-4 and terminal rates",
+    )
+    return attach_provenance(ds, record)
+
+
+def schemes_summary(ds: xr.Dataset) -> dict[str, Any]:
+    """The ``--json`` object of a :func:`schemes_study` dataset."""
+    prov = provenance(ds)
+    params = prov["params"]
+    out: dict[str, Any] = {
+        "params": {k: params[k] for k in ("beta", "n", "d", "r0", "alpha", "tau")},
+        "schemes": {},
+        "seed": prov["seed"],
+        "package_version": prov["attndyn_version"],
+        "seconds": prov["seconds"],
+    }
+    for name in ds["scheme"].values:
+        row = ds.sel(scheme=name)
+        out["schemes"][str(name)] = {
+            "initial_slope": float(row["initial_slope"]),
+            "initial_slope_theory": float(row["initial_slope_theory"]),
+            "terminal_rate": {
+                "kind": str(row["terminal_rate_kind"].values),
+                "value": float(row["terminal_rate"]),
+                "interval": [float(row["terminal_rate_lower"]), float(row["terminal_rate_upper"])],
+            },
+            "terminal_rate_theory": float(row["terminal_rate_theory"]),
+        }
+    return out

@@ -1,0 +1,71 @@
+"""JSON summaries of results datasets (what ``--json`` prints)."""
+
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from .._core.observables import OUTCOMES
+from .._core.serialize import plain
+
+
+def _coordinate(value: Any) -> Any:
+    """A coordinate value for JSON: strings unquoted, non-finite floats as null."""
+    if isinstance(value, str):
+        return value.strip('"')
+    return plain(value)
+
+
+def json_points(ds: xr.Dataset) -> list[dict[str, Any]]:
+    """One JSON record per grid point, at the last save time."""
+    last = ds.isel(time=-1)
+    records = []
+    for i in range(ds.sizes["point"]):
+        row = last.isel(point=i)
+
+        def p(outcome, row=row):
+            return plain(float(row["probability"].sel(outcome=outcome)))
+
+        record = {
+            name: _coordinate(row[name].item())
+            for name in ("model", "beta", "dim", "tokens", "eps", "sigma")
+            if name in row.coords
+        }
+        record.update(
+            trajectories=int(row["n_valid"]) + int(row["n_nonfinite"]),
+            n_valid=int(row["n_valid"]),
+            n_nonfinite=int(row["n_nonfinite"]),
+            p_single=p("single"),
+            p_antipodal=p("antipodal"),
+            p_unclustered=p("unclustered"),
+            ci_antipodal=[
+                plain(float(row["ci_lower"].sel(outcome="antipodal"))),
+                plain(float(row["ci_upper"].sel(outcome="antipodal"))),
+            ],
+        )
+        if int(row["tokens"].item()) > 2:
+            record["p_has_antipodal_pair"] = p("has_antipodal_pair")
+        if "p_antipodal_exact" in row and np.isfinite(float(row["p_antipodal_exact"])):
+            record["p_antipodal_exact"] = float(row["p_antipodal_exact"])
+        if "sphere_drift" in row:
+            record["sphere_drift"] = plain(float(row["sphere_drift"]))
+        records.append(record)
+    return records
+
+
+def series(ds: xr.Dataset) -> list[dict[str, Any]]:
+    """Per point: the save times and each outcome's fraction at every time."""
+    out = []
+    for i in range(ds.sizes["point"]):
+        row = ds.isel(point=i)
+        record = {
+            k: _coordinate(row[k].item())
+            for k in ("model", "beta", "dim", "tokens", "eps")
+            if k in row.coords
+        }
+        record["time"] = [float(t) for t in ds["time"].values]
+        for outcome in OUTCOMES:
+            probs = row["probability"].sel(outcome=outcome).values
+            record[f"p_{outcome}"] = [plain(float(v)) for v in probs]
+        out.append(record)
+    return out

@@ -1,0 +1,27 @@
+"""Closed forms of the theory (spec §4), the reference the simulations are tested against.
+
+Plain NumPy/SciPy: nothing here shares code with the simulations it checks.
+
+- Two tokens, full value noise (seed 003 Thm 2, App. C): :func:`beta_critical`,
+  :func:`scale_density`, :func:`p_antipodal_given_overlap`, :func:`p_antipodal_uniform`,
+  :func:`p_antipodal_curve`, :func:`overlap_start_cdf`, :func:`antipodal_reachable`.
+- Hybrid noise (seed 003 Prop. 1): :func:`eps_critical`.
+- Symmetric start (seed 004 Thm 4.1): :func:`initial_slope`, :func:`terminal_rate_theory`.
+"""
+
+from ._phase import (
+    antipodal_reachable as antipodal_reachable,
+    beta_critical as beta_critical,
+    eps_critical as eps_critical,
+    overlap_start_cdf as overlap_start_cdf,
+    p_antipodal_curve as p_antipodal_curve,
+    p_antipodal_given_overlap as p_antipodal_given_overlap,
+    p_antipodal_uniform as p_antipodal_uniform,
+    scale_density as scale_density,
+)
+from ._symmetric import (
+    RateKind as RateKind,
+    RateTheory as RateTheory,
+    initial_slope as initial_slope,
+    terminal_rate_theory as terminal_rate_theory,
+)

@@ -1,0 +1,159 @@
+"""Closed forms of the phase theory (spec §4): thresholds and exact two-token probabilities.
+
+These are plain NumPy/SciPy functions: they are the reference the simulations are
+checked against, so they share no code with them.
+"""
+
+import math
+
+import numpy as np
+from scipy import integrate, special
+
+from .._core.errors import check_bound, check_int
+
+
+def beta_critical(dim: int) -> float:
+    """β_c(d) = ½ arccosh(d − 2) (003 Thm 2): P(antipodal) > 0 iff β > β_c(d), for d ≥ 3.
+
+    For d = 2 both ±1 attract at every β, and β_c(2) is returned as 0. For d = 3 it is 0.
+    """
+    check_int("dim", dim, lower=2)
+    if dim <= 3:
+        return 0.0
+    return 0.5 * math.acosh(dim - 2)
+
+
+def eps_critical(beta: float) -> float:
+    """ε_c(β) = √(2 e^{−β}) (003 Prop 1, hybrid USA, N = 2)."""
+    check_bound("beta", beta, lower=0.0)
+    return math.sqrt(2 * math.exp(-beta))
+
+
+def _exponents(beta: float, dim: int) -> tuple[float, float]:
+    """Exponents of the scale density s(x) ~ (1 − x)^{a₊} (1 + x)^{a₋} at the two ends."""
+    k_plus = (dim - 2) / 2
+    k_minus = (dim - 2) / (2 * math.cosh(2 * beta))
+    return k_plus - 0.5, -k_minus - 0.5
+
+
+def _smooth_rate(y: float, beta: float, dim: int) -> float:
+    """r(y): the integrand of ∫_0^x (d−2)/(cosh(β(1−y))(1−y²)) dy less its two poles.
+
+    With 1/(1−y²) = ½[1/(1−y) + 1/(1+y)], the poles are k₊/(1−y) at y = 1 (cosh → 1) and
+    k₋/(1+y) at y = −1 (cosh → cosh 2β). What is left is smooth on [−1, 1]; both
+    difference quotients are written to avoid cancellation.
+    """
+    u = beta * (1 - y)
+    # (sech u − 1)/(1 − y) = −2 sinh²(u/2) / (cosh u · (1 − y)) = −β sinh(u/2)·sinhc(u/2)/cosh u
+    half = 0.5 * u
+    sinhc = 1.0 if abs(half) < 1e-8 else math.sinh(half) / half
+    near_one = -beta * math.sinh(half) * sinhc / math.cosh(u)
+    w = 1 + y
+    if abs(w) < 1e-7:
+        # derivative of sech(β(1 − y)) in y at y = −1
+        near_minus_one = beta * math.tanh(2 * beta) / math.cosh(2 * beta)
+    else:
+        near_minus_one = (1 / math.cosh(u) - 1 / math.cosh(2 * beta)) / w
+    return (dim - 2) / 2 * (near_one + near_minus_one)
+
+
+def _log_smooth_scale(x: float, beta: float, dim: int) -> float:
+    """−R(x) = −∫_0^x r(y) dy, so that s(x) = (1−x)^{a₊}(1+x)^{a₋} e^{−R(x)}."""
+    value, _ = integrate.quad(_smooth_rate, 0.0, x, args=(beta, dim), epsabs=1e-13, epsrel=1e-12)
+    return -value
+
+
+def scale_density(x: float | np.ndarray, beta: float, dim: int) -> np.ndarray:
+    """The scale density s(x) of the two-token overlap diffusion (spec §4).
+
+    s(x) = (1−x²)^{−1/2} exp(−∫_0^x (d−2) / (cosh(β(1−y))(1−y²)) dy), the same for SA and
+    USA and every σ.
+    """
+    a_plus, a_minus = _exponents(beta, dim)
+    xs = np.atleast_1d(np.asarray(x, dtype=np.float64))
+    out = np.array(
+        [
+            (1 - v) ** a_plus * (1 + v) ** a_minus * math.exp(_log_smooth_scale(v, beta, dim))
+            for v in xs
+        ]
+    )
+    return out.reshape(np.shape(x))
+
+
+def _validate(beta: float, dim: int) -> None:
+    check_bound("beta", beta, lower=0.0)
+    check_int("dim", dim, lower=2)
+
+
+def antipodal_reachable(beta: float, dim: int) -> bool:
+    """Whether ∫ s converges at −1, i.e. d − 2 < cosh 2β: P(antipodal) > 0 iff it does."""
+    _validate(beta, dim)
+    return dim - 2 < math.cosh(2 * beta)
+
+
+def _weighted_integral(f, beta: float, dim: int, lower: float = -1.0) -> float:
+    """∫_lower^1 s(x) f(x) dx, with the algebraic end singularities taken by QUADPACK's
+    ``weight='alg'`` rule (exact for (1+x)^{a₋}(1−x)^{a₊} times a smooth function)."""
+    a_plus, a_minus = _exponents(beta, dim)
+
+    def smooth(v):
+        return math.exp(_log_smooth_scale(v, beta, dim)) * f(v)
+
+    if lower == -1.0:
+        value, _ = integrate.quad(
+            smooth, -1.0, 1.0, weight="alg", wvar=(a_minus, a_plus), epsabs=1e-13, limit=200
+        )
+        return value
+    # (1+x)^{a₋} is smooth away from −1: fold it into the integrand.
+    value, _ = integrate.quad(
+        lambda v: smooth(v) * (1 + v) ** a_minus,
+        lower,
+        1.0,
+        weight="alg",
+        wvar=(0.0, a_plus),
+        epsabs=1e-13,
+        limit=200,
+    )
+    return value
+
+
+def p_antipodal_given_overlap(z: float, beta: float, dim: int) -> float:
+    """P(antipodal at t = ∞ | Z_0 = z) = ∫_z^1 s / ∫_{−1}^1 s, or 0 when ∫ s diverges at −1.
+
+    Two tokens, full value noise, Q = K = I (003 Thm 2, App. C). For d = 2 this is
+    arccos(z)/π.
+    """
+    _validate(beta, dim)
+    check_bound("z", z, lower=-1.0, upper=1.0)
+    if not antipodal_reachable(beta, dim):
+        return 0.0
+    total = _weighted_integral(lambda v: 1.0, beta, dim)
+    return _weighted_integral(lambda v: 1.0, beta, dim, lower=z) / total
+
+
+def overlap_start_cdf(z: float | np.ndarray, dim: int) -> np.ndarray:
+    """P(⟨x_1, x_2⟩ ≤ z) for two independent uniform points on S^{d−1}.
+
+    The overlap has density ∝ (1 − z²)^{(d−3)/2}, i.e. (1 + Z)/2 ~ Beta((d−1)/2, (d−1)/2).
+    """
+    a = (dim - 1) / 2
+    return special.betainc(a, a, (1 + np.asarray(z, dtype=np.float64)) / 2)
+
+
+def p_antipodal_uniform(beta: float, dim: int) -> float:
+    """P(antipodal at t = ∞) for two tokens started uniformly and independently on S^{d−1}.
+
+    By Fubini, E[∫_{Z_0}^1 s] = ∫_{−1}^1 s(x) P(Z_0 ≤ x) dx, so one weighted quadrature
+    against the start CDF gives the average; the (1 + x) singularity of s is integrable
+    exactly when β > β_c(d), and is handled by the algebraic-weight rule.
+    """
+    _validate(beta, dim)
+    if not antipodal_reachable(beta, dim):
+        return 0.0
+    total = _weighted_integral(lambda v: 1.0, beta, dim)
+    return _weighted_integral(lambda v: float(overlap_start_cdf(v, dim)), beta, dim) / total
+
+
+def p_antipodal_curve(betas, dim: int) -> np.ndarray:
+    """:func:`p_antipodal_uniform` over an array of β."""
+    return np.array([p_antipodal_uniform(float(b), dim) for b in np.asarray(betas).ravel()])
