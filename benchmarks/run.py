@@ -47,7 +47,7 @@ import numpy as np
 import xarray as xr
 
 import attndyn as ad
-from attndyn import _reduced
+from attndyn._models.reduced import samplers
 
 WORKLOADS = {
     "W1": {"tokens": 2, "dim": 4, "beta": 3.0, "depth": 100, "horizon": 20.0, "n": 4000},
@@ -65,7 +65,7 @@ W3_TRAJ, W3_DEPTH, W3_HORIZON = 40_000, 100, 500.0
 def make_model(beta, dim, tokens, *, depth, horizon):
     del dim, tokens
     return ad.DiscreteTransformer(
-        ad.Attention(beta), ad.MatrixValues(1.0), depth=depth, horizon=horizon
+        ad.Attention(beta), ad.MatrixValues(1.0), depth=depth, saveat=ad.SaveAt(horizon)
     )
 
 
@@ -123,12 +123,11 @@ def rng_seconds(w: dict, route: str, n: int) -> float:
     n_layers = round(w["depth"] * w["horizon"])
     n_tok, dim = w["tokens"], w["dim"]
     dtype = jnp.float32
-    reduced = _reduced.ReducedTransformer(
-        make_model(w["beta"], dim, n_tok, depth=1, horizon=1.0), dim
-    )
+    base = make_model(w["beta"], dim, n_tok, depth=1, horizon=1.0)
+    reduced = None if route == "full" else ad.ReducedTransformer(base, n_tok, dim)
 
     def draw(k):
-        if route == "full":
+        if reduced is None:
             return jnp.sum(jax.random.normal(k, (dim, dim), dtype))
         return jnp.sum(reduced._noise(k, n_tok, dtype))
 
@@ -140,11 +139,11 @@ def rng_seconds(w: dict, route: str, n: int) -> float:
 
     def chain(keys):
         # The two-token chain draws LAYER_BLOCK layers' variates per key, batch-wide.
-        block = _reduced.LAYER_BLOCK
+        block = samplers.LAYER_BLOCK
 
         def body(b, acc):
             block_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, b)
-            z, chi = _reduced._two_token_block(block_keys, dim, dtype)
+            z, chi = samplers.two_token_block(block_keys, dim, dtype)
             return acc + jnp.sum(z, axis=(0, 1)) + jnp.sum(chi, axis=(0, 1))
 
         n_blocks = -(-n_layers // block)

@@ -24,12 +24,12 @@ def parser(doc: str | None) -> argparse.ArgumentParser:
 
 
 def run(points, *, n_trajectories, seed, save_at=None, **model_kwargs):
-    """Estimate class probabilities at ``points`` with :func:`attndyn.phase_model`."""
+    """Estimate class probabilities at ``points`` with :func:`attndyn.studies.phase_model`."""
     started = time.perf_counter()
 
     def model_fn(model="full", **p):
         noise = {"full": "full", "hybrid": "hybrid", "deterministic": "none"}[model]
-        return ad.phase_model(noise=noise, save_at=save_at, **model_kwargs, **p)
+        return ad.studies.phase_model(noise=noise, save_at=save_at, **model_kwargs, **p)
 
     ds = ad.estimate_probabilities(
         functools.partial(model_fn),

@@ -29,10 +29,10 @@ fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), layout="constrained")
 for name in attndyn.SCHEME_NAMES:
     scheme = attndyn.scheme_from_name(name, tau=0.5, alpha=1.0)
     red = attndyn.SymmetricODE(
-        scheme, args.beta, n_tokens=args.tokens, r0=args.r0, horizon=args.horizon, save_at=ts
+        scheme, args.beta, n_tokens=args.tokens, r0=args.r0, saveat=attndyn.SaveAt(args.horizon, ts)
     ).solve()
     full = attndyn.NormalizedAttentionODE(
-        attndyn.Attention(args.beta), scheme, horizon=args.horizon, save_at=ts
+        attndyn.Attention(args.beta), scheme, saveat=attndyn.SaveAt(args.horizon, ts)
     ).solve(x0)
     g_full = np.asarray(jax.vmap(attndyn.mean_cosine)(full.theta))
     (line,) = axes[0].plot(ts, red.gamma, label=name)

@@ -36,7 +36,7 @@ FULL = {
 def model(*, beta, dim, tokens, depth, horizon):
     del dim, tokens
     return ad.DiscreteTransformer(
-        ad.Attention(beta), ad.MatrixValues(1.0), depth=depth, horizon=horizon
+        ad.Attention(beta), ad.MatrixValues(1.0), depth=depth, saveat=ad.SaveAt(horizon)
     )
 
 
@@ -64,7 +64,7 @@ def main() -> None:
             "seed": args.seed,
         },
     )
-    fig = ad.plot_phase_diagram(ds)
+    fig = ad.plot.phase_diagram(ds)
     scale = "paper scale" if args.full else "reduced scale"
     fig.suptitle(
         f"Seed 003 Fig. 3 ({scale}: {cfg['n']} trajectories, L = {cfg['L']}, T = {cfg['T']:g})",

@@ -27,7 +27,7 @@ cases.append(("α(t) = 1/(1+t)", attndyn.NGPT(alpha_schedule=lambda t: 1.0 / (1.
 last_gap = 1.0
 for label, scheme in cases:
     sol = attndyn.SymmetricODE(
-        scheme, args.beta, n_tokens=args.tokens, horizon=args.horizon, save_at=ts
+        scheme, args.beta, n_tokens=args.tokens, saveat=attndyn.SaveAt(args.horizon, ts)
     ).solve()
     axes[0].plot(ts, sol.gamma, label=label)
     axes[1].semilogy(ts, sol.gap, label=label)

@@ -36,7 +36,7 @@ def main():
     )
     FIGURES.mkdir(exist_ok=True)
     stem = f"fig4_beta_eps_{args.engine}"
-    ad.plot_beta_eps(ds).savefig(FIGURES / f"{stem}.png", dpi=130)
+    ad.plot.beta_eps(ds).savefig(FIGURES / f"{stem}.png", dpi=130)
     summary(ds, FIGURES / f"{stem}.json")
 
 

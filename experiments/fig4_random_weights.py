@@ -35,7 +35,7 @@ for name in attndyn.SCHEME_NAMES:
     scheme = attndyn.scheme_from_name(name, tau=0.5, alpha=1.0)
     run = eqx.filter_jit(
         jax.vmap(
-            lambda k, s=scheme: attndyn.random_weights_cosine(
+            lambda k, s=scheme: attndyn.studies.random_weights_cosine(
                 s, n_tokens=tokens, dim=dim, beta=beta, n_layers=args.layers, key=k
             )
         )

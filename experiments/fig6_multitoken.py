@@ -30,7 +30,7 @@ def main():
     )
     FIGURES.mkdir(exist_ok=True)
     stem = f"fig6_multitoken_{args.engine}"
-    ad.plot_beta_n(ds).savefig(FIGURES / f"{stem}.png", dpi=130)
+    ad.plot.beta_n(ds).savefig(FIGURES / f"{stem}.png", dpi=130)
     summary(ds, FIGURES / f"{stem}.json")
 
 

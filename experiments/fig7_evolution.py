@@ -28,7 +28,7 @@ def main():
     )
     FIGURES.mkdir(exist_ok=True)
     stem = f"fig7_evolution_{args.engine}"
-    ad.plot_evolution(ds, label_keys=("beta", "dim", "tokens")).savefig(
+    ad.plot.evolution(ds, label_keys=("beta", "dim", "tokens")).savefig(
         FIGURES / f"{stem}.png", dpi=130
     )
     summary(ds, FIGURES / f"{stem}.json")

@@ -35,7 +35,7 @@ def main():
     )
     FIGURES.mkdir(exist_ok=True)
     stem = f"fig8_horizons_{args.engine}"
-    ad.plot_evolution(ds, label_keys=("beta", "dim")).savefig(FIGURES / f"{stem}.png", dpi=110)
+    ad.plot.evolution(ds, label_keys=("beta", "dim")).savefig(FIGURES / f"{stem}.png", dpi=110)
     summary(ds, FIGURES / f"{stem}.json")
 
 

@@ -34,7 +34,7 @@ def main():
             dt=0.01,
         )
         stem = f"fig9_metastability_beta{beta:g}_{args.engine}"
-        ad.plot_evolution(ds, label_keys=("model", "beta")).savefig(
+        ad.plot.evolution(ds, label_keys=("model", "beta")).savefig(
             FIGURES / f"{stem}.png", dpi=130
         )
         summary(ds, FIGURES / f"{stem}.json")

@@ -61,8 +61,7 @@ def discrete_overlaps(depth, distribution, n, seed):
         ad.Attention(BETA),
         ad.MatrixValues(SIGMA, distribution=distribution),
         depth=depth,
-        horizon=max(TIMES),
-        save_at=TIMES,
+        saveat=ad.SaveAt(max(TIMES), TIMES),
     )
     x0 = start()
 
@@ -84,10 +83,8 @@ def reference_overlaps(n, seed, dt=1e-3, solver="heun"):
         noise="full",
         sigma=SIGMA,
         dim=DIM,
-        horizon=max(TIMES),
-        dt=dt,
-        save_at=TIMES,
-        solver=solver,
+        saveat=ad.SaveAt(max(TIMES), TIMES),
+        integrator=ad.SDEIntegrator(solver, dt),
     )
     z0 = jnp.zeros((), jnp.float32)
     fn = jax.jit(jax.vmap(lambda k: o.solve(z0, key=k)))
@@ -95,7 +92,12 @@ def reference_overlaps(n, seed, dt=1e-3, solver="heun"):
 
 
 def sde_overlaps(dt, n, seed):
-    m = ad.TransformerSDE(ad.Attention(BETA), sigma=SIGMA, horizon=max(TIMES), dt=dt, save_at=TIMES)
+    m = ad.TransformerSDE(
+        ad.Attention(BETA),
+        sigma=SIGMA,
+        saveat=ad.SaveAt(max(TIMES), TIMES),
+        integrator=ad.SDEIntegrator(dt=dt),
+    )
     x0 = start()
 
     @jax.jit

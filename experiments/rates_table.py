@@ -15,7 +15,7 @@ parser.add_argument("--alpha", default="1")
 parser.add_argument("--out", default="attndyn-results/rates")
 args = parser.parse_args()
 
-ds = attndyn.schemes_study(
+ds = attndyn.studies.schemes_study(
     tokens=args.tokens,
     dim=args.dim,
     beta=args.beta,
@@ -24,7 +24,7 @@ ds = attndyn.schemes_study(
     rw_layers=1,
     rw_runs=1,
 )
-summary = attndyn.schemes_summary(ds)
+summary = attndyn.studies.schemes_summary(ds)
 print(
     f"{'scheme':13s} {'slope':>9s} {'theory':>9s}  {'kind':16s} {'fit':>8s} "
     f"{'interval':>22s} {'theory':>6s}"

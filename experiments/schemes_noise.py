@@ -41,8 +41,7 @@ def model(*, scheme: str, dim: int, tokens: int):
         attndyn.MatrixValues(1.0),
         attndyn.scheme_from_name(scheme, tau=0.5, alpha=1.0),
         depth=args.depth,
-        horizon=args.horizon,
-        save_at=save_at,
+        saveat=attndyn.SaveAt(args.horizon, save_at),
     )
 
 

@@ -4,7 +4,7 @@ import pytest
 import xarray as xr
 from click.testing import CliRunner
 
-from attndyn._cli import main
+from attndyn.cli import main
 
 SMALL = ["--beta", "4.5", "--tokens", "6", "--dim", "4", "--trajectories", "32"]
 SMALL += ["--depth", "10", "--horizon", "4", "--saves", "5", "--no-progress"]

@@ -5,7 +5,7 @@ import xarray as xr
 from click.testing import CliRunner
 
 import attndyn as ad
-from attndyn._cli import main
+from attndyn.cli import main
 
 SMALL = [
     "--beta",

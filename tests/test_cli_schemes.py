@@ -6,7 +6,7 @@ import pytest
 import xarray as xr
 from click.testing import CliRunner
 
-from attndyn._cli_schemes import schemes
+from attndyn.cli._schemes import schemes
 
 SMALL = [
     "--tokens",
@@ -54,7 +54,7 @@ def test_json_dataset_and_figures(tmp_path, names):
     ds = xr.open_dataset(tmp_path / "schemes.nc")
     prov = json.loads(ds.attrs["provenance"])
     assert prov["seed"] == 0 and prov["params"]["alphas"] == [1.0, 2.0]
-    assert "seconds" in prov and "package_version" in prov and "command" in prov
+    assert "seconds" in prov and "attndyn_version" in prov and "command" in prov
     assert ds["random_weights_cosine"].shape == (len(payload["schemes"]), 2, 5)
     assert float(abs(ds["gamma_full"] - ds["gamma_reduced"]).max()) < 1e-4
     for key in ("gamma", "ngpt_alpha", "random_weights", "rates"):

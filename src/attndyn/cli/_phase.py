@@ -5,23 +5,19 @@ import time
 import click
 
 from .._core.attention import ATTENTION_KINDS
-from .._core.values import DISTRIBUTIONS
-from ..studies.phase import DEFAULT_ATTENTION, ENGINES, KINDS, phase_diagram_study, phase_points
-from ..studies.summary import json_points
+from ..studies.phase import DEFAULT_ATTENTION, KINDS, phase_diagram_study, phase_points
 from ._common import (
     cli_errors,
     command_line,
-    emit_json,
+    finish,
     floats,
     ints,
     model_spec,
     monte_carlo,
     output_dir,
-    save_study,
-    say,
-    scale_options,
     start_processes,
     study_checkpoint,
+    study_options,
 )
 
 
@@ -34,23 +30,9 @@ from ._common import (
     help="beta-d: P(antipodal) over (β, d), Fig. 3; beta-eps: hybrid (β, ε) diagram, Fig. 4; "
     "beta-n: P(has an antipodal pair) over (β, N), Fig. 6.",
 )
-@click.option(
-    "--engine",
-    default="discrete",
-    show_default=True,
-    type=click.Choice(ENGINES),
-    help="discrete: the depth-L layer maps; sde: the L → ∞ SDE (eq. 6 / eq. 8).",
-)
 @click.option("--beta", default="0:4:0.5", show_default=True, help="β values: a:b:step or a,b,c.")
 @click.option("--dim", default="4,6,8", show_default=True, help="Dimensions d ≥ 2.")
 @click.option("--tokens", default="2", show_default=True, help="Numbers of tokens N ≥ 1.")
-@click.option(
-    "--trajectories",
-    default=2000,
-    show_default=True,
-    type=int,
-    help="Monte Carlo trajectories per point.",
-)
 @click.option("--depth", default=50, show_default=True, type=int, help="L: layers per unit time.")
 @click.option(
     "--horizon", default=60.0, show_default=True, type=float, help="T: time horizon (L·T layers)."
@@ -62,48 +44,12 @@ from ._common import (
     help="Attention kind [default: softmax; unnormalized for beta-eps].",
 )
 @click.option(
-    "--values",
-    default="gaussian",
-    show_default=True,
-    type=click.Choice(DISTRIBUTIONS),
-    help="Distribution of value-matrix entries.",
-)
-@click.option("--sigma", default=1.0, show_default=True, type=float, help="Value noise σ > 0.")
-@click.option(
     "--eps",
     default="0.1:2:0.1",
     show_default=True,
     help="Hybrid noise ε ≥ 0 (beta-eps only): a:b:step or a,b,c.",
 )
-@click.option(
-    "--solver",
-    default="euler",
-    show_default=True,
-    help="SDE engine: euler (projected Euler–Maruyama), heun or spark.",
-)
-@click.option(
-    "--dt", default=0.01, show_default=True, type=float, help="SDE engine: step in (0, T]."
-)
-@click.option(
-    "--tol", default=1e-3, show_default=True, type=float, help="Clustering tolerance in (0, 1)."
-)
-@click.option("--seed", default=0, show_default=True, type=int, help="PRNG seed.")
-@click.option(
-    "--chunk-size",
-    default=None,
-    type=int,
-    help="Trajectories per batch (default: from device memory). Never changes results.",
-)
-@click.option(
-    "--out",
-    default="attndyn-results",
-    show_default=True,
-    help="Output directory for the dataset and figure.",
-)
-@click.option("--fresh", is_flag=True, help="Ignore a checkpoint left by an interrupted run.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object to stdout.")
-@click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
-@scale_options
+@study_options
 @cli_errors
 def phase_diagram(**options) -> None:
     """Clustering phase diagrams with Wilson intervals (seed 003 Figs. 3, 4, 6).
@@ -127,7 +73,7 @@ def phase_diagram(**options) -> None:
     ATTNDYN_COORDINATOR, ATTNDYN_PROCESS_COUNT, ATTNDYN_PROCESS_ID); process 0 writes the
     outputs.
     """
-    started = time.perf_counter()
+    options["started"] = time.perf_counter()
     writer = start_processes(options)  # jax.distributed must start before other JAX work
     kind = options["kind"]
     points = phase_points(
@@ -137,9 +83,9 @@ def phase_diagram(**options) -> None:
         tokens=ints("tokens", options["tokens"]),
         eps=floats("eps", options["eps"]) if kind == "beta-eps" else (),
     )
-    noise = "hybrid" if kind == "beta-eps" else "full"
+    attention = options["attention"] or DEFAULT_ATTENTION[kind]
     spec = model_spec(
-        options, noise=noise, attention=options["attention"] or DEFAULT_ATTENTION[kind]
+        options, noise="hybrid" if kind == "beta-eps" else "full", attention=attention
     )
     mc = monte_carlo(options)
     out_dir = output_dir(options["out"])
@@ -154,27 +100,7 @@ def phase_diagram(**options) -> None:
         metadata={"command": command_line()},
     )
     if writer:
-        _write(ds, kind, out_dir, checkpoint, options["as_json"], started)
+        from .. import plot
 
-
-def _write(ds, kind: str, out_dir, checkpoint, as_json: bool, started: float) -> None:
-    from .. import plot
-
-    dataset_path = save_study(ds, out_dir, "phase_diagram", checkpoint)
-    draw = {"beta-d": plot.phase_diagram, "beta-eps": plot.beta_eps, "beta-n": plot.beta_n}
-    figure_path = out_dir / "phase_diagram.png"
-    draw[kind](ds).savefig(figure_path, dpi=130)
-    seconds = time.perf_counter() - started
-    if as_json:
-        emit_json(
-            {
-                "kind": kind,
-                "engine": ds.attrs["engine"],
-                "points": json_points(ds),
-                "seconds": seconds,
-                "dataset": str(dataset_path),
-                "figure": str(figure_path),
-            }
-        )
-    else:
-        say(f"wrote {dataset_path} and {figure_path} in {seconds:.1f} s")
+        draw = {"beta-d": plot.phase_diagram, "beta-eps": plot.beta_eps, "beta-n": plot.beta_n}
+        finish(ds, "phase_diagram", out_dir, checkpoint, draw[kind], options, kind=kind)

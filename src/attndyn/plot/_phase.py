@@ -22,6 +22,7 @@ def plot_phase_diagram(
         fig, ax = subplots(figsize=(7, 4.5))
     else:
         fig = ax.figure  # type: ignore[assignment]
+    assert ax is not None
     last = ds.isel(time=-1).sel(outcome=outcome)
     dims = np.unique(last["dim"].values)
     colors = matplotlib.colormaps.get_cmap("viridis")(np.linspace(0, 0.9, max(len(dims), 1)))

@@ -1,0 +1,127 @@
+"""The estimator's stages one at a time: keys, plan, tallies, checkpoint, dataset."""
+
+import jax
+import numpy as np
+import pytest
+
+import attndyn as ad
+from attndyn._estimate.checkpoint import load_checkpoint, signature, write_checkpoint
+from attndyn._estimate.dataset import probabilities_dataset, provenance_record
+from attndyn._estimate.keys import point_id, point_key, trajectory_key
+from attndyn._estimate.plan import make_plan
+from attndyn._estimate.tallies import FIXED_POINT, Tallies, fixed_point_sums
+
+
+def _model(beta, dim, tokens):
+    del dim, tokens
+    return ad.DiscreteTransformer(ad.Attention(beta), depth=5, saveat=ad.SaveAt(1.0, (0.4, 1.0)))
+
+
+def _plan(**kw):
+    options = {
+        "n_trajectories": 10,
+        "tol": 1e-3,
+        "radius": 1.0,
+        "chunk_size": None,
+        "route": "auto",
+        "early_absorption": False,
+        "on_nonfinite": "raise",
+    }
+    options.update(kw)
+    return make_plan(_model, ad.grid(dim=[3, 4], tokens=[2], beta=[1.0]), **options)
+
+
+def test_point_ids_are_stable_and_ignore_order():
+    # Frozen: these identifiers seed every published number.
+    assert point_id({"dim": 4, "tokens": 2, "beta": 1.0}) == point_id(
+        {"beta": 1.0, "tokens": 2, "dim": 4}
+    )
+    assert point_id({"dim": 4, "tokens": 2, "beta": 1.0}) != point_id(
+        {"dim": 4, "tokens": 2, "beta": 1.5}
+    )
+    assert point_id({"dim": np.int64(4)}) == point_id({"dim": 4})
+    key = jax.random.key(0)
+    p = {"dim": 4}
+    np.testing.assert_array_equal(
+        jax.random.key_data(trajectory_key(key, p, 3)),
+        jax.random.key_data(jax.random.fold_in(point_key(key, p), 3)),
+    )
+
+
+def test_plan_routes_each_point_and_checks_options():
+    plan = _plan()
+    assert plan.routes == ["reduced", "reduced"]
+    assert [p.dim for p in plan.points] == [3, 4]
+    np.testing.assert_allclose(plan.save_times, [0.4, 1.0])
+    assert _plan(route="full").routes == ["full", "full"]
+    for bad, needle in (
+        ({"n_trajectories": 0}, "n_trajectories"),
+        ({"tol": 1.0}, "tol"),
+        ({"radius": -1.0}, "radius"),
+        ({"chunk_size": 0}, "chunk_size"),
+        ({"route": "fast"}, "route"),
+        ({"on_nonfinite": "ignore"}, "on_nonfinite"),
+        ({"early_absorption": 2.0}, "early_absorption"),
+    ):
+        with pytest.raises(ad.ParameterError, match=needle):
+            _plan(**bad)
+
+
+def test_plan_refuses_absorption_where_it_is_not_quantified():
+    with pytest.raises(ad.ParameterError, match="early_absorption.*full route"):
+        _plan(early_absorption=True, route="full")
+    plan = _plan(early_absorption=1e-7)
+    gaps = [p.model.absorption_gaps() for p in plan.points]
+    # d = 3: δ₊ = tol·ε/2 = 5e-11 is below float32 resolution, so +1 is never absorbed;
+    # d = 4: δ₊ = tol·(ε/2)^{2/3} ≈ 1.4e-8.
+    assert gaps[0] is not None and gaps[0][0] == 0.0
+    assert gaps[1] is not None and gaps[1][0] == pytest.approx(1e-3 * (5e-8) ** (2 / 3), rel=1e-6)
+
+
+def test_fixed_point_sums_are_exact_and_order_free():
+    rng = np.random.default_rng(0)
+    cosines = rng.uniform(-1, 1, size=(1000, 3))
+    a = fixed_point_sums(cosines)
+    b = fixed_point_sums(cosines[::-1])
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+    np.testing.assert_allclose(a[0], cosines.sum(axis=0), atol=1000 / FIXED_POINT)
+    # Split into chunks and added: the same bits.
+    c = [fixed_point_sums(part) for part in np.array_split(cosines, 7)]
+    np.testing.assert_array_equal(sum(x[0] for x in c), a[0])
+
+
+def _tallies():
+    t = Tallies.zeros(2, 2)
+    t.counts[0] = [[3, 1, 1, 0], [4, 0, 0, 0]]
+    t.n_valid[:] = 4
+    t.n_done[:] = 4
+    t.cosine_sum[0] = [2.0, 4.0]
+    t.cosine_sumsq[0] = [2.0, 4.0]
+    return t
+
+
+def test_checkpoint_round_trip_and_refusal(tmp_path):
+    plan = _plan()
+    sig = signature(plan, [0, 0], (0, 1))
+    path = tmp_path / "c.nc"
+    points = [p.point for p in plan.points]
+    write_checkpoint(path, sig, _tallies(), points, plan.save_times)
+    back = load_checkpoint(path, sig)
+    for a, b in zip(back.arrays(), _tallies().arrays()):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ad.ParameterError, match="different run"):
+        load_checkpoint(path, signature(_plan(tol=2e-3), [0, 0], (0, 1)))
+    assert not (tmp_path / "c.nc.partial").exists()
+
+
+def test_dataset_has_probabilities_and_wilson_bounds():
+    ds = probabilities_dataset(_tallies(), [{"dim": 3}, {"dim": 4}], np.array([0.4, 1.0]))
+    p = ds["probability"].isel(point=0, time=0).values
+    np.testing.assert_allclose(p, [0.75, 0.25, 0.25, 0.0])
+    lo, hi = ad.wilson_interval(3, 4)
+    assert float(ds["ci_lower"].isel(point=0, time=0, outcome=0)) == pytest.approx(float(lo))
+    assert float(ds["ci_upper"].isel(point=0, time=0, outcome=0)) == pytest.approx(float(hi))
+    assert float(ds["mean_cosine"].isel(point=0, time=1)) == pytest.approx(1.0)
+    record = provenance_record(1.5, kind="test", seed=3)
+    assert record["kind"] == "test" and record["seconds"] == 1.5 and "attndyn_version" in record
