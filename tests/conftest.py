@@ -1,4 +1,8 @@
-"""Test configuration: two CPU devices and strict dtype promotion, set before JAX starts."""
+"""Test configuration: two CPU devices, strict dtype and rank promotion, set before JAX starts.
+
+Shapes annotated with jaxtyping are checked at run time (``--jaxtyping-packages`` in
+pyproject.toml).
+"""
 
 import os
 
@@ -10,3 +14,5 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import jax
 
 jax.config.update("jax_numpy_dtype_promotion", "strict")
+# No implicit rank promotion: every broadcast in attndyn is written out.
+jax.config.update("jax_numpy_rank_promotion", "raise")

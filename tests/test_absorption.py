@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import attndyn as ad
-from attndyn import _theory
-from attndyn._absorption import absorption_gaps, escape_bound
+from attndyn._models.reduced.absorption import absorption_gaps, escape_bound
+from attndyn.theory import _phase as _theory
 
 
 @pytest.mark.parametrize(("beta", "dim"), [(3.0, 4), (1.0, 6), (3.0, 10), (4.0, 5)])
@@ -27,7 +27,9 @@ def test_gaps_keep_the_exact_scale_function_bound(beta, dim):
 
 def _model(beta, dim, tokens):
     del dim, tokens
-    return ad.DiscreteTransformer(ad.Attention(beta), ad.MatrixValues(1.0), depth=20, horizon=30.0)
+    return ad.DiscreteTransformer(
+        ad.Attention(beta), ad.MatrixValues(1.0), depth=20, saveat=ad.SaveAt(30.0)
+    )
 
 
 def test_early_absorption_changes_no_count():
@@ -46,7 +48,7 @@ def test_early_absorption_changes_no_count():
     def model(beta, dim, tokens):
         del dim, tokens
         return ad.DiscreteTransformer(
-            ad.Attention(beta), depth=20, horizon=30.0, save_at=(10.0, 20.0, 30.0)
+            ad.Attention(beta), depth=20, saveat=ad.SaveAt(30.0, (10.0, 20.0, 30.0))
         )
 
     plain = ad.estimate_probabilities(model, points, **kw)

@@ -18,8 +18,7 @@ def test_post_ln_tokens_stay_on_sphere(distribution, kind):
         ad.Attention(2.0, kind=kind),
         ad.MatrixValues(1.0, distribution=distribution),
         depth=10,
-        horizon=5.0,
-        save_at=(0.0, 1.0, 2.5, 5.0),
+        saveat=ad.SaveAt(5.0, (0.0, 1.0, 2.5, 5.0)),
     )
     saves = _run(model)
     assert saves.shape == (4, 3, 4)
@@ -27,12 +26,14 @@ def test_post_ln_tokens_stay_on_sphere(distribution, kind):
 
 
 def test_scalar_noise_tokens_stay_on_sphere():
-    model = ad.DiscreteTransformer(ad.Attention(1.0), ad.ScalarValues(2.0), depth=10, horizon=5.0)
+    model = ad.DiscreteTransformer(
+        ad.Attention(1.0), ad.ScalarValues(2.0), depth=10, saveat=ad.SaveAt(5.0)
+    )
     np.testing.assert_allclose(jnp.linalg.norm(_run(model), axis=-1), 1.0, atol=1e-5)
 
 
 def test_save_times_and_first_save_is_start():
-    model = ad.DiscreteTransformer(ad.Attention(1.0), depth=10, horizon=2.0, save_at=(0.0, 2.0))
+    model = ad.DiscreteTransformer(ad.Attention(1.0), depth=10, saveat=ad.SaveAt(2.0, (0.0, 2.0)))
     np.testing.assert_allclose(model.save_times, [0.0, 2.0])
     x0 = ad.uniform_sphere(key=jax.random.key(0), n_tokens=2, dim=3)
     saves = model.trajectory(x0, key=jax.random.key(1))
@@ -41,7 +42,9 @@ def test_save_times_and_first_save_is_start():
 
 def test_eps_zero_two_tokens_collapse_to_one_cluster():
     # ε = 0 is the deterministic Post-LN flow: every non-antipodal start clusters.
-    model = ad.DiscreteTransformer(ad.Attention(1.0), ad.ScalarValues(0.0), depth=10, horizon=30.0)
+    model = ad.DiscreteTransformer(
+        ad.Attention(1.0), ad.ScalarValues(0.0), depth=10, saveat=ad.SaveAt(30.0)
+    )
     keys = jax.random.split(jax.random.key(0), 200)
     x0 = jax.vmap(lambda k: ad.uniform_sphere(key=k, n_tokens=2, dim=3))(keys)
     final = jax.vmap(lambda x, k: model.trajectory(x, key=k)[-1])(x0, keys)
@@ -51,7 +54,9 @@ def test_eps_zero_two_tokens_collapse_to_one_cluster():
 
 def test_layer_noise_is_shared_by_tokens_and_fresh_each_layer():
     # With one layer of pure noise, V is common: two identical tokens stay identical.
-    model = ad.DiscreteTransformer(ad.Attention(1.0), ad.MatrixValues(1.0), depth=4, horizon=1.0)
+    model = ad.DiscreteTransformer(
+        ad.Attention(1.0), ad.MatrixValues(1.0), depth=4, saveat=ad.SaveAt(1.0)
+    )
     x = jnp.tile(ad.uniform_sphere(key=jax.random.key(0), n_tokens=1, dim=4), (2, 1))
     out = model.trajectory(x, key=jax.random.key(1))[-1]
     np.testing.assert_allclose(out[0], out[1], atol=1e-6)
@@ -62,7 +67,7 @@ def test_layer_noise_is_shared_by_tokens_and_fresh_each_layer():
 
 
 def test_trajectory_is_independent_of_batching():
-    model = ad.DiscreteTransformer(ad.Attention(3.0), depth=10, horizon=2.0)
+    model = ad.DiscreteTransformer(ad.Attention(3.0), depth=10, saveat=ad.SaveAt(2.0))
     keys = jax.random.split(jax.random.key(0), 8)
     x0 = jax.vmap(lambda k: ad.uniform_sphere(key=k, n_tokens=2, dim=4))(keys)
     batched = jax.jit(jax.vmap(lambda x, k: model.trajectory(x, key=k)))(x0, keys)
@@ -84,7 +89,7 @@ def test_deterministic_post_ln_is_euler_of_the_two_token_ode():
     errors = []
     for depth in (50, 200):
         model = ad.DiscreteTransformer(
-            ad.Attention(beta), ad.DeterministicValues(), depth=depth, horizon=1.0
+            ad.Attention(beta), ad.DeterministicValues(), depth=depth, saveat=ad.SaveAt(1.0)
         )
         xt = model.trajectory(x0, key=jax.random.key(0))[-1]
         errors.append(abs(float(ad.overlaps(xt)[0, 1]) - exact))
@@ -97,4 +102,9 @@ def test_deterministic_post_ln_is_euler_of_the_two_token_ode():
 )
 def test_bad_model_input(kwargs, match):
     with pytest.raises(ad.ParameterError, match=match):
-        ad.DiscreteTransformer(ad.Attention(1.0), **{"depth": 10, "horizon": 1.0, **kwargs})
+        args = {"depth": 10, "horizon": 1.0, "save_at": None, **kwargs}
+        ad.DiscreteTransformer(
+            ad.Attention(1.0),
+            depth=args["depth"],
+            saveat=ad.SaveAt(args["horizon"], args["save_at"]),
+        )

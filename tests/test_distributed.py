@@ -11,15 +11,22 @@ import numpy as np
 import pytest
 
 import attndyn as ad
-from attndyn import _estimate
-from attndyn._distributed import combine_tallies, initialize, process_chunk_starts
+from attndyn._estimate import estimator as _estimator
+from attndyn._estimate.distributed import (
+    combine_tallies,
+    initialize_distributed,
+    process_chunk_starts,
+)
+from attndyn._estimate.runner import default_chunk_size
 
 POINTS = [{"dim": 4, "tokens": 2, "beta": 3.0}, {"dim": 3, "tokens": 3, "beta": 1.0}]
 
 
 def _model(beta, dim, tokens):
     del dim, tokens
-    return ad.DiscreteTransformer(ad.Attention(beta), ad.MatrixValues(1.0), depth=10, horizon=3.0)
+    return ad.DiscreteTransformer(
+        ad.Attention(beta), ad.MatrixValues(1.0), depth=10, saveat=ad.SaveAt(3.0)
+    )
 
 
 def _run(**kwargs):
@@ -40,9 +47,9 @@ def test_slices_are_refused_when_malformed():
     with pytest.raises(ad.ParameterError, match="process_index"):
         process_chunk_starts(10, 2, 3, 3)
     with pytest.raises(ad.ParameterError, match="process_id"):
-        initialize("localhost:1234", 2, 2)
+        initialize_distributed("localhost:1234", 2, 2)
     with pytest.raises(ad.ParameterError, match="coordinator"):
-        initialize(None, 2, 0)
+        initialize_distributed(None, 2, 0)
 
 
 def test_processes_combined_give_the_single_process_numbers(monkeypatch):
@@ -50,9 +57,9 @@ def test_processes_combined_give_the_single_process_numbers(monkeypatch):
     # process's own tallies, combine them once, and compare with one process.
     single = _run(chunk_size=8)
     parts = []
-    monkeypatch.setattr(_estimate, "gather_tallies", lambda fields: list(fields))
+    monkeypatch.setattr(_estimator, "gather_tallies", lambda fields: list(fields))
     for p in range(3):
-        monkeypatch.setattr(_estimate, "process_layout", lambda p=p: (p, 3))
+        monkeypatch.setattr(_estimator, "process_layout", lambda p=p: (p, 3))
         ds = _run(chunk_size=8)
         parts.append([ds["count"].values, ds["n_valid"].values])
     counts, n_valid = combine_tallies(parts)
@@ -105,13 +112,13 @@ def test_more_trajectories_keep_chunk_sized_device_work(monkeypatch):
     # sees chunk-sized inputs (so its buffers are chunk-sized whatever n is) and nothing
     # stays alive on the devices between chunks or after the run.
     shapes = []
-    original = _estimate._chunk_statistics
+    original = _estimator.chunk_statistics
 
     def recording(*args):
         shapes.append(args[2].shape)
         return original(*args)
 
-    monkeypatch.setattr(_estimate, "_chunk_statistics", recording)
+    monkeypatch.setattr(_estimator, "chunk_statistics", recording)
     live = []
     for n in (16, 160):
         _run(n_trajectories=n, chunk_size=16)
@@ -122,8 +129,8 @@ def test_more_trajectories_keep_chunk_sized_device_work(monkeypatch):
 
 
 def test_default_chunk_follows_memory_not_trajectories():
-    small = ad.default_chunk_size(10**3, n_tokens=2, dim=4, n_saves=1, n_devices=2)
-    large = ad.default_chunk_size(10**9, n_tokens=2, dim=4, n_saves=1, n_devices=2)
+    small = default_chunk_size(10**3, n_tokens=2, dim=4, n_saves=1, n_devices=2)
+    large = default_chunk_size(10**9, n_tokens=2, dim=4, n_saves=1, n_devices=2)
     assert small == 10**3
     assert large <= 1 << 16  # capped: more trajectories mean more chunks, not bigger ones
 
@@ -155,7 +162,7 @@ def test_two_processes_on_localhost_with_jax_distributed(tmp_path):
     ]
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env["JAX_PLATFORMS"] = "cpu"
-    cli = [sys.executable, "-c", "from attndyn._cli import main; main()"]
+    cli = [sys.executable, "-c", "from attndyn.cli import main; main()"]
     procs = []
     for pid in (1, 0):
         penv = {

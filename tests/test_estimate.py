@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import attndyn as ad
-from attndyn import _estimate
+from attndyn._estimate import estimator as _estimator
 from tests.helpers import binomial_se
 
 
@@ -12,7 +12,10 @@ def _post_ln(
 ):
     del dim, tokens
     return ad.DiscreteTransformer(
-        ad.Attention(beta, kind=kind), ad.MatrixValues(sigma), depth=depth, horizon=horizon
+        ad.Attention(beta, kind=kind),
+        ad.MatrixValues(sigma),
+        depth=depth,
+        saveat=ad.SaveAt(horizon),
     )
 
 
@@ -42,14 +45,25 @@ def test_point_results_do_not_depend_on_the_rest_of_the_grid():
 def test_sweeping_beta_and_sigma_does_not_recompile():
     traces = []
 
-    class Counting(ad.DiscreteTransformer):
+    class Counting(ad.AbstractTrajectoryModel):
+        # A wrapper (concrete models are final): it has no reduced form, so the sweep runs
+        # on the full route.
+        inner: ad.DiscreteTransformer
+
+        @property
+        def save_times(self):
+            return self.inner.save_times
+
         def trajectory(self, x0, *, key):
             traces.append(1)  # runs once per trace, i.e. once per compilation
-            return super().trajectory(x0, key=key)
+            return self.inner.trajectory(x0, key=key)
 
     def make(beta, dim, tokens, sigma):
         del dim, tokens
-        return Counting(ad.Attention(beta), ad.MatrixValues(sigma), depth=5, horizon=1.0)
+        inner = ad.DiscreteTransformer(
+            ad.Attention(beta), ad.MatrixValues(sigma), depth=5, saveat=ad.SaveAt(1.0)
+        )
+        return Counting(inner)
 
     points = ad.grid(dim=[3], tokens=[2], beta=[0.5, 1.0, 2.0, 4.0], sigma=[0.5, 1.0])
     ad.estimate_probabilities(
@@ -159,7 +173,7 @@ def test_interrupted_run_resumes_without_losing_work(tmp_path, monkeypatch):
     path = tmp_path / "ck.nc"
     reference = _estimate_small(POINTS, chunk_size=10)
     calls = {"n": 0}
-    original = _estimate._chunk_statistics
+    original = _estimator.chunk_statistics
 
     def interrupting(*args):
         calls["n"] += 1
@@ -167,7 +181,7 @@ def test_interrupted_run_resumes_without_losing_work(tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return original(*args)
 
-    monkeypatch.setattr(_estimate, "_chunk_statistics", interrupting)
+    monkeypatch.setattr(_estimator, "chunk_statistics", interrupting)
     with pytest.raises(KeyboardInterrupt):
         _estimate_small(POINTS, chunk_size=10, checkpoint=path)
     assert path.exists()

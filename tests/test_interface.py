@@ -122,3 +122,10 @@ def test_symmetric_ode_frames_carry_the_cosine():
     cos = jax.vmap(jax.vmap(ad.mean_cosine))(states)
     np.testing.assert_allclose(np.asarray(cos[0]), np.asarray(sol.gamma), rtol=1e-6)
     np.testing.assert_array_equal(np.asarray(cos[0]), np.asarray(cos[1]))
+
+
+def test_concrete_models_are_final():
+    with pytest.raises(TypeError, match="final"):
+
+        class Changed(ad.DiscreteTransformer):  # noqa: F841
+            pass

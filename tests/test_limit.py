@@ -17,7 +17,10 @@ def _stats(z):
 
 def _discrete_mean(depth, distribution, n, seed):
     model = ad.DiscreteTransformer(
-        ad.Attention(BETA), ad.MatrixValues(1.0, distribution=distribution), depth=depth, horizon=T
+        ad.Attention(BETA),
+        ad.MatrixValues(1.0, distribution=distribution),
+        depth=depth,
+        saveat=ad.SaveAt(T),
     )
     x0 = jnp.eye(DIM, dtype=jnp.float32)[:2]  # orthogonal start, Z_0 = 0
 
@@ -33,7 +36,12 @@ def reference():
     # E Z_1 of the SDE from the exact 1-D overlap diffusion (SA, full noise), Heun at
     # dt = 2e-3 (weak error ~1e-3, below the tolerances used) over 200,000 paths.
     o = ad.OverlapSDE(
-        BETA, attention="softmax", noise="full", dim=DIM, horizon=T, dt=2e-3, solver="heun"
+        BETA,
+        attention="softmax",
+        noise="full",
+        dim=DIM,
+        saveat=ad.SaveAt(T),
+        integrator=ad.SDEIntegrator(solver="heun", dt=2e-3),
     )
     keys = jax.random.split(jax.random.key(0), 200_000)
     z = jax.jit(jax.vmap(lambda k: o.solve(jnp.zeros((), jnp.float32), key=k)[-1]))(keys)

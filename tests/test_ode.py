@@ -14,10 +14,12 @@ from attndyn import (
     DiscreteTransformer,
     MixLN,
     NormalizedAttentionODE,
+    ODEIntegrator,
     ParameterError,
     PeriLN,
     PostLN,
     PreLN,
+    SaveAt,
     SqrtScaling,
 )
 
@@ -36,11 +38,8 @@ def test_drift_is_reported_not_hidden():
     model = NormalizedAttentionODE(
         Attention(1.0),
         PostLN(),
-        horizon=4.0,
-        solver=diffrax.Euler(),
-        adaptive=False,
-        dt0=0.5,
-        save_at=(4.0,),
+        saveat=SaveAt(4.0, (4.0,)),
+        integrator=ODEIntegrator(solver=diffrax.Euler(), adaptive=False, dt0=0.5),
     )
     sol = model.solve(random_start())
     assert float(sol.sphere_drift[-1]) > 1e-3
@@ -56,7 +55,10 @@ def test_euler_layers_converge_at_order_one(scheme):
     horizon, x0 = 2.0, random_start(n=4, d=3, seed=1, radius=1.3)
     attention = Attention(1.5)
     ode = NormalizedAttentionODE(
-        attention, scheme, horizon=horizon, save_at=(0.5, 1.0, 2.0), rtol=1e-7, atol=1e-9
+        attention,
+        scheme,
+        saveat=SaveAt(horizon, (0.5, 1.0, 2.0)),
+        integrator=ODEIntegrator(rtol=1e-7, atol=1e-9),
     )
     sol = ode.solve(x0)
     exact = sol.x[-1]
@@ -65,7 +67,9 @@ def test_euler_layers_converge_at_order_one(scheme):
     np.testing.assert_allclose(np.linalg.norm(sol.theta, axis=-1), 1.0, atol=1e-6)
     errors = []
     for depth in (16, 32, 64):
-        model = DiscreteTransformer(attention, DeterministicValues(), scheme, depth, horizon)
+        model = DiscreteTransformer(
+            attention, DeterministicValues(), scheme, depth, SaveAt(horizon)
+        )
         x = eqx.filter_jit(model.trajectory)(x0, key=jax.random.key(0))[-1]
         errors.append(float(jnp.max(jnp.abs(x - exact))))
     ratios = np.array(errors[:-1]) / np.array(errors[1:])
@@ -79,15 +83,15 @@ def test_mix_ln_switch_happens_at_tau():
     ts = np.array([0.0, 0.25, 0.5, 0.75, 1.0, 2.0, 3.0])
     x0 = random_start(n=4, d=4, seed=2, radius=2.0)
     attention = Attention(1.0)
-    mix = NormalizedAttentionODE(attention, MixLN(tau=tau), horizon=horizon, save_at=ts).solve(x0)
+    mix = NormalizedAttentionODE(attention, MixLN(tau=tau), saveat=SaveAt(horizon, ts)).solve(x0)
     # Before τ: the Post-LN flow (radius held at 1, what Post-LN's normalisation leaves).
-    post = NormalizedAttentionODE(attention, PostLN(), horizon=tau, save_at=ts[:4]).solve(x0)
+    post = NormalizedAttentionODE(attention, PostLN(), saveat=SaveAt(tau, ts[:4])).solve(x0)
     np.testing.assert_allclose(mix.theta[:4], post.theta, atol=1e-5)
     np.testing.assert_allclose(mix.r[:4], 1.0)
     # After τ: the Pre-LN flow started from the Post-LN state at τ with r = 1.
     start = post.theta[-1]
     pre = NormalizedAttentionODE(
-        attention, PreLN(), horizon=horizon - tau, save_at=ts[4:] - tau
+        attention, PreLN(), saveat=SaveAt(horizon - tau, ts[4:] - tau)
     ).solve(start)
     np.testing.assert_allclose(mix.theta[4:], pre.theta, atol=1e-5)
     np.testing.assert_allclose(mix.r[4:], pre.r, rtol=1e-5)
@@ -101,7 +105,7 @@ def test_mix_ln_extremes_and_vmap_over_tau():
     ts = (0.5, 2.0)
 
     def solve(scheme):
-        return NormalizedAttentionODE(attention, scheme, horizon=2.0, save_at=ts).solve(x0)
+        return NormalizedAttentionODE(attention, scheme, saveat=SaveAt(2.0, ts)).solve(x0)
 
     mix = jax.vmap(lambda tau: solve(MixLN(tau=tau)).x)(jnp.array([0.0, 5.0]))
     np.testing.assert_allclose(mix[0], solve(PreLN()).x, rtol=1e-5, atol=1e-5)
@@ -112,7 +116,7 @@ def test_pre_ln_radius_grows_linearly_from_narrow_cone():
     """Thm 4.3(i): in a narrow cone ⟨θ, A⟩ → 1, so r(t) ≈ t + r_0."""
     noise = 0.05 * jax.random.normal(jax.random.key(4), (6, 5))
     x0 = attndyn.normalize(jnp.zeros((6, 5)).at[:, 0].set(1.0) + noise)
-    model = NormalizedAttentionODE(Attention(1.0), PreLN(), horizon=40.0, save_at=(20.0, 40.0))
+    model = NormalizedAttentionODE(Attention(1.0), PreLN(), saveat=SaveAt(40.0, (20.0, 40.0)))
     r = np.asarray(model.solve(x0).r)
     slope = (r[1] - r[0]) / 20.0
     # ⟨θ, A⟩ ≤ 1 bounds the slope above; the cone keeps it within 1 % of 1.
@@ -126,7 +130,7 @@ def test_vmap_over_starts_and_parameters():
     alphas = jnp.array([0.5, 1.0, 1.5])
 
     def solve(beta, alpha, x):
-        model = NormalizedAttentionODE(Attention(beta), NGPT(alpha=alpha), horizon=2.0)
+        model = NormalizedAttentionODE(Attention(beta), NGPT(alpha=alpha), saveat=SaveAt(2.0))
         return model.solve(x).x
 
     batched = jax.jit(jax.vmap(solve))(betas, alphas, x0)
@@ -136,7 +140,11 @@ def test_vmap_over_starts_and_parameters():
     taus = jnp.array([0.0, 0.5, 1.0])
 
     def solve_mix(tau):
-        return NormalizedAttentionODE(Attention(1.0), MixLN(tau=tau), horizon=2.0).solve(x0[0]).r
+        return (
+            NormalizedAttentionODE(Attention(1.0), MixLN(tau=tau), saveat=SaveAt(2.0))
+            .solve(x0[0])
+            .r
+        )
 
     radii = jax.vmap(solve_mix)(taus)
     for i in range(3):
@@ -147,14 +155,19 @@ def test_vmap_over_starts_and_parameters():
     ("build", "needle"),
     [
         (
-            lambda: NormalizedAttentionODE(Attention(1.0), horizon=1.0, save_at=(0.5, 1.5)),
+            lambda: NormalizedAttentionODE(Attention(1.0), saveat=SaveAt(1.0, (0.5, 1.5))),
             "save_at",
         ),
-        (lambda: NormalizedAttentionODE(Attention(1.0), horizon=1.0, save_at=(-0.1,)), "save_at"),
+        (lambda: NormalizedAttentionODE(Attention(1.0), saveat=SaveAt(1.0, (-0.1,))), "save_at"),
         (lambda: NormalizedAttentionODE(Attention(1.0), MixLN(tau=-1.0)), "tau"),
         (lambda: NormalizedAttentionODE(Attention(1.0), NGPT(alpha=0.0)), "alpha"),
-        (lambda: NormalizedAttentionODE(Attention(1.0), horizon=0.0), "horizon"),
-        (lambda: NormalizedAttentionODE(Attention(1.0), adaptive=False), "dt0"),
+        (lambda: NormalizedAttentionODE(Attention(1.0), saveat=SaveAt(0.0)), "horizon"),
+        (
+            lambda: NormalizedAttentionODE(
+                Attention(1.0), integrator=ODEIntegrator(adaptive=False)
+            ),
+            "dt0",
+        ),
         (lambda: attndyn.scheme_from_name("layer-norm"), "scheme"),
     ],
 )

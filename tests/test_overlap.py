@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import attndyn as ad
+from attndyn._models.sde import hybrid_correction
 from tests.helpers import two_sample_ks_pvalue
 
 
@@ -39,7 +40,7 @@ def test_coefficients_match_lemma4_general_formula(kind, noise):
         else:
             p1 = ad.tangent_project(y[0], a1)
             p2 = ad.tangent_project(y[1], a2)
-            f = ad.hybrid_correction(y, a)
+            f = hybrid_correction(y, a)
             drift = p1 @ y[1] + p2 @ y[0] + eps**2 * (f[0] @ y[1] + f[1] @ y[0] + p1 @ p2)
             diff = eps * (p1 @ y[1] + p2 @ y[0])
         np.testing.assert_allclose(o.drift(jnp.asarray(z)), drift, rtol=2e-5, atol=1e-6)
@@ -56,11 +57,21 @@ def test_usa_hybrid_is_eq26():
     np.testing.assert_allclose(o.diffusion(z), eps * b * (1 - z**2), rtol=1e-5)
 
 
-class _PrintedSA(ad.OverlapSDE):
+class _PrintedSA(ad.AbstractOverlapSDE):
     """003 eq. 21 as printed: the SA diffusion without its factor √2."""
 
+    correct: ad.OverlapSDE
+
+    @property
+    def saveat(self):  # pyright: ignore[reportIncompatibleVariableOverride]
+        return self.correct.saveat
+
+    @property
+    def integrator(self):  # pyright: ignore[reportIncompatibleVariableOverride]
+        return self.correct.integrator
+
     def rates(self, z):
-        m, s = super().rates(z)
+        m, s = self.correct.rates(z)
         return m, s / math.sqrt(2)
 
 
@@ -86,10 +97,11 @@ def test_full_sde_overlap_matches_1d_diffusion_in_law(kind, noise):
     # (~1/√1250). Equal laws must not be rejected at the 0.1 % level.
     beta, dim, horizon, dt, n = 1.0, 4, 1.0, 0.004, 2500
     att = ad.Attention(beta, kind=kind)
+    saveat, integrator = ad.SaveAt(horizon), ad.SDEIntegrator(dt=dt)
     if noise == "full":
-        full = ad.TransformerSDE(att, horizon=horizon, dt=dt)
+        full = ad.TransformerSDE(att, saveat=saveat, integrator=integrator)
     else:
-        full = ad.HybridSDE(att, eps=1.0, horizon=horizon, dt=dt)
+        full = ad.HybridSDE(att, eps=1.0, saveat=saveat, integrator=integrator)
 
     def one(key):
         k1, k2 = jax.random.split(key)
@@ -98,13 +110,16 @@ def test_full_sde_overlap_matches_1d_diffusion_in_law(kind, noise):
         return x0[0] @ x0[1], y[0] @ y[1]
 
     z0, z_full = jax.jit(jax.vmap(one))(jax.random.split(jax.random.key(11), n))
-    kw: dict[str, Any] = dict(attention=kind, noise=noise, eps=1.0, dim=dim, horizon=horizon, dt=dt)
+    kw: dict[str, Any] = dict(
+        attention=kind, noise=noise, eps=1.0, dim=dim, saveat=saveat, integrator=integrator
+    )
     keys = jax.random.split(jax.random.key(12), n)
     z_1d = jax.vmap(lambda z, k: ad.OverlapSDE(beta, **kw).solve(z, key=k)[-1])(z0, keys)
     assert two_sample_ks_pvalue(_clip(z_full), _clip(z_1d)) > 1e-3
     if (kind, noise) == ("softmax", "full"):
         # Power: the diffusion printed in 003 eq. 21 (no √2) is rejected.
-        z_typo = jax.vmap(lambda z, k: _PrintedSA(beta, **kw).solve(z, key=k)[-1])(z0, keys)
+        typo = _PrintedSA(ad.OverlapSDE(beta, **kw))
+        z_typo = jax.vmap(lambda z, k: typo.solve(z, key=k)[-1])(z0, keys)
         assert two_sample_ks_pvalue(_clip(z_full), _clip(z_typo)) < 1e-6
 
 
@@ -123,7 +138,14 @@ def test_hybrid_overlap_long_time_end(kind, beta, eps, end):
     # Far from the thresholds the attracting end is reached a.s.; at T = 60 the fraction
     # within 1e-3 of it is ≥ 0.95 (limit 1; 400 paths give SE ≤ 0.011 at 0.95, 4 SE = 0.044,
     # so a true value of 1 cannot fail and one below 0.9 cannot pass).
-    o = ad.OverlapSDE(beta, attention=kind, noise="hybrid", eps=eps, horizon=60.0, dt=0.01)
+    o = ad.OverlapSDE(
+        beta,
+        attention=kind,
+        noise="hybrid",
+        eps=eps,
+        saveat=ad.SaveAt(60.0),
+        integrator=ad.SDEIntegrator(dt=0.01),
+    )
     z0 = jnp.linspace(-0.9, 0.9, 400)
     z = jax.vmap(lambda z, k: o.solve(z, key=k)[-1])(z0, jax.random.split(jax.random.key(5), 400))
     assert float(jnp.mean(jnp.abs(z - end) < 1e-3)) >= 0.95
@@ -135,6 +157,6 @@ def test_bad_input():
     with pytest.raises(ad.ParameterError, match="sigma"):
         ad.OverlapSDE(1.0, sigma=0.0)
     with pytest.raises(ad.ParameterError, match="dt"):
-        ad.OverlapSDE(1.0, horizon=1.0, dt=5.0)
+        ad.OverlapSDE(1.0, saveat=ad.SaveAt(1.0), integrator=ad.SDEIntegrator(dt=5.0))
     with pytest.raises(ad.ParameterError, match="noise"):
         ad.OverlapSDE(1.0, noise="pink")  # pyright: ignore[reportArgumentType]

@@ -1,7 +1,7 @@
 import pytest
 
 from attndyn import ParameterError
-from attndyn._ranges import parse_range
+from attndyn.cli._ranges import parse_range
 
 
 def test_ranges():

@@ -12,12 +12,11 @@ from attndyn import (
     PeriLN,
     PostLN,
     PreLN,
+    SaveAt,
     SqrtScaling,
     SymmetricODE,
-    clustering_time,
-    cosine_gap,
-    fit_terminal_rate,
 )
+from attndyn.studies import clustering_time, cosine_gap, fit_terminal_rate
 from attndyn.theory import terminal_rate_theory
 
 
@@ -27,7 +26,7 @@ def fitted_rate(scheme, horizon, *, beta=2.0, n=16):
         ts = np.geomspace(1.0, horizon, 120)
     else:
         ts = np.linspace(0.0, horizon, 120)
-    sol = SymmetricODE(scheme, beta, n_tokens=n, horizon=horizon, save_at=ts).solve()
+    sol = SymmetricODE(scheme, beta, n_tokens=n, saveat=SaveAt(horizon, ts)).solve()
     return theory, fit_terminal_rate(sol.ts, kind=theory.kind, log_gap=sol.log_gap)
 
 

@@ -9,18 +9,21 @@ import numpy as np
 import pytest
 
 import attndyn as ad
-from attndyn._reduced import (
+from attndyn._models.reduced.model import lq, pair_gaps, reduction_blocker
+from attndyn._models.reduced.samplers import (
     LAYER_BLOCK,
-    ReducedTransformer,
-    _mt_candidate,
-    _two_token_block,
-    _variates,
-    lq,
-    pair_gaps,
-    reduce_model,
-    reduction_blocker,
+    mt_candidate,
+    two_token_block,
+    variates,
 )
 from tests.helpers import two_sample_ks_pvalue
+
+
+def _reduce(model, n_tokens, dim):
+    """The reduced form of ``model`` at (N, d), which must exist."""
+    reduced = model.reduction(n_tokens, dim).model
+    assert reduced is not None
+    return reduced
 
 
 def _terminal_overlaps(model, n, n_tokens, dim, seed):
@@ -28,11 +31,7 @@ def _terminal_overlaps(model, n, n_tokens, dim, seed):
     keys = jax.random.split(jax.random.key(seed), n)
     x0 = jax.vmap(lambda k: ad.uniform_sphere(key=k, n_tokens=n_tokens, dim=dim))(keys)
     noise = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
-    if isinstance(model, ReducedTransformer):
-        saves = eqx.filter_jit(lambda m, x, k: m.trajectories(x, k))(model, x0, noise)
-    else:
-        run = eqx.filter_jit(lambda m, x, k: jax.vmap(lambda a, b: m.trajectory(a, key=b))(x, k))
-        saves = run(model, x0, noise)
+    saves = eqx.filter_jit(lambda m, x, k: m.simulate(x, k))(model, x0, noise)
     if n_tokens == 1:
         # One token: its magnitude is the only invariant (it moves under Pre-LN).
         return np.asarray(jnp.linalg.norm(saves[:, -1], axis=-1))
@@ -68,10 +67,10 @@ def test_reduced_and_full_routes_agree_in_law(beta, dim, tokens, scheme, kind, h
         ad.MatrixValues(1.0),
         scheme=scheme,
         depth=20,
-        horizon=horizon,
+        saveat=ad.SaveAt(horizon),
     )
     full = _terminal_overlaps(model, 3000, tokens, dim, seed=1)
-    reduced = _terminal_overlaps(reduce_model(model, tokens, dim), 3000, tokens, dim, seed=2)
+    reduced = _terminal_overlaps(_reduce(model, tokens, dim), 3000, tokens, dim, seed=2)
     for k in range(full.shape[1] if full.ndim > 1 else 1):
         a = full[:, k] if full.ndim > 1 else full
         b = reduced[:, k] if reduced.ndim > 1 else reduced
@@ -80,7 +79,7 @@ def test_reduced_and_full_routes_agree_in_law(beta, dim, tokens, scheme, kind, h
 
 def test_d2_has_no_complement():
     # N = 2 at d = 2 is not reducible (N < d fails); N = 1 at d = 2 is (tested in law above).
-    model = ad.DiscreteTransformer(ad.Attention(1.0), depth=5, horizon=1.0)
+    model = ad.DiscreteTransformer(ad.Attention(1.0), depth=5, saveat=ad.SaveAt(1.0))
     assert reduction_blocker(model, 2, 2) is not None
     assert reduction_blocker(model, 1, 2) is None
 
@@ -95,9 +94,11 @@ def test_terminal_overlap_in_law_at_depth(beta, dim):
     # law. So both are compared at a 1e-5 resolution, still 100× finer than the clustering
     # tolerance. (Diagnosed at β = 2, d = 4 with 80,000 vs 80,000: mean overlap differs by
     # 0.85 SE, and the fractions within 1e-3 of ±1 by 0.1 and 0.3 SE.)
-    model = ad.DiscreteTransformer(ad.Attention(beta), ad.MatrixValues(1.0), depth=50, horizon=4.0)
+    model = ad.DiscreteTransformer(
+        ad.Attention(beta), ad.MatrixValues(1.0), depth=50, saveat=ad.SaveAt(4.0)
+    )
     full = _terminal_overlaps(model, 10000, 2, dim, seed=3)
-    reduced = _terminal_overlaps(reduce_model(model, 2, dim), 10000, 2, dim, seed=4)
+    reduced = _terminal_overlaps(_reduce(model, 2, dim), 10000, 2, dim, seed=4)
 
     def resolved(z):
         return np.round(np.clip(np.asarray(z, np.float64), -1.0, 1.0), 5)
@@ -121,7 +122,7 @@ def test_chi_variates_have_the_right_moments():
     # 40,000 draws: the mean of χ²_k has SE √(2k/40000); 5 SE bounds (stated per entry).
     keys = jax.random.split(jax.random.key(0), 40000)
     dofs = (1, 2, 5, 8, 9, 62)
-    z, chi = jax.vmap(lambda k: _variates(k, 2, dofs, jnp.float32))(keys)
+    z, chi = jax.vmap(lambda k: variates(k, 2, dofs, jnp.float32))(keys)
     chi2 = np.asarray(chi, np.float64) ** 2
     for i, k in enumerate(dofs):
         assert abs(chi2[:, i].mean() - k) < 5 * np.sqrt(2 * k / 40000)
@@ -140,13 +141,18 @@ def test_reduction_is_refused_where_it_is_not_exact():
     assert reduction_blocker(ad.DiscreteTransformer(ad.Attention(1.0, n_heads=2)), 2, 4)
     assert reduction_blocker(ad.DiscreteTransformer(ad.Attention(1.0, query=jnp.eye(4))), 2, 4)
     with pytest.raises(ad.ParameterError, match="route"):
-        reduce_model(ad.DiscreteTransformer(ad.Attention(1.0, n_heads=2)), 2, 4)
+        ad.select_route(
+            ad.DiscreteTransformer(ad.Attention(1.0, n_heads=2)),
+            n_tokens=2,
+            dim=4,
+            route="reduced",
+        )
 
 
 def test_estimator_picks_the_route_and_says_so():
     def make(beta, dim, tokens):
         del dim, tokens
-        return ad.DiscreteTransformer(ad.Attention(beta), depth=5, horizon=1.0)
+        return ad.DiscreteTransformer(ad.Attention(beta), depth=5, saveat=ad.SaveAt(1.0))
 
     points = [{"dim": 4, "tokens": 2, "beta": 1.0}, {"dim": 3, "tokens": 3, "beta": 1.0}]
     kw = {"key": jax.random.key(0), "n_trajectories": 20, "progress": False}
@@ -177,7 +183,7 @@ def test_two_token_block_variates_are_exact(dim):
     from scipy import stats
 
     keys = jax.random.split(jax.random.key(7), 8000)
-    z, chi = jax.jit(lambda k: _two_token_block(k, dim, jnp.float32))(keys)
+    z, chi = jax.jit(lambda k: two_token_block(k, dim, jnp.float32))(keys)
     z = np.asarray(z, np.float64).ravel()
     chi2 = np.moveaxis(np.asarray(chi, np.float64), 1, 0).reshape(2, -1) ** 2
     n = chi2.shape[1]
@@ -194,7 +200,7 @@ def test_one_word_marsaglia_tsang_takes_every_branch():
     # The exactness test above only covers the fix-up loop if first candidates are
     # rejected or undecided often enough: check that all three statuses occur at α = 2.5.
     words = jax.random.bits(jax.random.key(3), (200000,), jnp.uint32)
-    _, status, _ = _mt_candidate(words, jnp.float32(2.5 - 1 / 3))
+    _, status, _ = mt_candidate(words, jnp.float32(2.5 - 1 / 3))
     counts = np.bincount(np.asarray(status), minlength=3)
     assert counts[1] > 50 and counts[2] > 500, counts
 
@@ -207,20 +213,20 @@ def test_chain_numbers_depend_on_the_key_only(dim):
     # whether layers are stepped one by one with ``layer``.
     def make(save_at):
         model = ad.DiscreteTransformer(
-            ad.Attention(2.0), ad.MatrixValues(1.0), depth=10, horizon=2.3, save_at=save_at
+            ad.Attention(2.0), ad.MatrixValues(1.0), depth=10, saveat=ad.SaveAt(2.3, save_at)
         )
-        return reduce_model(model, 2, dim)
+        return _reduce(model, 2, dim)
 
     keys = jax.random.split(jax.random.key(5), 6)
     x0 = jax.vmap(lambda k: ad.uniform_sphere(key=k, n_tokens=2, dim=dim))(keys)
     whole = make(None)
     cut = make((0.3, 0.7, 1.0, 1.45, 2.3))
-    a = np.asarray(whole.trajectories(x0, keys)[:, -1])
-    b = np.asarray(cut.trajectories(x0, keys)[:, -1])
+    a = np.asarray(whole.simulate(x0, keys)[:, -1])
+    b = np.asarray(cut.simulate(x0, keys)[:, -1])
     np.testing.assert_array_equal(a, b)
     # Other batch shapes compile to other (vectorised or scalar) code: equal to rounding.
     # Other random numbers would differ at O(1) after 23 layers of noise σ/√10.
-    alone = np.asarray(whole.trajectories(x0[4:5], keys[4:5])[0, -1])
+    alone = np.asarray(whole.simulate(x0[4:5], keys[4:5])[0, -1])
     np.testing.assert_allclose(a[4], alone, atol=1e-5)
     step = eqx.filter_jit(lambda m, c, n, k: m.layer(c, n, key=k))
     c = whole.reduce(x0[2])
@@ -235,7 +241,7 @@ def test_sweeping_beta_and_sigma_compiles_once_on_the_reduced_route(caplog):
     def make(beta, dim, tokens, sigma):
         del dim, tokens
         return ad.DiscreteTransformer(
-            ad.Attention(beta), ad.MatrixValues(sigma), depth=5, horizon=1.0
+            ad.Attention(beta), ad.MatrixValues(sigma), depth=5, saveat=ad.SaveAt(1.0)
         )
 
     points = ad.grid(dim=[5], tokens=[2], beta=[0.5, 1.0, 2.0], sigma=[0.5, 1.0])
@@ -246,7 +252,7 @@ def test_sweeping_beta_and_sigma_compiles_once_on_the_reduced_route(caplog):
     compiles = [
         r
         for r in caplog.records
-        if "Compiling" in r.getMessage() and "_chunk_statistics" in r.getMessage()
+        if "Compiling" in r.getMessage() and "chunk_statistics" in r.getMessage()
     ]
     assert ad.provenance(ds)["route"] == "reduced"
     assert len(compiles) == 1

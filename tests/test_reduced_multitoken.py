@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import attndyn as ad
-from attndyn._reduced import lq, pair_gaps, reduce_model
+from attndyn._models.reduced.model import lq, pair_gaps
 from tests import numpy_reference
 from tests.helpers import two_sample_ks_pvalue
 
@@ -78,11 +78,15 @@ def _cluster_start(key, n_trajectories, n_tokens, dim, gap):
     return ad.normalize(centre + jitter)
 
 
+def _reduce(model, n_tokens, dim):
+    """The reduced form of ``model`` at (N, d), which must exist."""
+    reduced = model.reduction(n_tokens, dim).model
+    assert reduced is not None
+    return reduced
+
+
 def _run(model, x0, keys):
-    if isinstance(model, ad.ReducedTransformer):
-        return eqx.filter_jit(lambda m, x, k: m.trajectories(x, k))(model, x0, keys)
-    run = eqx.filter_jit(lambda m, x, k: jax.vmap(lambda a, b: m.trajectory(a, key=b))(x, k))
-    return run(model, x0, keys)
+    return eqx.filter_jit(lambda m, x, k: m.simulate(x, k))(model, x0, keys)
 
 
 @pytest.mark.parametrize(("n_tokens", "dim", "beta"), [(3, 6, 1.0), (4, 5, 3.0)])
@@ -90,17 +94,17 @@ def _run(model, x0, keys):
 def test_clustered_tokens_stay_clustered(n_tokens, dim, beta, route):
     # Tokens start within 1 − z ≈ 1e-10 of each other. Near +1 a pair's gap is a diffusion
     # whose chance of ever growing from δ to the tolerance is ≈ (δ/tol)^κ, κ = (d − 1)/2
-    # ≥ 2 here (spec §4, attndyn._absorption): ≤ 1e-14 per pair, so over 1,200 trajectories
-    # not one may leave the single class at any save time. The old reduced route broke
-    # 75 % of them apart by T = 20 (mean cosine 0.64).
+    # ≥ 2 here (spec §4, attndyn._models.reduced.absorption): ≤ 1e-14 per pair, so over
+    # 1,200 trajectories not one may leave the single class at any save time. The old
+    # reduced route broke 75 % of them apart by T = 20 (mean cosine 0.64).
     model = ad.DiscreteTransformer(
-        ad.Attention(beta), depth=20, horizon=20.0, save_at=(5.0, 10.0, 15.0, 20.0)
+        ad.Attention(beta), depth=20, saveat=ad.SaveAt(20.0, (5.0, 10.0, 15.0, 20.0))
     )
     n = 1200
     x0 = _cluster_start(jax.random.key(11), n, n_tokens, dim, 1e-10)
     keys = jax.random.split(jax.random.key(12), n)
     if route == "reduced":
-        model = reduce_model(model, n_tokens, dim)
+        model = _reduce(model, n_tokens, dim)
     saves = _run(model, x0, keys)
     single = jax.vmap(jax.vmap(ad.cluster_classes))(saves)[..., 0]
     assert bool(jnp.all(single)), np.asarray(single.mean(axis=0))
@@ -141,9 +145,9 @@ def test_reduced_and_full_routes_agree_after_clustering(beta, dim, n_tokens):
     # two-sample criterion above, and the law of the mean pairwise cosine by KS at a 1e-5
     # resolution (float32 coordinates of the full route cannot resolve finer gaps; p < 1e-3
     # fails equal laws once in a thousand).
-    model = ad.DiscreteTransformer(ad.Attention(beta), depth=20, horizon=20.0)
+    model = ad.DiscreteTransformer(ad.Attention(beta), depth=20, saveat=ad.SaveAt(20.0))
     full_classes, full_cos = _terminal(model, 2000, n_tokens, dim, seed=21)
-    red_classes, red_cos = _terminal(reduce_model(model, n_tokens, dim), 2000, n_tokens, dim, 22)
+    red_classes, red_cos = _terminal(_reduce(model, n_tokens, dim), 2000, n_tokens, dim, 22)
     _assert_same_class_probabilities(full_classes, red_classes)
     resolved = [np.round(np.clip(c, -1, 1), 5) for c in (full_cos, red_cos)]
     assert two_sample_ks_pvalue(*resolved) > 1e-3
@@ -157,7 +161,7 @@ def test_reduced_route_agrees_with_an_independent_numpy_loop(beta, dim, n_tokens
     # Same criterion as above, against tests/numpy_reference.py (float64, NumPy's PCG64):
     # no shared code, arithmetic or random numbers.
     n = 2000
-    model = ad.DiscreteTransformer(ad.Attention(beta), depth=20, horizon=20.0)
-    red_classes, _ = _terminal(reduce_model(model, n_tokens, dim), n, n_tokens, dim, 31)
+    model = ad.DiscreteTransformer(ad.Attention(beta), depth=20, saveat=ad.SaveAt(20.0))
+    red_classes, _ = _terminal(_reduce(model, n_tokens, dim), n, n_tokens, dim, 31)
     ref = numpy_reference.post_ln_gaussian(n, n_tokens, dim, beta, depth=20, horizon=20.0)
     _assert_same_class_probabilities(numpy_reference.classes(ref), red_classes[:, :2])

@@ -19,6 +19,7 @@ from attndyn import (
     PeriLN,
     PostLN,
     PreLN,
+    SaveAt,
     ScalarValues,
     SqrtScaling,
     scheme_from_name,
@@ -53,7 +54,7 @@ def test_names_round_trip():
     ids=["deterministic", "matrix", "scalar"],
 )
 def test_every_scheme_runs_with_every_value_kind(scheme, values):
-    model = DiscreteTransformer(ATTN, values, scheme, depth=10, horizon=1.0, save_at=(0.5, 1.0))
+    model = DiscreteTransformer(ATTN, values, scheme, depth=10, saveat=SaveAt(1.0, (0.5, 1.0)))
     out = eqx.filter_jit(model.trajectory)(X, key=jax.random.key(1))
     assert out.shape == (2, 5, 4)
     assert np.all(np.isfinite(out))

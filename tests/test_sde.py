@@ -34,9 +34,18 @@ def _max_drift(model, *, n_traj, n_tokens, dim, seed=0):
 
 def test_projected_solvers_stay_on_sphere():
     for solver in ("euler", "heun", "spark"):
-        m = ad.TransformerSDE(ad.Attention(3.0), horizon=1.0, dt=0.05, solver=solver)
+        m = ad.TransformerSDE(
+            ad.Attention(3.0),
+            saveat=ad.SaveAt(1.0),
+            integrator=ad.SDEIntegrator(solver=solver, dt=0.05),
+        )
         assert _max_drift(m, n_traj=4, n_tokens=3, dim=3) < 1e-5, solver
-    h = ad.HybridSDE(ad.Attention(2.0, kind="unnormalized"), eps=1.5, horizon=2.0, dt=0.02)
+    h = ad.HybridSDE(
+        ad.Attention(2.0, kind="unnormalized"),
+        eps=1.5,
+        saveat=ad.SaveAt(2.0),
+        integrator=ad.SDEIntegrator(dt=0.02),
+    )
     assert _max_drift(h, n_traj=8, n_tokens=3, dim=4) < 1e-5
 
 
@@ -47,10 +56,13 @@ def test_unprojected_drift_shrinks_with_step(cls):
     # we ask for a factor 1.4 at least, and for a small absolute value at dt = 0.005).
     drifts = []
     for dt in (0.02, 0.005):
+        integrator = ad.SDEIntegrator(dt=dt, project=False)
         if cls == "transformer":
-            m = ad.TransformerSDE(ad.Attention(3.0), horizon=5.0, dt=dt, project=False)
+            m = ad.TransformerSDE(ad.Attention(3.0), saveat=ad.SaveAt(5.0), integrator=integrator)
         else:
-            m = ad.HybridSDE(ad.Attention(3.0), eps=1.0, horizon=5.0, dt=dt, project=False)
+            m = ad.HybridSDE(
+                ad.Attention(3.0), eps=1.0, saveat=ad.SaveAt(5.0), integrator=integrator
+            )
         drifts.append(_max_drift(m, n_traj=64, n_tokens=2, dim=4))
     assert drifts[1] < drifts[0] / 1.4, drifts
     assert drifts[1] < 0.1, drifts
@@ -60,8 +72,16 @@ def test_stratonovich_heun_matches_ito_euler_in_law():
     # Heun solves the Stratonovich form (drift corrected by −½ΣDg·g, by autodiff); if the
     # correction were wrong the terminal overlap law would differ. Two independent samples
     # of 1000: KS must not reject at the 0.1 % level (fixed seeds).
-    euler = ad.TransformerSDE(ad.Attention(1.5), horizon=1.0, dt=0.02, solver="euler")
-    heun = ad.TransformerSDE(ad.Attention(1.5), horizon=1.0, dt=0.02, solver="heun")
+    euler = ad.TransformerSDE(
+        ad.Attention(1.5),
+        saveat=ad.SaveAt(1.0),
+        integrator=ad.SDEIntegrator(solver="euler", dt=0.02),
+    )
+    heun = ad.TransformerSDE(
+        ad.Attention(1.5),
+        saveat=ad.SaveAt(1.0),
+        integrator=ad.SDEIntegrator(solver="heun", dt=0.02),
+    )
     _, z_e = _terminal_overlaps(euler, n_traj=1000, dim=3, seed=1)
     _, z_h = _terminal_overlaps(heun, n_traj=1000, dim=3, seed=2)
     assert two_sample_ks_pvalue(z_e, z_h) > 1e-3
@@ -74,8 +94,14 @@ def test_stratonovich_drift_is_tangent(kind):
     # The radial part of the autodiff correction must therefore cancel it.
     y = ad.uniform_sphere(key=jax.random.key(3), n_tokens=4, dim=3)
     for m in (
-        ad.TransformerSDE(ad.Attention(1.3, kind=kind), sigma=0.7, solver="heun"),
-        ad.HybridSDE(ad.Attention(1.3, kind=kind), eps=0.8, solver="heun"),
+        ad.TransformerSDE(
+            ad.Attention(1.3, kind=kind),
+            sigma=0.7,
+            integrator=ad.SDEIntegrator(solver="heun"),
+        ),
+        ad.HybridSDE(
+            ad.Attention(1.3, kind=kind), eps=0.8, integrator=ad.SDEIntegrator(solver="heun")
+        ),
     ):
         ito = m.ito_drift(y)
         strat = m.stratonovich_drift(y)
@@ -103,24 +129,42 @@ def test_stratonovich_drift_is_tangent(kind):
 def test_bad_input(kwargs, match):
     cls = ad.HybridSDE if "eps" in kwargs else ad.TransformerSDE
     with pytest.raises(ad.ParameterError, match=match):
-        cls(ad.Attention(1.0), horizon=1.0, **kwargs)
+        # The integrator and the save times are built inside the ``raises`` block: a bad
+        # dt or Brownian kind is refused by SDEIntegrator, a bad save time by SaveAt.
+        integrator_kw = {k: v for k, v in kwargs.items() if k in ("dt", "solver", "brownian")}
+        model_kw = {k: v for k, v in kwargs.items() if k in ("eps", "sigma")}
+        cls(
+            ad.Attention(1.0),
+            saveat=ad.SaveAt(1.0, kwargs.get("save_at")),
+            integrator=ad.SDEIntegrator(**integrator_kw),
+            **model_kw,
+        )
 
 
 def test_hybrid_milstein_refused_with_reason():
     with pytest.raises(ad.ParameterError, match="heun"):
-        ad.HybridSDE(ad.Attention(1.0), solver="milstein")
+        ad.HybridSDE(ad.Attention(1.0), integrator=ad.SDEIntegrator(solver="milstein"))
 
 
 def test_vmap_over_parameters_and_save_times():
     x0 = ad.uniform_sphere(key=jax.random.key(0), n_tokens=3, dim=4)
 
     def run(beta, eps):
-        m = ad.HybridSDE(ad.Attention(beta), eps=eps, horizon=1.0, dt=0.05, save_at=(0.5, 1.0))
+        m = ad.HybridSDE(
+            ad.Attention(beta),
+            eps=eps,
+            saveat=ad.SaveAt(1.0, (0.5, 1.0)),
+            integrator=ad.SDEIntegrator(dt=0.05),
+        )
         return m.trajectory(x0, key=jax.random.key(1))
 
     out = jax.jit(jax.vmap(run))(jnp.asarray([0.5, 2.0]), jnp.asarray([0.0, 1.0]))
     assert out.shape == (2, 2, 3, 4)
-    m = ad.HybridSDE(ad.Attention(1.0), horizon=1.0, dt=0.3, save_at=(0.5, 1.0))
+    m = ad.HybridSDE(
+        ad.Attention(1.0),
+        saveat=ad.SaveAt(1.0, (0.5, 1.0)),
+        integrator=ad.SDEIntegrator(dt=0.3),
+    )
     # Steps of 1/4; saves are rounded to the step grid.
     np.testing.assert_allclose(m.save_times, [0.5, 1.0])
     assert m.step_size == pytest.approx(0.25)
@@ -129,7 +173,11 @@ def test_vmap_over_parameters_and_save_times():
 def test_estimator_runs_sde_and_reports_nonfinite():
     def model_fn(beta, dim, tokens):
         del dim, tokens
-        return ad.TransformerSDE(ad.Attention(beta, kind="unnormalized"), horizon=1.0, dt=0.1)
+        return ad.TransformerSDE(
+            ad.Attention(beta, kind="unnormalized"),
+            saveat=ad.SaveAt(1.0),
+            integrator=ad.SDEIntegrator(dt=0.1),
+        )
 
     with pytest.warns(UserWarning, match="NaN or infinite"):
         ds = _estimate_two(model_fn)
@@ -162,7 +210,10 @@ def test_prop1_hybrid_clusters_below_and_splits_above_threshold():
         def model_fn(beta, eps, dim, tokens):
             del dim, tokens
             return ad.HybridSDE(
-                ad.Attention(beta, kind="unnormalized"), eps=eps, horizon=20.0, dt=0.01
+                ad.Attention(beta, kind="unnormalized"),
+                eps=eps,
+                saveat=ad.SaveAt(20.0),
+                integrator=ad.SDEIntegrator(dt=0.01),
             )
 
         ds = ad.estimate_probabilities(

@@ -16,6 +16,7 @@ from attndyn import (
     PeriLN,
     PostLN,
     PreLN,
+    SaveAt,
     SqrtScaling,
     SymmetricODE,
     symmetric_start,
@@ -31,8 +32,8 @@ def test_reduced_ode_matches_full_system(scheme):
     """γ(t), r(t) of the reduced ODE = every pairwise cosine and radius of the n-particle ODE."""
     n, d, beta, r0 = 5, 7, 1.5, 1.7
     ts = tuple(np.linspace(0.0, 12.0, 7))
-    reduced = SymmetricODE(scheme, beta, n_tokens=n, r0=r0, horizon=12.0, save_at=ts).solve()
-    full = NormalizedAttentionODE(Attention(beta), scheme, horizon=12.0, save_at=ts).solve(
+    reduced = SymmetricODE(scheme, beta, n_tokens=n, r0=r0, saveat=SaveAt(12.0, ts)).solve()
+    full = NormalizedAttentionODE(Attention(beta), scheme, saveat=SaveAt(12.0, ts)).solve(
         symmetric_start(n, d, r0)
     )
     gram = jnp.einsum("sid,sjd->sij", full.theta, full.theta)
@@ -74,7 +75,7 @@ def test_initial_slope_values():
 
 def test_reduced_slope_matches_closed_form():
     scheme, h = PeriLN(), 1e-3
-    gamma = SymmetricODE(scheme, 2.0, n_tokens=10, r0=1.5, horizon=h).solve().gamma[-1]
+    gamma = SymmetricODE(scheme, 2.0, n_tokens=10, r0=1.5, saveat=SaveAt(h)).solve().gamma[-1]
     # γ(h)/h = γ'(0) + O(h): the second derivative is O(1) here.
     assert float(gamma) / h == pytest.approx(
         initial_slope(scheme, beta=2.0, n_tokens=10, r0=1.5), rel=5e-3
@@ -82,7 +83,7 @@ def test_reduced_slope_matches_closed_form():
 
 
 def test_large_beta_does_not_overflow():
-    sol = SymmetricODE(PostLN(), 200.0, n_tokens=8, horizon=10.0).solve()
+    sol = SymmetricODE(PostLN(), 200.0, n_tokens=8, saveat=SaveAt(10.0)).solve()
     assert np.all(np.isfinite(np.asarray(sol.log_gap)))
 
 
@@ -98,9 +99,9 @@ def test_theory_table():
 def test_ngpt_schedule_in_reduced_ode():
     """With α(t) = 2 the schedule gives the constant-α solution."""
     ts = (1.0, 3.0)
-    const = SymmetricODE(NGPT(alpha=2.0), 1.0, n_tokens=4, horizon=3.0, save_at=ts).solve()
+    const = SymmetricODE(NGPT(alpha=2.0), 1.0, n_tokens=4, saveat=SaveAt(3.0, ts)).solve()
     sched = SymmetricODE(
-        NGPT(alpha_schedule=lambda t: 2.0 + 0.0 * t), 1.0, n_tokens=4, horizon=3.0, save_at=ts
+        NGPT(alpha_schedule=lambda t: 2.0 + 0.0 * t), 1.0, n_tokens=4, saveat=SaveAt(3.0, ts)
     ).solve()
     np.testing.assert_allclose(const.log_gap, sched.log_gap, rtol=1e-5)
 
@@ -113,7 +114,7 @@ def test_bad_input():
     with pytest.raises(ParameterError, match="r0"):
         SymmetricODE(PostLN(), 1.0, n_tokens=3, r0=-1.0)
     with pytest.raises(ParameterError, match="save_at"):
-        SymmetricODE(PostLN(), 1.0, n_tokens=3, horizon=2.0, save_at=(3.0,))
+        SymmetricODE(PostLN(), 1.0, n_tokens=3, saveat=SaveAt(2.0, (3.0,)))
     with pytest.raises(ParameterError, match="r0"):
         initial_slope(PreLN(), beta=1.0, n_tokens=3, r0=0.0)
     assert math.isfinite(initial_slope(PreLN(), beta=1.0, n_tokens=3))

@@ -4,11 +4,12 @@ import numpy as np
 import pytest
 
 import attndyn as ad
+from attndyn._core.values import sample_entries
 
 
 @pytest.mark.parametrize("distribution", ad.DISTRIBUTIONS)
 def test_entries_have_mean_zero_and_unit_variance(distribution):
-    z = np.asarray(ad.sample_entries(jax.random.key(0), (400_000,), distribution), np.float64)
+    z = np.asarray(sample_entries(jax.random.key(0), (400_000,), distribution), np.float64)
     # n = 4e5: the mean has standard error 1/sqrt(n) = 0.0016, so 0.007 is > 4 SE; the
     # variance has SE sqrt((m4 - 1)/n) <= sqrt(2/n) = 0.0022, so 0.01 is > 4 SE.
     assert abs(z.mean()) < 0.007
@@ -30,10 +31,8 @@ def test_matrix_values_have_variance_sigma_squared(distribution):
 
 
 def test_rademacher_and_uniform_are_bounded():
-    assert (
-        float(jnp.max(jnp.abs(ad.sample_entries(jax.random.key(2), (1000,), "rademacher")))) == 1.0
-    )
-    u = ad.sample_entries(jax.random.key(2), (1000,), "uniform")
+    assert float(jnp.max(jnp.abs(sample_entries(jax.random.key(2), (1000,), "rademacher")))) == 1.0
+    u = sample_entries(jax.random.key(2), (1000,), "uniform")
     assert float(jnp.max(jnp.abs(u))) <= np.sqrt(3) + 1e-6
 
 

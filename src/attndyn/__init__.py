@@ -81,7 +81,7 @@ from ._models.ode import (
     NormalizedAttentionODE as NormalizedAttentionODE,
     ODESolution as ODESolution,
 )
-from ._models.overlap import OverlapSDE as OverlapSDE
+from ._models.overlap import AbstractOverlapSDE as AbstractOverlapSDE, OverlapSDE as OverlapSDE
 from ._models.reduced.model import ReducedTransformer as ReducedTransformer
 from ._models.sde import (
     AbstractSphereSDE as AbstractSphereSDE,

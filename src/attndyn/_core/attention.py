@@ -43,7 +43,7 @@ class Attention(eqx.Module):
     """
 
     beta: Float[Array, ""] = eqx.field(converter=as_float)
-    kind: AttentionKind = eqx.field(static=True, default="softmax")
+    kind: str = eqx.field(static=True, default="softmax")
     query: Float[Array, "..."] | None = None
     key_matrix: Float[Array, "..."] | None = None
     n_heads: int = eqx.field(static=True, default=1)
@@ -93,7 +93,7 @@ class Attention(eqx.Module):
             n_lap = self.n_laplacian_heads
         if n_lap:
             lap = (jnp.arange(self.n_heads) < n_lap).astype(p.dtype)[:, None, None]
-            p = p - lap * jnp.eye(n_tokens, dtype=p.dtype)
+            p = p - lap * jnp.eye(n_tokens, dtype=p.dtype)[None]
         return p
 
     def __call__(self, x: Float[Array, "N d"]) -> Float[Array, "N d"]:

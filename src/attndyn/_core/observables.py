@@ -53,7 +53,7 @@ def mean_cosine(x: Float[Array, "N d"]) -> Float[Array, ""]:
 def variance(x: Float[Array, "N d"]) -> Float[Array, ""]:
     """Var = (1/N) Σ_k |θ_k − θ̄|² = 1 − |θ̄|² (seed 004, Thm 4.3)."""
     theta = normalize(x)
-    return jnp.mean(jnp.sum((theta - jnp.mean(theta, axis=0)) ** 2, axis=-1))
+    return jnp.mean(jnp.sum((theta - jnp.mean(theta, axis=0, keepdims=True)) ** 2, axis=-1))
 
 
 def n_clusters(x: Float[Array, "N d"], tol: float | Array = 1e-3) -> Float[Array, ""]:

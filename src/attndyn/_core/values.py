@@ -83,7 +83,7 @@ class MatrixValues(AbstractValues):
     """
 
     sigma: Float[Array, ""] = eqx.field(converter=as_float, default=1.0)
-    distribution: Distribution = eqx.field(static=True, default="gaussian")
+    distribution: str = eqx.field(static=True, default="gaussian")
     drift: Float[Array, ""] = eqx.field(converter=as_float, default=0.0)
 
     def __check_init__(self):
@@ -110,7 +110,7 @@ class ScalarValues(AbstractValues):
     """
 
     eps: Float[Array, ""] = eqx.field(converter=as_float, default=0.0)
-    distribution: Distribution = eqx.field(static=True, default="gaussian")
+    distribution: str = eqx.field(static=True, default="gaussian")
 
     def __check_init__(self):
         check_choice("distribution", self.distribution, DISTRIBUTIONS)

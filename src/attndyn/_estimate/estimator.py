@@ -6,7 +6,7 @@ import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -39,10 +39,10 @@ def estimate_probabilities(
     radius: float = 1.0,
     chunk_size: int | None = None,
     checkpoint: str | os.PathLike | None = None,
-    on_nonfinite: Literal["raise", "exclude"] = "raise",
+    on_nonfinite: str = "raise",
     progress: bool = True,
     metadata: Mapping[str, Any] | None = None,
-    route: Literal["auto", "full", "reduced"] = "auto",
+    route: str = "auto",
     early_absorption: bool | float = False,
 ) -> xr.Dataset:
     """Estimate the probability of each clustering class at each save time, per point.

@@ -17,7 +17,7 @@ from typing import ClassVar, NamedTuple
 import equinox as eqx
 import jax
 import numpy as np
-from jaxtyping import Array, Float, PRNGKeyArray
+from jaxtyping import Array, Float, Key, PRNGKeyArray
 
 from .._core.errors import ParameterError
 
@@ -45,13 +45,26 @@ class AbstractModel(eqx.Module):
     #: to the compiler's partitioner instead.
     per_device: ClassVar[bool] = True
 
+    def __init_subclass__(cls, **kwargs):
+        # The abstract/final pattern, enforced: a subclass of a concrete model could change
+        # its dynamics while keeping its reduced form (an exact-in-law shortcut for the
+        # parent only), so concrete models cannot be subclassed. Wrap one instead.
+        for base in cls.__mro__[1:]:
+            if getattr(base, "__final__", False):
+                raise TypeError(
+                    f"{base.__name__} is final; to change it, write a new model that subclasses "
+                    "attndyn.AbstractModel (it may hold a "
+                    f"{base.__name__} and delegate to it)."
+                )
+        super().__init_subclass__(**kwargs)
+
     @property
     @abc.abstractmethod
     def save_times(self) -> np.ndarray:
         """The times at which :meth:`simulate` records the state (float64)."""
 
     @abc.abstractmethod
-    def simulate(self, x0: Float[Array, "batch N d"], keys: PRNGKeyArray) -> States:
+    def simulate(self, x0: Float[Array, "batch N d"], keys: Key[Array, " batch"]) -> States:
         """The states at :attr:`save_times` of a batch of trajectories, one key each."""
 
     def reduction(self, n_tokens: int, dim: int) -> Reduction:

@@ -19,15 +19,16 @@ no boundary. The coefficients are evaluated with r = b/a = e^{β(Z−1)} ∈ (0,
 never overflows.
 """
 
+import abc
 import math
-from typing import ClassVar, Literal, final
+from typing import ClassVar, final
 
 import diffrax as dfx
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, PRNGKeyArray
+from jaxtyping import Array, Float, Key, PRNGKeyArray
 
 from .._core.attention import ATTENTION_KINDS, as_float
 from .._core.errors import ParameterError, check_bound, check_choice, check_int
@@ -39,47 +40,20 @@ OVERLAP_NOISES = ("full", "hybrid")
 OVERLAP_SOLVERS = ("euler", "heun")
 
 
-@final
-class OverlapSDE(AbstractModel):
-    """The overlap diffusion of two tokens, one trajectory at a time (vmap to batch).
-
-    Args:
-        beta: β ≥ 0 (array leaf).
-        attention: ``"softmax"`` (SA) or ``"unnormalized"`` (USA).
-        noise: ``"full"`` (eq. 6, parameter σ) or ``"hybrid"`` (eq. 8, parameter ε).
-        sigma: σ > 0 (full noise); eps: ε ≥ 0 (hybrid). Array leaves.
-        dim: d ≥ 2 (full noise only; the hybrid overlap does not depend on d).
-        saveat: the horizon T and the save times, rounded to the step grid.
-        integrator: ``SDEIntegrator`` with solver ``"euler"`` (Itô) or ``"heun"``
-            (Stratonovich form, strong order 1); its projection does not apply (the state is
-            X = artanh Z, on the whole line).
-
-    As a model for the estimator (N = 2), :meth:`simulate` starts from the overlap of each
-    start's two tokens and returns them as the frame rows (1, 0), (Z, √(1 − Z²)), with
-    √(1 − Z²) = 1/cosh X and Z = tanh X computed from X: the gaps 1 ∓ Z keep their
-    relative precision, so no pair merges numerically.
-    """
+class AbstractOverlapSDE(AbstractModel):
+    """The machinery of a two-token overlap diffusion ``dZ = (1−Z²)[m(Z) dt + s(Z) dB]``:
+    subclasses give :meth:`rates`, a :class:`SaveAt` and an :class:`SDEIntegrator`.
+    :class:`OverlapSDE` is the one of seed 003; a variant (say, a misprinted formula to be
+    rejected by a test) is another subclass."""
 
     per_device: ClassVar[bool] = False
 
-    beta: Float[Array, ""] = eqx.field(converter=as_float)
-    attention: Literal["softmax", "unnormalized"] = eqx.field(static=True, default="softmax")
-    noise: Literal["full", "hybrid"] = eqx.field(static=True, default="full")
-    sigma: Float[Array, ""] = eqx.field(converter=as_float, default=1.0)
-    eps: Float[Array, ""] = eqx.field(converter=as_float, default=0.0)
-    dim: int = eqx.field(static=True, default=3)
-    saveat: SaveAt = SaveAt(1.0)
-    integrator: SDEIntegrator = SDEIntegrator()
+    saveat: eqx.AbstractVar[SaveAt]
+    integrator: eqx.AbstractVar[SDEIntegrator]
 
-    def __check_init__(self):
-        check_choice("attention", self.attention, ATTENTION_KINDS)
-        check_choice("noise", self.noise, OVERLAP_NOISES)
-        check_choice("solver", self.integrator.solver, OVERLAP_SOLVERS)
-        check_bound("beta", self.beta, lower=0.0)
-        check_bound("sigma", self.sigma, lower=0.0, lower_open=True)
-        check_bound("eps", self.eps, lower=0.0)
-        check_int("dim", self.dim, lower=2)
-        self.integrator.check_horizon(self.saveat.horizon)
+    @abc.abstractmethod
+    def rates(self, z: Float[Array, "*b"]) -> tuple[Float[Array, "*b"], Float[Array, "*b"]]:
+        """``(m(z), s(z))``: drift and diffusion of Z divided by (1 − z²)."""
 
     @property
     def n_steps(self) -> int:
@@ -89,27 +63,6 @@ class OverlapSDE(AbstractModel):
     def save_times(self) -> np.ndarray:
         step = self.integrator.step_size(self.saveat.horizon)
         return self.saveat.steps(step) * step
-
-    def rates(self, z: Float[Array, "*b"]) -> tuple[Float[Array, "*b"], Float[Array, "*b"]]:
-        """``(m(z), s(z))``: drift and diffusion of Z divided by (1 − z²)."""
-        beta = self.beta.astype(z.dtype)
-        a = jnp.exp(beta)
-        r = jnp.exp(beta * (z - 1))  # b/a, in (0, 1]
-        if self.noise == "full":
-            sigma = self.sigma.astype(z.dtype)
-            inner = 2 * (self.dim - 2) * r - z * (1 + r**2)  # (2(d−2)ab − Z(a²+b²))/a²
-            if self.attention == "unnormalized":
-                return sigma**2 / 4 * a**2 * inner, sigma / math.sqrt(2) * a * jnp.sqrt(1 + r**2)
-            return (
-                sigma**2 * inner / (1 + r) ** 2,
-                math.sqrt(2) * sigma * jnp.sqrt(1 + r**2) / (1 + r),
-            )
-        eps = self.eps.astype(z.dtype)
-        # c·a and c·b, with c = 1/2 (USA) or 1/(a+b) (SA).
-        ca, cb = (
-            (a / 2, a * r / 2) if self.attention == "unnormalized" else (1 / (1 + r), r / (1 + r))
-        )
-        return 2 * cb * (1 - eps**2 * (ca + 2 * cb * z)), 2 * eps * cb
 
     def drift(self, z: Float[Array, "*b"]) -> Float[Array, "*b"]:
         """The Itô drift of Z."""
@@ -151,19 +104,84 @@ class OverlapSDE(AbstractModel):
         """Z at :attr:`save_times`, from ``z0`` in (−1, 1) (NaN if the solve fails)."""
         return jnp.tanh(self.solve_artanh(z0, key=key))
 
-    def simulate(self, x0: Float[Array, "batch N d"], keys: PRNGKeyArray):
+    def simulate(self, x0: Float[Array, "batch N d"], keys: Key[Array, " batch"]):
         if x0.shape[1] != 2:
             raise ParameterError(
-                f"OverlapSDE has two tokens; the points ask for tokens={x0.shape[1]}."
-            )
-        if self.noise == "full" and x0.shape[2] != self.dim:
-            raise ParameterError(
-                f"OverlapSDE has dim={self.dim}; the points ask for dim={x0.shape[2]}."
+                f"an overlap diffusion has two tokens; the points ask for tokens={x0.shape[1]}."
             )
         theta = x0 / jnp.linalg.norm(x0, axis=-1, keepdims=True)
         z0 = jnp.sum(theta[:, 0] * theta[:, 1], axis=-1)
         xs = jax.vmap(lambda z, k: self.solve_artanh(z, key=k))(z0, keys)
         return jax.vmap(jax.vmap(_overlap_frame))(xs)
+
+
+@final
+class OverlapSDE(AbstractOverlapSDE):
+    """The overlap diffusion of two tokens, one trajectory at a time (vmap to batch).
+
+    Args:
+        beta: β ≥ 0 (array leaf).
+        attention: ``"softmax"`` (SA) or ``"unnormalized"`` (USA).
+        noise: ``"full"`` (eq. 6, parameter σ) or ``"hybrid"`` (eq. 8, parameter ε).
+        sigma: σ > 0 (full noise); eps: ε ≥ 0 (hybrid). Array leaves.
+        dim: d ≥ 2 (full noise only; the hybrid overlap does not depend on d).
+        saveat: the horizon T and the save times, rounded to the step grid.
+        integrator: ``SDEIntegrator`` with solver ``"euler"`` (Itô) or ``"heun"``
+            (Stratonovich form, strong order 1); its projection does not apply (the state is
+            X = artanh Z, on the whole line).
+
+    As a model for the estimator (N = 2), :meth:`simulate` starts from the overlap of each
+    start's two tokens and returns them as the frame rows (1, 0), (Z, √(1 − Z²)), with
+    √(1 − Z²) = 1/cosh X and Z = tanh X computed from X: the gaps 1 ∓ Z keep their
+    relative precision, so no pair merges numerically.
+    """
+
+    beta: Float[Array, ""] = eqx.field(converter=as_float)
+    attention: str = eqx.field(static=True, default="softmax")
+    noise: str = eqx.field(static=True, default="full")
+    sigma: Float[Array, ""] = eqx.field(converter=as_float, default=1.0)
+    eps: Float[Array, ""] = eqx.field(converter=as_float, default=0.0)
+    dim: int = eqx.field(static=True, default=3)
+    saveat: SaveAt = SaveAt(1.0)
+    integrator: SDEIntegrator = SDEIntegrator()
+
+    def __check_init__(self):
+        check_choice("attention", self.attention, ATTENTION_KINDS)
+        check_choice("noise", self.noise, OVERLAP_NOISES)
+        check_choice("solver", self.integrator.solver, OVERLAP_SOLVERS)
+        check_bound("beta", self.beta, lower=0.0)
+        check_bound("sigma", self.sigma, lower=0.0, lower_open=True)
+        check_bound("eps", self.eps, lower=0.0)
+        check_int("dim", self.dim, lower=2)
+        self.integrator.check_horizon(self.saveat.horizon)
+
+    def rates(self, z: Float[Array, "*b"]) -> tuple[Float[Array, "*b"], Float[Array, "*b"]]:
+        """``(m(z), s(z))``: drift and diffusion of Z divided by (1 − z²)."""
+        beta = self.beta.astype(z.dtype)
+        a = jnp.exp(beta)
+        r = jnp.exp(beta * (z - 1))  # b/a, in (0, 1]
+        if self.noise == "full":
+            sigma = self.sigma.astype(z.dtype)
+            inner = 2 * (self.dim - 2) * r - z * (1 + r**2)  # (2(d−2)ab − Z(a²+b²))/a²
+            if self.attention == "unnormalized":
+                return sigma**2 / 4 * a**2 * inner, sigma / math.sqrt(2) * a * jnp.sqrt(1 + r**2)
+            return (
+                sigma**2 * inner / (1 + r) ** 2,
+                math.sqrt(2) * sigma * jnp.sqrt(1 + r**2) / (1 + r),
+            )
+        eps = self.eps.astype(z.dtype)
+        # c·a and c·b, with c = 1/2 (USA) or 1/(a+b) (SA).
+        ca, cb = (
+            (a / 2, a * r / 2) if self.attention == "unnormalized" else (1 / (1 + r), r / (1 + r))
+        )
+        return 2 * cb * (1 - eps**2 * (ca + 2 * cb * z)), 2 * eps * cb
+
+    def simulate(self, x0: Float[Array, "batch N d"], keys: Key[Array, " batch"]):
+        if self.noise == "full" and x0.shape[2] != self.dim:
+            raise ParameterError(
+                f"OverlapSDE has dim={self.dim}; the points ask for dim={x0.shape[2]}."
+            )
+        return super().simulate(x0, keys)
 
 
 def _overlap_frame(x: Array) -> Float[Array, "2 2"]:

@@ -24,7 +24,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, PRNGKeyArray
+from jaxtyping import Array, Float, Key
 
 from .._core.attention import as_float
 from .._core.errors import ParameterError, check_bound, check_int
@@ -131,7 +131,7 @@ class SymmetricODE(AbstractModel):
         (log_gap, r), _ = solve_with_switch(self._segment, self.scheme, t_end, y0, ts)
         return SymmetricSolution(ts, log_gap, r)
 
-    def simulate(self, x0: Float[Array, "batch N d"], keys: PRNGKeyArray):
+    def simulate(self, x0: Float[Array, "batch N d"], keys: Key[Array, " batch"]):
         del keys
         if x0.shape[1] != self.n_tokens:
             raise ParameterError(

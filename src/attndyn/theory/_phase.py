@@ -137,7 +137,7 @@ def overlap_start_cdf(z: float | np.ndarray, dim: int) -> np.ndarray:
     The overlap has density ∝ (1 − z²)^{(d−3)/2}, i.e. (1 + Z)/2 ~ Beta((d−1)/2, (d−1)/2).
     """
     a = (dim - 1) / 2
-    return special.betainc(a, a, (1 + np.asarray(z, dtype=np.float64)) / 2)
+    return np.asarray(special.betainc(a, a, (1 + np.asarray(z, dtype=np.float64)) / 2))
 
 
 def p_antipodal_uniform(beta: float, dim: int) -> float:

@@ -39,7 +39,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, PRNGKeyArray
+from jaxtyping import Array, Float, Key, PRNGKeyArray
 
 from ..._core.attention import Attention, matmul
 from ..._core.errors import ParameterError, check_int
@@ -110,7 +110,7 @@ def lq(x: Float[Array, "N w"]) -> Float[Array, "N N"]:
         vv = norm * (norm + jnp.abs(a[0]))  # vᵀv / 2, without cancellation
         scale = jnp.where(vv > 0, 1 / jnp.where(vv > 0, vv, 1), 0)
         tail = r[k:, k:]
-        tail = tail - (scale * jnp.sum(tail * v, axis=1))[:, None] * v[None, :]
+        tail = tail - (scale * jnp.sum(tail * v[None, :], axis=1))[:, None] * v[None, :]
         # Row k itself is exactly (−sign·|a|, 0, …, 0) after its reflection.
         pivot = jnp.zeros((width - k,), x.dtype).at[0].set(-sign * norm)
         r = r.at[k:, k:].set(tail.at[0].set(pivot))
@@ -288,7 +288,7 @@ class ReducedTransformer(AbstractModel):
         )
         return jnp.swapaxes(saves, 0, 1)
 
-    def _run(self, c: Array, start: Array, stop: Array, keys: PRNGKeyArray) -> Array:
+    def _run(self, c: Array, start: Array, stop: Array, keys: Key[Array, " batch"]) -> Array:
         """Layers [start, stop) of the whole batch."""
         if not self._two_token_post_ln:
             step = jax.vmap(lambda c, n, k: self.layer(c, n, key=k), in_axes=(0, None, 0))
@@ -321,7 +321,9 @@ class ReducedTransformer(AbstractModel):
         near = (plus <= self.absorb_gap[0]) | (minus <= self.absorb_gap[1])
         return jnp.all(near | ~pairs)
 
-    def _run_absorbing(self, c: Array, start: Array, stop: Array, keys: PRNGKeyArray) -> Array:
+    def _run_absorbing(
+        self, c: Array, start: Array, stop: Array, keys: Key[Array, " batch"]
+    ) -> Array:
         """Layers [start, stop), ``absorb_every`` at a time, until every trajectory is
         absorbed; an absorbed trajectory keeps its state (its class can no longer change
         beyond the bound of :mod:`.absorption`)."""

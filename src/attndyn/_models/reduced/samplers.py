@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.extend.random import threefry2x32_p
-from jaxtyping import Array, PRNGKeyArray
+from jaxtyping import Array, Key, PRNGKeyArray
 
 #: Chi-square variates with at most this many degrees of freedom are sums of exponentials
 #: (k/2 logarithms, plus one squared Gaussian if k is odd); larger ones use
@@ -116,7 +116,7 @@ def variates(key: PRNGKeyArray, n_normal: int, dofs: tuple[int, ...], dtype) -> 
     return normals, jnp.sqrt(jnp.stack(chi2))
 
 
-def random_words(keys: PRNGKeyArray, n: int, stream: int | Array = 0) -> Array:
+def random_words(keys: Key[Array, " batch"], n: int, stream: int | Array = 0) -> Array:
     """``n`` random 32-bit words per key of the batch ``keys``, shape ``(n, batch)``.
 
     ``stream`` (an int, or one per key) selects independent streams. For Threefry keys the
@@ -181,7 +181,7 @@ def mt_candidate(words: Array, d: Array) -> tuple[Array, Array, Array]:
     return d * v, status, g - q
 
 
-def gamma_slots(keys: PRNGKeyArray, words: Array, d: Array) -> Array:
+def gamma_slots(keys: Key[Array, " batch"], words: Array, d: Array) -> Array:
     """Gamma(d + 1/3) by Marsaglia–Tsang, exact; ``words`` (slots, batch) first candidates.
 
     ``d`` has one entry per slot. Slots whose first candidate is not decided by its own
@@ -223,7 +223,7 @@ def gamma_slots(keys: PRNGKeyArray, words: Array, d: Array) -> Array:
 
 
 def two_token_block(
-    keys: PRNGKeyArray, dim: int, dtype, n_layers: int = LAYER_BLOCK
+    keys: Key[Array, " batch"], dim: int, dtype, n_layers: int = LAYER_BLOCK
 ) -> tuple[Array, Array]:
     """The two-token chain's variates for ``n_layers`` layers, one key per trajectory.
 
