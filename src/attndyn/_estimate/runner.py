@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Int, PRNGKeyArray
 
-from .._core.observables import cluster_classes, mean_cosine
+from .._core.observables import cluster_classes, mean_cosine, numerically_merged
 from .._core.sphere import uniform_sphere
 from .._models.base import AbstractModel
 
@@ -44,11 +44,14 @@ def round_up(n: int, multiple: int) -> int:
 
 
 def simulate_chunk(model: AbstractModel, point_key, indices, tol, radius, n_tokens, dim):
-    """Per-trajectory classes, mean cosines and finiteness for a batch of indices."""
+    """Per-trajectory classes, mean cosines, merges and finiteness for a batch of indices.
+
+    Starts are drawn in the dtype of ``radius`` (float64 when the study runs in x64)."""
 
     def start(index):
         start_key, noise_key = jax.random.split(jax.random.fold_in(point_key, index))
-        return radius * uniform_sphere(key=start_key, n_tokens=n_tokens, dim=dim), noise_key
+        x0 = uniform_sphere(key=start_key, n_tokens=n_tokens, dim=dim, dtype=radius.dtype)
+        return radius * x0, noise_key
 
     x0, keys = jax.vmap(start)(indices)
     saves = model.simulate(x0, keys)
@@ -57,16 +60,18 @@ def simulate_chunk(model: AbstractModel, point_key, indices, tol, radius, n_toke
         finite = jnp.all(jnp.isfinite(saves))
         classes = jax.vmap(cluster_classes, in_axes=(0, None))(saves, tol)
         cosines = jax.vmap(mean_cosine)(saves)
-        return classes, cosines, finite
+        merged = jax.vmap(numerically_merged)(saves)
+        return classes, cosines, merged, finite
 
     return jax.vmap(observe)(saves)
 
 
-def tally(classes, cosines, finite, indices, n_total):
+def tally(classes, cosines, merged, finite, indices, n_total):
     """Counts over the valid trajectories of the chunk (in range and finite)."""
     in_range = indices < n_total
     valid = in_range & finite
     counts = jnp.sum(classes & valid[:, None, None], axis=0, dtype=jnp.int32)
+    n_merged = jnp.sum(merged & valid[:, None], axis=0, dtype=jnp.int32)
     # Per-trajectory cosines go back to the host, which sums them in fixed point: the
     # totals are then exact and independent of chunk size, device and process count.
     cosines = jnp.where(valid[:, None], cosines, 0)
@@ -75,6 +80,7 @@ def tally(classes, cosines, finite, indices, n_total):
         jnp.sum(valid, dtype=jnp.int32),
         jnp.sum(in_range & ~finite, dtype=jnp.int32),
         cosines,
+        n_merged,
     )
 
 
@@ -113,7 +119,7 @@ def chunk_statistics(
         local,
         mesh=mesh,
         in_specs=(replicated, replicated, batch, replicated, replicated),
-        out_specs=(batch, batch, batch),
+        out_specs=(batch, batch, batch, batch),
     )(dynamic, point_key, indices, tol, radius)
     return tally(*simulated, indices, n_total)
 

@@ -48,6 +48,7 @@ class AbstractOverlapSDE(AbstractModel):
 
     per_device: ClassVar[bool] = False
 
+    beta: eqx.AbstractVar[Float[Array, ""]]
     saveat: eqx.AbstractVar[SaveAt]
     integrator: eqx.AbstractVar[SDEIntegrator]
 
