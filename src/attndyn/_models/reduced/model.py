@@ -286,8 +286,10 @@ class ReducedTransformer(AbstractModel):
                 live = (n >= start) & (n < stop)
                 return jnp.where(live, new_cz, cz), jnp.where(live, new_sz, sz)
 
-            # A loop, not an unrolled block: XLA compiles one layer instead of ten.
-            return jax.lax.fori_loop(0, block, layer, (cz, sz))
+            # A loop unrolled by two, not a block of ten: XLA compiles two layers instead of
+            # ten (first-call compilation about half), at the speed of the full unrolling
+            # within noise (measured 7.5 against 8.0·10⁶ steps/s; one layer: 6.0·10⁶).
+            return jax.lax.fori_loop(0, block, layer, (cz, sz), unroll=2)
 
         # Carry (cos φ, sin φ) only: the loop body is then purely elementwise.
         first, last = start // block, (stop + block - 1) // block
