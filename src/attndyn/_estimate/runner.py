@@ -16,15 +16,21 @@ from .._core.observables import cluster_classes, mean_cosine, numerically_merged
 from .._core.sphere import uniform_sphere
 from .._models.base import AbstractModel
 
+#: Trajectories per CPU device in a default chunk (see :func:`default_chunk_size`).
+CPU_CHUNK_PER_DEVICE = 4096
+
 
 def default_chunk_size(
     n_trajectories: int, *, n_tokens: int, dim: int, n_saves: int, n_devices: int
 ) -> int:
-    """A chunk that fits comfortably in device memory.
+    """A chunk that fits comfortably in device memory and runs at full speed.
 
     The per-trajectory footprint counts the saved states, the attention scores and one
     value matrix, times a safety factor of 8 for XLA temporaries; the budget is an eighth
-    of the device's memory where JAX reports it, else 512 MiB per device.
+    of the device's memory where JAX reports it, else 512 MiB per device. On CPU a chunk
+    is also capped at ``CPU_CHUNK_PER_DEVICE`` trajectories a device: bigger batches fall
+    out of cache (measured: 40,000 trajectories of the two-token chain in one chunk ran at
+    0.75× the speed of chunks of 4,000).
     """
     per_traj = 4 * 8 * (n_saves * n_tokens * dim + n_tokens**2 + dim**2 + 4 * n_tokens * dim)
     budget = 512 * 2**20
@@ -35,7 +41,10 @@ def default_chunk_size(
     except Exception:
         pass
     by_memory = max(1, budget // per_traj) * n_devices
-    chunk = min(by_memory, 1 << 16, n_trajectories)
+    cap = 1 << 16
+    if jax.default_backend() == "cpu":
+        cap = CPU_CHUNK_PER_DEVICE * n_devices
+    chunk = min(by_memory, cap, n_trajectories)
     return round_up(chunk, n_devices)
 
 
