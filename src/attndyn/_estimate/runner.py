@@ -129,6 +129,7 @@ def chunk_statistics(
         mesh=mesh,
         in_specs=(replicated, replicated, batch, replicated, replicated),
         out_specs=(batch, batch, batch, batch),
+        check_vma=False,
     )(dynamic, point_key, indices, tol, radius)
     return tally(*simulated, indices, n_total)
 
