@@ -273,9 +273,54 @@ def bench_w3(route: str, max_points: int | None) -> dict:
     }
 
 
+#: The user's command of issue 11, timed as a whole process.
+CLI_COMMAND = (
+    "phase-diagram --beta 3 --dim 4 --tokens 2 --trajectories 200000 --depth 100 --horizon 20"
+)
+
+
+def bench_cli(cache: bool) -> dict:
+    """The whole ``attndyn`` process (start-up, import, compilation, run, files written)
+    beside the NumPy loop of the same model, timed in this process, for the same work."""
+    import shutil
+    import tempfile
+
+    out = tempfile.mkdtemp(prefix="attndyn-bench-")
+    cache_dir = tempfile.mkdtemp(prefix="attndyn-cache-")
+    env = {**os.environ, "ATTNDYN_CACHE_DIR": cache_dir, "ATTNDYN_CACHE": "1" if cache else "0"}
+    # The benchmark's own XLA_FLAGS must not leak into the user's process.
+    env.pop("XLA_FLAGS", None)
+    command = [sys.executable, "-m", "attndyn.cli", *CLI_COMMAND.split(), "--out", out]
+    runs = []
+    for _ in range(2):  # a first run fills the compilation cache; the second uses it
+        start = time.perf_counter()
+        subprocess.run([*command, "--fresh", "--no-progress"], check=True, env=env,
+                       capture_output=True)  # fmt: skip
+        runs.append(time.perf_counter() - start)
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(cache_dir, ignore_errors=True)
+    steps = 200_000 * 2000
+    numpy = numpy_rate(WORKLOADS["W1"])
+    return {
+        "workload": "CLI-200k" + ("" if cache else "-nocache"),
+        "command": "attndyn " + CLI_COMMAND,
+        "whole_process_s_first": runs[0],
+        "whole_process_s_cached": runs[1],
+        "numpy_traj_steps_per_s": numpy,
+        "numpy_projected_s": steps / numpy,
+        "speedup_whole_process_first": steps / numpy / runs[0],
+        "speedup_whole_process_cached": steps / numpy / runs[1],
+        "device": device_name(),
+        "date": datetime.now(UTC).date().isoformat(),
+        "commit": commit(),
+    }
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("workload", choices=[*WORKLOADS, "W3", "W4-discrete", "W4-sde"])
+    parser.add_argument(
+        "workload", choices=[*WORKLOADS, "W3", "W4-discrete", "W4-sde", "CLI", "CLI-nocache"]
+    )
     parser.add_argument("--attention", choices=["unnormalized", "softmax"], default="unnormalized")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     parser.add_argument("--route", choices=["auto", "full"], default="auto")
@@ -285,7 +330,9 @@ def main(argv=None) -> None:
     )
     args = parser.parse_args(argv)
     PRNG_IMPL[0] = args.prng
-    if args.workload.startswith("W4"):
+    if args.workload.startswith("CLI"):
+        result = bench_cli(cache=args.workload == "CLI")
+    elif args.workload.startswith("W4"):
         from hybrid import bench_w4
 
         result = bench_w4(args.workload.split("-")[1], args.attention)

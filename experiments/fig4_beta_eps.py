@@ -33,7 +33,7 @@ def cells(ds) -> list[dict]:
     rows = []
     for i in range(ds.sizes["point"]):
         r = last.isel(point=i)
-        row = {k: float(r[k]) for k in ("beta", "eps")}
+        row: dict = {k: float(r[k]) for k in ("beta", "eps")}
         for o in ("single", "antipodal", "unclustered"):
             p = r.sel(outcome=o)
             row[o] = [float(p["probability"]), float(p["ci_lower"]), float(p["ci_upper"])]

@@ -126,6 +126,7 @@ def test_compaction_runs_only_the_live_trajectories_and_changes_nothing():
         ad.Attention(3.0), ad.MatrixValues(1.0), depth=20, saveat=ad.SaveAt(20.0, (5.0, 20.0))
     )
     reduced = model.reduction(2, 4).model
+    assert reduced is not None
     absorbing = reduced.with_absorption(tol=1e-3, bound=1e-7, dim=4)
     assert isinstance(absorbing, ad.ReducedTransformer)
     gaps = absorbing.absorption_gaps()

@@ -78,7 +78,7 @@ def test_bad_input_exits_nonzero_with_message(tmp_path, args, match):
 
 def test_beta_eps_round_trip(tmp_path):
     # Hybrid (β, ε) diagram, Fig. 4, tiny. Far below ε_c the pair clusters, far above it
-    # splits (Prop. 1), and the JSON adds eps while keeping the points schema.
+    # splits (Prop. 1), and the JSON adds eps and the exact value to the points schema.
     args = ["--kind", "beta-eps", "--beta", "1", "--eps", "0.2,1.5", "--dim", "3"]
     args += ["--trajectories", "48", "--depth", "100", "--horizon", "20", "--no-progress"]
     result = CliRunner().invoke(main, ["phase-diagram", *args, "--out", str(tmp_path), "--json"])
@@ -89,7 +89,8 @@ def test_beta_eps_round_trip(tmp_path):
     for point in (low, high):
         for key in ("beta", "dim", "tokens", "eps", "trajectories", "p_single", "p_antipodal"):
             assert key in point
-        assert "p_antipodal_exact" not in point
+    # The exact t = ∞ value of the hybrid SDE (USA: 0 below ε_c(1) = 0.86, 1 above).
+    assert low["p_antipodal_exact"] == 0.0 and high["p_antipodal_exact"] == 1.0
     # Prop. 1 (USA, the kind's default attention; ε_c(1) = 0.86): limits 1 at t = ∞, and
     # at L = 100, T = 20 200 trial paths gave 1.0 for both. With 48 paths a true 0.97 has
     # SE 0.025, so ≥ 0.8 leaves more than 4 SE while a coin flip (0.5) fails by 4 SE.

@@ -15,6 +15,7 @@ import pytest
 from scipy import integrate
 
 import attndyn as ad
+from attndyn._models.reduced.span import SpanTransformer
 from attndyn.theory import _hybrid
 from tests.helpers import binomial_se
 
@@ -52,11 +53,13 @@ def test_span_route_follows_the_full_route_path_by_path(kind, values, n_tokens, 
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-5)
 
 
-def _chain(eps, beta=1.0, kind="unnormalized"):
+def _chain(eps, beta=1.0, kind="unnormalized") -> SpanTransformer:
     model = ad.DiscreteTransformer(
         ad.Attention(beta, kind=kind), ad.ScalarValues(eps), depth=100, saveat=ad.SaveAt(10.0)
     )
-    return model.reduction(2, 3).model
+    chain = model.reduction(2, 3).model
+    assert isinstance(chain, SpanTransformer)
+    return chain
 
 
 def test_span_chain_keeps_relative_precision_at_tiny_gaps():

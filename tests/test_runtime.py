@@ -37,11 +37,11 @@ def test_use_all_cores_after_jax_started_is_refused_when_it_would_differ():
 def test_compilation_cache_folder_and_switch(tmp_path, monkeypatch):
     import jax
 
-    previous = jax.config.jax_compilation_cache_dir
+    previous = jax.config.values["jax_compilation_cache_dir"]
     try:
         folder = ad.enable_compilation_cache(tmp_path / "cache")
-        assert folder == tmp_path / "cache" and folder.is_dir()
-        assert jax.config.jax_compilation_cache_dir == str(folder)
+        assert folder is not None and folder == tmp_path / "cache" and folder.is_dir()
+        assert jax.config.values["jax_compilation_cache_dir"] == str(folder)
         monkeypatch.setenv(runtime.ENV_CACHE, "0")
         assert ad.enable_compilation_cache(tmp_path / "other") is None
     finally:

@@ -279,6 +279,7 @@ class ReducedTransformer(AbstractModel):
             cz, sz = y
             block_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, b)
             z, chi = two_token_block(block_keys, self.dim, c.dtype)
+
             def layer(j, y):
                 cz, sz = y
                 n = b * block + j

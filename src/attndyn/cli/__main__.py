@@ -1,0 +1,5 @@
+"""``python -m attndyn.cli``: the same as the ``attndyn`` command."""
+
+from . import main
+
+main()
