@@ -20,6 +20,8 @@ import matplotlib
 import numpy as np
 import xarray as xr
 
+from .._models.discrete import DiscreteTransformer
+
 #: Okabe & Ito (2008), "Color Universal Design", in the order used for categories:
 #: blue, vermillion, bluish green, reddish purple, orange, sky blue, black, yellow.
 OKABE_ITO = (
@@ -59,7 +61,7 @@ def sample_line(ds: xr.Dataset) -> str:
     parts = []
     if "n_trajectories" in record:
         parts.append(f"{int(record['n_trajectories']):,} trajectories a point")
-    depth = record.get("depth") or _from_repr(record.get("model", ""), "depth")
+    depth = record.get("depth") or _depth_from_repr(record.get("model", ""))
     engine = record.get("engine")
     if engine == "sde":
         parts.append(f"SDE, {record.get('solver', 'euler')}, dt = {record.get('dt')}")
@@ -69,9 +71,14 @@ def sample_line(ds: xr.Dataset) -> str:
     return ", ".join(parts)
 
 
-def _from_repr(model: str, field: str) -> str | None:
-    match = re.search(rf"\b{field}=(\d+)", model)
-    return match.group(1) if match else None
+def _depth_from_repr(model: str) -> int | None:
+    """L of a layer-map model from its repr (equinox leaves out fields at their default)."""
+    match = re.search(r"\bdepth=(\d+)", model)
+    if match:
+        return int(match.group(1))
+    if model.startswith(f"{DiscreteTransformer.__name__}("):
+        return DiscreteTransformer.__dataclass_fields__["depth"].default
+    return None
 
 
 def wrap(text: str, width_inches: float, fontsize: float = 9.0) -> str:
