@@ -42,9 +42,10 @@ def plot_phase_diagram(
         )
         ax.plot(beta, sel["probability"].values, "o", color=color, ms=4, label=f"d = {int(d)}")
         if exact:
-            fine = np.linspace(0, max(beta.max(), 0.1), 121)
-            ax.plot(fine, p_antipodal_curve(fine, int(d)), "-", color=color, lw=1)
             bc = beta_critical(int(d))
+            # 61 points and the kink at β_c itself: the curve is smooth on either side.
+            fine = np.union1d(np.linspace(0, max(beta.max(), 0.1), 61), [bc])
+            ax.plot(fine, p_antipodal_curve(fine, int(d)), "-", color=color, lw=1)
             if bc > 0:
                 ax.axvline(bc, color=color, ls="--", lw=0.8)
     name = outcome.replace("_", " ")
