@@ -116,7 +116,7 @@ def plot_evolution(
     axes[0][-1].legend(fontsize=8)
     line = f"{sample_line(ds)}; bands: Wilson 95 %"
     text = f"{title}\n{line}" if title else line
-    fig.suptitle(wrap(text, fig.get_figwidth(), fontsize=10), fontsize=10)
+    fig.suptitle(wrap(text, fig.get_figwidth(), fontsize=10.0), fontsize=10)
     return fig  # type: ignore[return-value]
 
 
