@@ -1,8 +1,9 @@
 """attndyn benchmarks: trajectory-steps per second against NumPy and against the PRNG alone.
 
 Usage: ``python benchmarks/run.py WORKLOAD [--json] [--route auto|full]`` with WORKLOAD one
-of W1, W1-d10, W1-d64, W2, W3 (see ``WORKLOADS``). One line of JSON is printed with
-``--json`` (a readable summary otherwise):
+of W1, W1-d10, W1-d64, W2, W3 (see ``WORKLOADS``), or W4-discrete / W4-sde (seed 003's Fig.
+4 at the paper's scale, whole process: ``benchmarks/hybrid.py``; ``--attention``). One line
+of JSON is printed with ``--json`` (a readable summary otherwise):
 
 - ``traj_steps_per_s``: trajectories × layers / steady-state seconds of
   ``estimate_probabilities`` (a second run, compilation cached);
@@ -274,7 +275,8 @@ def bench_w3(route: str, max_points: int | None) -> dict:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("workload", choices=[*WORKLOADS, "W3"])
+    parser.add_argument("workload", choices=[*WORKLOADS, "W3", "W4-discrete", "W4-sde"])
+    parser.add_argument("--attention", choices=["unnormalized", "softmax"], default="unnormalized")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     parser.add_argument("--route", choices=["auto", "full"], default="auto")
     parser.add_argument("--w3-points", type=int, default=None, help="W3 on GPU: first k points")
@@ -283,7 +285,11 @@ def main(argv=None) -> None:
     )
     args = parser.parse_args(argv)
     PRNG_IMPL[0] = args.prng
-    if args.workload == "W3":
+    if args.workload.startswith("W4"):
+        from hybrid import bench_w4
+
+        result = bench_w4(args.workload.split("-")[1], args.attention)
+    elif args.workload == "W3":
         result = bench_w3(args.route, args.w3_points)
         if result["speedup"] is None:
             result["speedup"] = result["traj_steps_per_s"] / result["numpy_traj_steps_per_s"]

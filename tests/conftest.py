@@ -5,11 +5,14 @@ pyproject.toml).
 """
 
 import os
+import tempfile
 
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# CLI tests enable the persistent compilation cache: keep it out of the user's home.
+os.environ.setdefault("ATTNDYN_CACHE_DIR", os.path.join(tempfile.gettempdir(), "attndyn-test-jax"))
 
 import jax
 

@@ -63,6 +63,10 @@ class _PrintedSA(ad.AbstractOverlapSDE):
     correct: ad.OverlapSDE
 
     @property
+    def beta(self):  # pyright: ignore[reportIncompatibleVariableOverride]
+        return self.correct.beta
+
+    @property
     def saveat(self):  # pyright: ignore[reportIncompatibleVariableOverride]
         return self.correct.saveat
 
@@ -118,7 +122,7 @@ def test_full_sde_overlap_matches_1d_diffusion_in_law(kind, noise):
     assert two_sample_ks_pvalue(_clip(z_full), _clip(z_1d)) > 1e-3
     if (kind, noise) == ("softmax", "full"):
         # Power: the diffusion printed in 003 eq. 21 (no √2) is rejected.
-        typo = _PrintedSA(ad.OverlapSDE(beta, **kw))
+        typo = _PrintedSA(ad.OverlapSDE(beta, **kw))  # pyright: ignore[reportCallIssue]
         z_typo = jax.vmap(lambda z, k: typo.solve(z, key=k)[-1])(z0, keys)
         assert two_sample_ks_pvalue(_clip(z_full), _clip(z_typo)) < 1e-6
 

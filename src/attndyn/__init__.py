@@ -29,6 +29,7 @@ from ._core.observables import (
     cluster_classes as cluster_classes,
     mean_cosine as mean_cosine,
     n_clusters as n_clusters,
+    numerically_merged as numerically_merged,
     overlaps as overlaps,
     variance as variance,
 )
@@ -61,6 +62,10 @@ from ._estimate.dataset import provenance as provenance
 from ._estimate.distributed import initialize_distributed as initialize_distributed
 from ._estimate.estimator import estimate_probabilities as estimate_probabilities
 from ._estimate.plan import grid as grid
+from ._estimate.runtime import (
+    enable_compilation_cache as enable_compilation_cache,
+    use_all_cores as use_all_cores,
+)
 from ._estimate.stats import wilson_interval as wilson_interval
 from ._models.base import (
     ROUTES as ROUTES,

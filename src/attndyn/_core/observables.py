@@ -67,3 +67,16 @@ def n_clusters(x: Float[Array, "N d"], tol: float | Array = 1e-3) -> Float[Array
     for _ in range(max(1, (n_tokens - 1).bit_length())):
         reach = (reach @ reach > 0).astype(x.dtype)
     return jnp.sum(1 / jnp.sum(reach, axis=-1))
+
+
+def numerically_merged(x: Float[Array, "N d"]) -> Bool[Array, ""]:
+    """Whether two tokens have become numerically identical (or exactly antipodal): their
+    directions equal (or opposite) in every coordinate, a state the arithmetic can no longer
+    leave. True dynamics never reach it in finite time; float32 coordinates do once two
+    tokens agree to ~10⁻⁷ (N × d routes) and the relative-precision routes only at
+    underflow. Counted by the estimator as ``n_merged`` and reported, never silently kept."""
+    theta = normalize(x)
+    n_tokens = x.shape[0]
+    same = jnp.all(theta[:, None, :] == theta[None, :, :], axis=-1)
+    opposite = jnp.all(theta[:, None, :] == -theta[None, :, :], axis=-1)
+    return jnp.any((same | opposite) & _pair_mask(n_tokens))

@@ -6,7 +6,7 @@ every trajectory: the caller passes one key per (trajectory, layer).
 
 import abc
 import math
-from typing import Literal
+from typing import Literal, final
 
 import equinox as eqx
 import jax
@@ -63,8 +63,26 @@ class AbstractValues(eqx.Module):
         """``"none"``, ``"matrix"`` or ``"scalar"``."""
 
 
-class DeterministicValues(AbstractValues):
+class AbstractScalarValues(AbstractValues):
+    """Value operators that are multiples of the identity, ``V_n = s_n·I``: the layer maps
+    then never leave the span of the tokens (what the span route of the reduced models
+    uses)."""
+
+    @abc.abstractmethod
+    def scale(self, *, key: PRNGKeyArray, depth: int, dtype) -> Float[Array, ""]:
+        """The layer's multiplier s_n (one draw per layer and trajectory from ``key``)."""
+
+    def apply(self, attention_out, *, key, depth):
+        return self.scale(key=key, depth=depth, dtype=attention_out.dtype) * attention_out
+
+
+@final
+class DeterministicValues(AbstractScalarValues):
     """``V_n = I/L``: the layer maps are Euler steps of the deterministic ODE (003 Lemma 2)."""
+
+    def scale(self, *, key, depth, dtype):
+        del key
+        return jnp.asarray(1.0 / depth, dtype)
 
     def apply(self, attention_out, *, key, depth):
         del key
@@ -75,6 +93,7 @@ class DeterministicValues(AbstractValues):
         return "none"
 
 
+@final
 class MatrixValues(AbstractValues):
     """Full value noise (003 eq. 4): ``V_n = drift·I/L + σ M_n/√L``.
 
@@ -102,19 +121,26 @@ class MatrixValues(AbstractValues):
         return "matrix"
 
 
-class ScalarValues(AbstractValues):
+@final
+class ScalarValues(AbstractScalarValues):
     """Scalar (hybrid) value noise (003 eq. 7): ``V_n = (1/L + ε v_n/√L)·I``.
 
-    ``v_n`` is a scalar with mean 0 and variance 1 from ``distribution``. ``eps`` is an
-    array leaf.
+    ``v_n`` is a scalar with mean 0 and variance 1 from ``distribution``. 003 eq. 7 assumes
+    bounded v_n, so the default is Rademacher (±1); the other laws stay selectable. At
+    finite L the law matters near ε_c when the layer step ε·e^β/(2√L) (USA) is not small:
+    see :func:`attndyn.theory.hybrid_layer_step`. ``eps`` is an array leaf.
     """
 
     eps: Float[Array, ""] = eqx.field(converter=as_float, default=0.0)
-    distribution: str = eqx.field(static=True, default="gaussian")
+    distribution: str = eqx.field(static=True, default="rademacher")
 
     def __check_init__(self):
         check_choice("distribution", self.distribution, DISTRIBUTIONS)
         check_bound("eps", self.eps, lower=0.0)
+
+    def scale(self, *, key, depth, dtype):
+        v = sample_entries(key, (), self.distribution, dtype)
+        return 1.0 / depth + self.eps * v / math.sqrt(depth)
 
     def apply(self, attention_out, *, key, depth):
         v = sample_entries(key, (), self.distribution, attention_out.dtype)

@@ -48,6 +48,7 @@ def write_checkpoint(
             "n_done": ("point", tallies.n_done),
             "cosine_sum": (("point", "time"), tallies.cosine_sum),
             "cosine_sumsq": (("point", "time"), tallies.cosine_sumsq),
+            "n_merged": (("point", "time"), tallies.n_merged),
         },
         coords={"time": save_times, "outcome": list(OUTCOMES), **coordinates(points)},
         attrs={"signature": signature, "seconds": tallies.seconds},
@@ -73,5 +74,6 @@ def load_checkpoint(path: Path, signature: str) -> Tallies:
             n_done=ds["n_done"].values.astype(np.int64),
             cosine_sum=ds["cosine_sum"].values,
             cosine_sumsq=ds["cosine_sumsq"].values,
+            n_merged=ds["n_merged"].values.astype(np.int64),
             seconds=float(ds.attrs.get("seconds", 0.0)),
         )

@@ -89,6 +89,7 @@ def probabilities_dataset(
             "n_nonfinite": ("point", tallies.n_nonfinite),
             "mean_cosine": (("point", "time"), cos_mean),
             "mean_cosine_se": (("point", "time"), cos_se),
+            "n_merged": (("point", "time"), tallies.n_merged),
         },
         coords={
             "point": np.arange(len(points)),
@@ -99,4 +100,8 @@ def probabilities_dataset(
     )
     ds["ci_lower"].attrs["description"] = "Wilson score interval, 95 %"
     ds["ci_upper"].attrs["description"] = "Wilson score interval, 95 %"
+    ds["n_merged"].attrs["description"] = (
+        "valid trajectories whose tokens became numerically identical (or exactly "
+        "antipodal): the arithmetic, not the dynamics, fixed their class"
+    )
     return ds

@@ -23,6 +23,7 @@ from .distributed import gather_tallies, process_chunk_starts, process_layout
 from .keys import Point, point_key
 from .plan import Plan, PointPlan, make_plan
 from .runner import chunk_indices, chunk_statistics, default_chunk_size, round_up
+from .runtime import compile_seconds
 from .tallies import Tallies
 
 #: Seconds between checkpoint writes within a point (one is always written after each point).
@@ -44,6 +45,7 @@ def estimate_probabilities(
     metadata: Mapping[str, Any] | None = None,
     route: str = "auto",
     early_absorption: bool | float = False,
+    x64: bool = False,
 ) -> xr.Dataset:
     """Estimate the probability of each clustering class at each save time, per point.
 
@@ -78,6 +80,10 @@ def estimate_probabilities(
             ≤ ε (see :mod:`attndyn._models.reduced.absorption`). Needs a model that
             supports it (the reduced two-token Post-LN route with drift-free Gaussian
             values); δ± per point go to provenance.
+        x64: run in float64 (starts, states and the model's parameters), for the full
+            routes where float32 coordinates merge tokens closer than ~10⁻⁷; recorded in
+            provenance as ``dtype``. Either way, trajectories whose tokens became
+            numerically identical are counted in ``n_merged``.
 
     With several processes (``jax.distributed``, see :func:`attndyn.initialize_distributed`),
     each process runs the chunks ``k ≡ process_index (mod process_count)`` of every point and
@@ -86,20 +92,30 @@ def estimate_probabilities(
     Returns:
         An ``xarray.Dataset`` over ``(point, time, outcome)`` with ``count``,
         ``probability``, Wilson 95 % bounds ``ci_lower``/``ci_upper``, ``n_valid``,
-        ``n_nonfinite``, the mean pairwise cosine with its standard error, one coordinate
-        per parameter along ``point``, and full provenance in ``attrs``.
+        ``n_nonfinite``, ``n_merged``, the mean pairwise cosine with its standard error, one
+        coordinate per parameter along ``point``, and full provenance in ``attrs``.
     """
-    plan = make_plan(
-        model_fn,
-        points,
-        n_trajectories=n_trajectories,
-        tol=tol,
-        radius=radius,
-        chunk_size=chunk_size,
-        route=route,
-        early_absorption=early_absorption,
-        on_nonfinite=on_nonfinite,
-    )
+    with jax.enable_x64(bool(x64)):
+        return _estimate(
+            model_fn,
+            points,
+            key=key,
+            n_trajectories=n_trajectories,
+            tol=tol,
+            radius=radius,
+            chunk_size=chunk_size,
+            checkpoint=checkpoint,
+            on_nonfinite=on_nonfinite,
+            progress=progress,
+            metadata=metadata,
+            route=route,
+            early_absorption=early_absorption,
+            x64=bool(x64),
+        )
+
+
+def _estimate(model_fn, points, *, key, checkpoint, progress, metadata, **options) -> xr.Dataset:
+    plan = make_plan(model_fn, points, **options)
     study = _Study(plan, key, None if checkpoint is None else Path(checkpoint))
     study.run(progress)
     tallies = study.combined()
@@ -127,6 +143,7 @@ class _Study:
         if checkpoint is not None and checkpoint.exists():
             self.tallies = load_checkpoint(checkpoint, self.signature)
         self.seconds_before = self.tallies.seconds
+        self.compile_before = compile_seconds()
         self.started = time.perf_counter()
         self.last_save = self.started
         self.chunks: list[int] = []
@@ -181,10 +198,11 @@ class _Study:
         chunk = self.chunk_size(point)
         self.chunks.append(chunk)
         key = point_key(self.key, point.point)
+        dtype = jnp.float64 if plan.x64 else jnp.float32
         args = (
             jnp.asarray(plan.n_trajectories, jnp.int32),
-            jnp.asarray(plan.tol, jnp.float32),
-            jnp.asarray(plan.radius, jnp.float32),
+            jnp.asarray(plan.tol, dtype),
+            jnp.asarray(plan.radius, dtype),
         )
         # n_done counts the trajectories this process has finished at this point, in the
         # order of its own chunks (all chunks when it runs alone).
@@ -246,11 +264,14 @@ def _provenance(
         prng_impl=str(jax.random.key_impl(study.key)),
         route=routes[0] if len(set(routes)) == 1 else "mixed",
         routes=routes,
+        simulated=[type(p.model).__name__ for p in plan.points],
         route_requested=plan.route,
         early_absorption=None
         if plan.absorption_bound is None
         else {"bound": plan.absorption_bound, "gaps": [list(g) if g else None for g in gaps]},
         process_count=study.process[1],
+        dtype="float64" if plan.x64 else "float32",
+        compile_seconds=compile_seconds() - study.compile_before,
         on_nonfinite=plan.on_nonfinite,
         model=repr(plan.points[0].user_model),
         signature=study.signature,

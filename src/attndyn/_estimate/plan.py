@@ -6,6 +6,9 @@ import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import equinox as eqx
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from .._core.errors import ParameterError, check_bound, check_choice, check_int
@@ -55,6 +58,7 @@ class Plan:
     absorption_bound: float | None
     on_nonfinite: str
     save_times: np.ndarray
+    x64: bool = False
 
     @property
     def routes(self) -> list[str]:
@@ -130,6 +134,7 @@ def make_plan(
     route: str,
     early_absorption: bool | float,
     on_nonfinite: str,
+    x64: bool = False,
 ) -> Plan:
     """Check the arguments and build every point's model; refuse anything inconsistent."""
     check_options(
@@ -149,6 +154,28 @@ def make_plan(
     for p in planned:
         if not np.array_equal(np.asarray(p.model.save_times, dtype=np.float64), save_times):
             raise ParameterError(f"all points must share save times; {p.point} differs.")
+    if x64:
+        planned = [dataclasses.replace(p, model=to_float64(p.model)) for p in planned]
     return Plan(
-        planned, n_trajectories, tol, radius, chunk_size, route, bound, on_nonfinite, save_times
+        planned,
+        n_trajectories,
+        tol,
+        radius,
+        chunk_size,
+        route,
+        bound,
+        on_nonfinite,
+        save_times,
+        x64,
     )
+
+
+def to_float64(model: AbstractModel) -> AbstractModel:
+    """The model with every floating-point array leaf in float64 (inside ``enable_x64``)."""
+
+    def cast(leaf):
+        if eqx.is_array(leaf) and jnp.issubdtype(leaf.dtype, jnp.floating):
+            return leaf.astype(jnp.float64)
+        return leaf
+
+    return jax.tree.map(cast, model)

@@ -34,9 +34,18 @@ class Tallies:
     n_done: np.ndarray  # (P,)
     cosine_sum: np.ndarray  # (P, S)
     cosine_sumsq: np.ndarray  # (P, S)
+    n_merged: np.ndarray  # (P, S): valid trajectories with numerically merged tokens
     seconds: float = 0.0
 
-    FIELDS = ("counts", "n_valid", "n_nonfinite", "n_done", "cosine_sum", "cosine_sumsq")
+    FIELDS = (
+        "counts",
+        "n_valid",
+        "n_nonfinite",
+        "n_done",
+        "cosine_sum",
+        "cosine_sumsq",
+        "n_merged",
+    )
 
     @classmethod
     def zeros(cls, n_points: int, n_saves: int) -> "Tallies":
@@ -48,14 +57,16 @@ class Tallies:
             z(n_points, np.int64),
             z((n_points, n_saves)),
             z((n_points, n_saves)),
+            z((n_points, n_saves), np.int64),
         )
 
     def arrays(self) -> list[np.ndarray]:
         return [getattr(self, name) for name in self.FIELDS]
 
-    def add_chunk(self, p: int, counts, n_valid, n_nonfinite, cosines) -> None:
+    def add_chunk(self, p: int, counts, n_valid, n_nonfinite, cosines, n_merged) -> None:
         """Add one chunk's device results to point ``p`` (its ``n_done`` is the caller's)."""
         cos_sum, cos_sumsq = fixed_point_sums(np.asarray(cosines))
+        self.n_merged[p] += np.asarray(n_merged)
         self.counts[p] += np.asarray(counts)
         self.n_valid[p] += int(n_valid)
         self.n_nonfinite[p] += int(n_nonfinite)

@@ -44,10 +44,15 @@ class AbstractOverlapSDE(AbstractModel):
     """The machinery of a two-token overlap diffusion ``dZ = (1−Z²)[m(Z) dt + s(Z) dB]``:
     subclasses give :meth:`rates`, a :class:`SaveAt` and an :class:`SDEIntegrator`.
     :class:`OverlapSDE` is the one of seed 003; a variant (say, a misprinted formula to be
-    rejected by a test) is another subclass."""
+    rejected by a test) is another subclass.
 
-    per_device: ClassVar[bool] = False
+    Unlike the sphere SDEs, a scalar diffrax solve runs inside ``shard_map``, so each device
+    solves its own slice of a chunk (``per_device``): faster than the compiler's
+    partitioning of the batched solve loop."""
 
+    per_device: ClassVar[bool] = True
+
+    beta: eqx.AbstractVar[Float[Array, ""]]
     saveat: eqx.AbstractVar[SaveAt]
     integrator: eqx.AbstractVar[SDEIntegrator]
 

@@ -54,7 +54,7 @@ from .._core.attention import Attention, as_float, matmul
 from .._core.errors import ParameterError, check_bound, check_choice
 from .._core.saveat import SaveAt
 from .._core.sphere import normalize, tangent_project
-from .base import AbstractTrajectoryModel
+from .base import AbstractTrajectoryModel, Reduction
 from .integrators import ADDITIVE_NOISE_SOLVERS, SDE_SOLVERS, SDEIntegrator
 
 
@@ -178,6 +178,21 @@ class AbstractSphereSDE(AbstractTrajectoryModel):
         """The states at :attr:`save_times` (NaN when the solve failed)."""
         return self.solve(x0, key=key).x
 
+    def _overlap_blocker(self, n_tokens: int) -> str | None:
+        """Why the two-token overlap diffusion is not this SDE's exact reduction."""
+        from .overlap import OVERLAP_SOLVERS
+
+        att = self.attention
+        if n_tokens != 2:
+            return f"the overlap diffusion is for two tokens (N = {n_tokens})"
+        if att.query is not None or att.key_matrix is not None or att.n_heads != 1:
+            return "Q, K or the heads are not the identity"
+        if att.laplacian or att.causal or att.n_laplacian_heads:
+            return "Laplacian or causal attention changes the overlap diffusion"
+        if self.integrator.solver not in OVERLAP_SOLVERS:
+            return f"the overlap diffusion has no {self.integrator.solver!r} solver"
+        return None
+
 
 def _drift(t, y, model: AbstractSphereSDE):
     del t
@@ -220,6 +235,25 @@ class TransformerSDE(AbstractSphereSDE):
 
     def noise_shape(self, dim: int) -> tuple[int, ...]:
         return (dim, dim)
+
+    def reduction(self, n_tokens: int, dim: int) -> Reduction:
+        """For two tokens: the overlap diffusion (003 Lemma 4), exact in law."""
+        from .overlap import OverlapSDE
+
+        blocker = self._overlap_blocker(n_tokens)
+        if blocker is not None:
+            return Reduction(None, blocker)
+        att = self.attention
+        overlap = OverlapSDE(
+            beta=att.beta,
+            attention=att.kind,
+            noise="full",
+            sigma=self.sigma,
+            dim=dim,
+            saveat=self.saveat,
+            integrator=self.integrator,
+        )
+        return Reduction(overlap, "")
 
     def ito_drift(self, y):
         dim = y.shape[-1]
@@ -264,6 +298,25 @@ class HybridSDE(AbstractSphereSDE):
 
     def noise_shape(self, dim: int) -> tuple[int, ...]:
         return ()
+
+    def reduction(self, n_tokens: int, dim: int) -> Reduction:
+        """For two tokens: the overlap diffusion (spec §3.4), exact in law."""
+        from .overlap import OverlapSDE
+
+        blocker = self._overlap_blocker(n_tokens)
+        if blocker is not None:
+            return Reduction(None, blocker)
+        att = self.attention
+        overlap = OverlapSDE(
+            beta=att.beta,
+            attention=att.kind,
+            noise="hybrid",
+            eps=self.eps,
+            dim=dim,
+            saveat=self.saveat,
+            integrator=self.integrator,
+        )
+        return Reduction(overlap, "")
 
     def ito_drift(self, y):
         theta = normalize(y)

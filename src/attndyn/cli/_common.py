@@ -15,6 +15,7 @@ from .._core.errors import NonFiniteError, ParameterError
 from .._core.serialize import plain
 from .._core.values import DISTRIBUTIONS
 from .._estimate.distributed import initialize_distributed
+from .._estimate.runtime import enable_compilation_cache, use_all_cores
 from ..studies.phase import ENGINES, ModelSpec, MonteCarlo
 from ..studies.summary import json_points
 from ._ranges import parse_range
@@ -82,10 +83,10 @@ def study_options(func: Callable) -> Callable:
         ),
         click.option(
             "--values",
-            default="gaussian",
-            show_default=True,
+            default=None,
             type=click.Choice(DISTRIBUTIONS),
-            help="Distribution of the value noise (matrix entries, or the scalar v_n).",
+            help="Law of the value noise [default: gaussian matrix entries for full noise, "
+            "rademacher scalars v_n for hybrid noise (003 eq. 7 assumes them bounded)].",
         ),
         click.option("--sigma", default=1.0, show_default=True, type=float, help="σ > 0."),
         click.option(
@@ -142,6 +143,12 @@ def scale_options(func: Callable) -> Callable:
             "the scale function for this per-trajectory bound (e.g. 1e-7).",
         ),
         click.option(
+            "--x64",
+            is_flag=True,
+            help="Run in float64 (the full routes' float32 coordinates merge tokens closer "
+            "than ~1e-7; merged trajectories are counted in n_merged either way).",
+        ),
+        click.option(
             "--exclude-nonfinite",
             is_flag=True,
             help="Drop trajectories that overflow (NaN/inf) from the probabilities, with a "
@@ -155,12 +162,30 @@ def scale_options(func: Callable) -> Callable:
         ),
         click.option("--process-count", envvar="ATTNDYN_PROCESS_COUNT", type=int, default=None),
         click.option("--process-id", envvar="ATTNDYN_PROCESS_ID", type=int, default=None),
+        click.option(
+            "--cache/--no-cache",
+            default=True,
+            show_default=True,
+            help="Keep compiled programs on disk (JAX's persistent compilation cache), so "
+            "a study shape compiles once per machine.",
+        ),
+        click.option(
+            "--cache-dir",
+            envvar="ATTNDYN_CACHE_DIR",
+            default=None,
+            help="Compilation cache folder [default: ~/.cache/attndyn/jax].",
+        ),
     ]
     return _apply(func, options)
 
 
 def start_processes(options: dict[str, Any]) -> bool:
-    """Join a multi-process run if asked (before any other JAX work); True on the writer."""
+    """Set the process up before any other JAX work: one CPU device per core, the
+    persistent compilation cache (unless --no-cache), and a multi-process run if asked.
+    True on the process that writes the outputs."""
+    use_all_cores()
+    if options.get("cache", True):
+        enable_compilation_cache(options.get("cache_dir"))
     initialize_distributed(options["coordinator"], options["process_count"], options["process_id"])
     return jax.process_index() == 0
 
@@ -175,6 +200,7 @@ def monte_carlo(options: dict[str, Any]) -> MonteCarlo:
         route=options.get("route", "auto"),
         early_absorption=options.get("early_absorption"),
         exclude_nonfinite=options.get("exclude_nonfinite", False),
+        x64=options.get("x64", False),
     )
 
 
@@ -218,6 +244,7 @@ def finish(
 ) -> None:
     """Write the dataset and its figure (``figure(ds)``), then report: one JSON object on
     stdout with ``--json``, else one line on stderr."""
+    warn_merged(ds)
     dataset_path = save_study(ds, out_dir, name, checkpoint)
     figure_path = out_dir / f"{name}.png"
     figure(ds).savefig(figure_path, dpi=130)
@@ -229,3 +256,18 @@ def finish(
         emit_json(payload)
     else:
         say(f"wrote {dataset_path} and {figure_path} in {seconds:.1f} s")
+
+
+def warn_merged(ds) -> None:
+    """One line on stderr per point whose tokens merged numerically at the last save."""
+    last = ds["n_merged"].isel(time=-1).values
+    for i in [i for i, n in enumerate(last) if n > 0]:
+        row = ds.isel(point=i)
+        params = ", ".join(
+            f"{k}={row[k].item()}" for k in ("beta", "eps", "dim", "tokens") if k in row.coords
+        )
+        say(
+            f"warning: {int(last[i])} of {int(row['n_valid'])} trajectories at {params} have "
+            "tokens that merged numerically (float32 cannot resolve their gap, so the "
+            "arithmetic fixed their class); rerun with --x64, or on a reduced route."
+        )

@@ -17,46 +17,119 @@ ANTIPODAL_COLOR = OUTCOME_COLORS["antipodal"]
 UNCLUSTERED_COLOR = OUTCOME_COLORS["unclustered"]
 
 
-def plot_beta_eps(ds: xr.Dataset, *, title: str | None = None) -> Figure:
-    """Seed 003 Fig. 4: each (β, ε) cell coloured by its dominant outcome (single or
-    antipodal), shaded by that outcome's fraction; ε_c(β) = √(2e^{−β}) dashed."""
-    last = ds.isel(time=-1)
+def _edges(v: np.ndarray) -> np.ndarray:
+    if len(v) == 1:
+        return np.array([v[0] - 0.5, v[0] + 0.5])
+    mid = (v[1:] + v[:-1]) / 2
+    return np.concatenate([[2 * v[0] - mid[0]], mid, [2 * v[-1] - mid[-1]]])
+
+
+def _grid(last: xr.Dataset, values) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(β, ε, image[ε, β]) of a per-point quantity ``values(row)``."""
     betas = np.unique(last["beta"].values)
     epss = np.unique(last["eps"].values)
-    image = np.ones((len(epss), len(betas), 3))
-    single_rgb, anti_rgb = np.array(to_rgb(SINGLE_COLOR)), np.array(to_rgb(ANTIPODAL_COLOR))
-    for i in range(ds.sizes["point"]):
+    image = np.full((len(epss), len(betas)), np.nan)
+    for i in range(last.sizes["point"]):
         row = last.isel(point=i)
         b = np.searchsorted(betas, float(row["beta"]))
         e = np.searchsorted(epss, float(row["eps"]))
+        image[e, b] = values(row)
+    return betas, epss, image
+
+
+def _boundaries(ax, betas: np.ndarray, attention: str) -> None:
+    """ε_c(β) for USA (003 Prop. 1); the two SA boundaries ε² = 2 and ε² = 1 + e^{−2β}."""
+    fine = np.linspace(max(_edges(betas)[0], 0), _edges(betas)[-1], 200)
+    if attention == "softmax":
+        ax.plot(
+            fine, np.full_like(fine, np.sqrt(2)), "k--", lw=1.1, label="ε² = 2 (+1 repels above)"
+        )
+        ax.plot(fine, np.sqrt(1 + np.exp(-2 * fine)), "k:", lw=1.3, label="ε² = 1 + e^{−2β}")
+    else:
+        ax.plot(fine, [eps_critical(b) for b in fine], "k--", lw=1.2, label="ε_c(β) = √(2e^{−β})")
+
+
+def _dominant_panel(ax, last: xr.Dataset, attention: str) -> None:
+    single_rgb, anti_rgb = np.array(to_rgb(SINGLE_COLOR)), np.array(to_rgb(ANTIPODAL_COLOR))
+
+    def colour(row):
         ps = float(row["probability"].sel(outcome="single"))
         pa = float(row["probability"].sel(outcome="antipodal"))
-        if not np.isfinite(ps):
-            continue
-        rgb, frac = (single_rgb, ps) if ps >= pa else (anti_rgb, pa)
-        image[e, b] = 1 - frac * (1 - rgb)  # white at 0, full colour at 1
-    fig, ax = subplots(figsize=(6.5, 4.8))
+        return ps if ps >= pa else -pa  # sign: which outcome; magnitude: its fraction
 
-    def edges(v):
-        if len(v) == 1:
-            return np.array([v[0] - 0.5, v[0] + 0.5])
-        mid = (v[1:] + v[:-1]) / 2
-        return np.concatenate([[2 * v[0] - mid[0]], mid, [2 * v[-1] - mid[-1]]])
-
-    ax.pcolormesh(edges(betas), edges(epss), image, shading="flat")
-    fine = np.linspace(max(edges(betas)[0], 0), edges(betas)[-1], 200)
-    ax.plot(fine, [eps_critical(b) for b in fine], "k--", lw=1.2, label="ε_c(β) = √(2e^{−β})")
-    ax.set_ylim(edges(epss)[0], edges(epss)[-1])
-    ax.set_xlabel("β")
-    ax.set_ylabel("ε")
+    betas, epss, signed = _grid(last, colour)
+    image = np.ones((*signed.shape, 3))
+    for rgb, mask in ((single_rgb, signed >= 0), (anti_rgb, signed < 0)):
+        frac = np.abs(np.where(mask, signed, 0.0))[..., None]
+        image = np.where(mask[..., None], 1 - frac * (1 - rgb), image)
+    ax.pcolormesh(_edges(betas), _edges(epss), np.nan_to_num(image, nan=1.0), shading="flat")
+    _boundaries(ax, betas, attention)
     handles = [
-        Patch(color=SINGLE_COLOR, label="single cluster dominant"),
+        Patch(color=SINGLE_COLOR, label="single dominant"),
         Patch(color=ANTIPODAL_COLOR, label="antipodal dominant"),
         *ax.get_legend_handles_labels()[0],
     ]
-    ax.legend(handles=handles, fontsize=8, loc="upper right")
+    ax.legend(handles=handles, fontsize=7, loc="upper right")
+    ax.set(xlabel="β", ylabel="ε", title="dominant outcome (shade: its fraction)")
+    ax.set_ylim(_edges(epss)[0], _edges(epss)[-1])
+
+
+def _unclustered_panel(fig, ax, last: xr.Dataset, attention: str) -> None:
+    betas, epss, image = _grid(
+        last, lambda row: float(row["probability"].sel(outcome="unclustered"))
+    )
+    mesh = ax.pcolormesh(
+        _edges(betas), _edges(epss), image, shading="flat", cmap="cividis", vmin=0, vmax=1
+    )
+    fig.colorbar(mesh, ax=ax, label="P(unclustered)")
+    _boundaries(ax, betas, attention)
+    ax.set(xlabel="β", ylabel="ε", title="still unclustered at T (slow approach near ε_c)")
+    ax.set_ylim(_edges(epss)[0], _edges(epss)[-1])
+
+
+def _exact_panel(ax, last: xr.Dataset) -> None:
+    """P(antipodal) against ε for four β, with Wilson bands and the exact t = ∞ curve."""
+    betas = np.unique(last["beta"].values)
+    chosen = betas[np.unique(np.linspace(0, len(betas) - 1, min(4, len(betas))).astype(int))]
+    colors = matplotlib.colormaps["viridis"](np.linspace(0, 0.85, len(chosen)))
+    for color, beta in zip(colors, chosen):
+        sel = last.where(last["beta"] == beta, drop=True).sortby("eps")
+        sel = sel.sel(outcome="antipodal")
+        eps = sel["eps"].values
+        ax.fill_between(
+            eps, sel["ci_lower"].values, sel["ci_upper"].values, color=color, alpha=0.25, lw=0
+        )
+        ax.plot(eps, sel["probability"].values, "o", ms=3, color=color, label=f"β = {beta:g}")
+        if "p_antipodal_exact" in sel:
+            ax.plot(eps, sel["p_antipodal_exact"].values, "-", color=color, lw=1)
+    ax.set(
+        xlabel="ε",
+        ylabel="P(antipodal)",
+        title="Monte Carlo (dots, 95 % bands) vs exact t = ∞ (lines)",
+    )
+    ax.legend(fontsize=7)
+
+
+def plot_beta_eps(ds: xr.Dataset, *, title: str | None = None) -> Figure:
+    """Seed 003 Fig. 4 in three panels: (a) each (β, ε) cell coloured by its dominant
+    outcome (single or antipodal) and shaded by its fraction, as the paper draws it; (b)
+    P(unclustered), which a dominant-outcome map hides (just above ε_c the approach to −1 is
+    slow); (c) P(antipodal) against ε for a few β with Wilson bands and the exact t = ∞
+    two-token probability. Boundaries dashed: ε_c(β) = √(2e^{−β}) for USA; ε² = 2 and
+    ε² = 1 + e^{−2β} for SA."""
+    last = ds.isel(time=-1)
+    attention = str(ds.attrs.get("attention", "unnormalized"))
+    fig, axes = subplots(1, 3, figsize=(17, 4.8))
+    _dominant_panel(axes[0], last, attention)
+    _unclustered_panel(fig, axes[1], last, attention)
+    _exact_panel(axes[2], last)
     t = float(ds["time"].values[-1])
-    ax.set_title(title or f"hybrid model, d = {int(last['dim'].values[0])}, T = {t:g}", fontsize=9)
+    n = int(last["n_valid"].max())
+    default = (
+        f"hybrid model (003 eq. 7/8), {attention}, d = {int(last['dim'].values[0])}, "
+        f"N = 2, T = {t:g}, {n} trajectories per cell"
+    )
+    fig.suptitle(title or default, fontsize=10)
     return fig  # type: ignore[return-value]
 
 

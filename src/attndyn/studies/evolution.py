@@ -67,14 +67,7 @@ def evolution_study(
         model_fn(**p)
     record = {"kind": "evolution", **spec.metadata(), **(metadata or {})}
     record.update(sigma=spec.sigma, depth=spec.depth, solver=spec.solver, dt=spec.dt)
-    ds = mc.estimate(
-        model_fn,
-        points,
-        checkpoint=checkpoint,
-        progress=progress,
-        metadata=record,
-        route="full" if spec.engine == "sde" else None,
-    )
+    ds = mc.estimate(model_fn, points, checkpoint=checkpoint, progress=progress, metadata=record)
     if spec.engine == "sde":
         add_sphere_drift(ds, model_fn, points, seed=mc.seed)
     return ds

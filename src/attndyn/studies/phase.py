@@ -8,6 +8,7 @@ seed and route) and call :func:`phase_diagram_study` or
 
 import dataclasses
 import functools
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,13 @@ from .._models.base import AbstractModel
 from .._models.discrete import DiscreteTransformer
 from .._models.integrators import SDEIntegrator
 from .._models.sde import HybridSDE, TransformerSDE
-from ..theory import p_antipodal_uniform
+from ..theory import (
+    depth_for_step,
+    hybrid_layer_step,
+    p_antipodal_hybrid_uniform,
+    p_antipodal_uniform,
+)
+from ..theory._hybrid import STEP_WARNING
 
 KINDS = ("beta-d", "beta-eps", "beta-n")
 ENGINES = ("discrete", "sde")
@@ -54,7 +61,7 @@ def phase_model(
     noise: str = "full",
     engine: str = "discrete",
     attention: str = "softmax",
-    values: str = "gaussian",
+    values: str | None = None,
     sigma: float = 1.0,
     depth: int = 20,
     horizon: float = 40.0,
@@ -68,15 +75,18 @@ def phase_model(
     ``noise="hybrid"``: scalar value noise ε (eq. 7) or its SDE (eq. 8);
     ``noise="none"``: deterministic values (ε = 0 of eq. 7; the ODE of Lemma 2 for the SDE
     engine, solved by the same fixed-step solver).
+
+    ``values`` is the law of the value noise: by default Gaussian matrix entries (eq. 4, as
+    in the paper's experiments) and Rademacher scalars v_n (eq. 7 assumes them bounded).
     """
     del dim, tokens
     att = Attention(beta, kind=attention)  # type: ignore[arg-type]
     saveat = SaveAt(horizon, save_at)
     if engine == "discrete":
         if noise == "full":
-            vals = MatrixValues(sigma, distribution=values)  # type: ignore[arg-type]
+            vals = MatrixValues(sigma, distribution=values or "gaussian")
         elif noise == "hybrid":
-            vals = ScalarValues(eps, distribution=values)  # type: ignore[arg-type]
+            vals = ScalarValues(eps, distribution=values or "rademacher")
         else:
             vals = ScalarValues(0.0)
         return DiscreteTransformer(att, vals, depth=depth, saveat=saveat)
@@ -95,7 +105,7 @@ class ModelSpec:
     noise: str = "full"
     engine: str = "discrete"
     attention: str = "softmax"
-    values: str = "gaussian"
+    values: str | None = None
     sigma: float = 1.0
     depth: int = 50
     horizon: float = 60.0
@@ -107,7 +117,8 @@ class ModelSpec:
         check_choice("noise", self.noise, NOISES)
         check_choice("engine", self.engine, ENGINES)
         check_choice("attention", self.attention, ATTENTION_KINDS)
-        check_choice("values", self.values, DISTRIBUTIONS)
+        if self.values is not None:
+            check_choice("values", self.values, DISTRIBUTIONS)
         check_bound("sigma", self.sigma, lower=0.0, lower_open=True)
         check_int("depth", self.depth, lower=1)
         check_bound("horizon", self.horizon, lower=0.0, lower_open=True)
@@ -130,7 +141,7 @@ class ModelSpec:
             "model_equation": EQUATIONS[(self.noise, self.engine)],
             "engine": self.engine,
             "attention": self.attention,
-            "values": self.values,
+            "values": self.values or {"full": "gaussian", "hybrid": "rademacher"}.get(self.noise),
             "horizon": self.horizon,
         }
         if self.noise == "full":
@@ -155,6 +166,7 @@ class MonteCarlo:
     route: str = "auto"
     early_absorption: float | None = None
     exclude_nonfinite: bool = False
+    x64: bool = False
 
     def __post_init__(self):
         check_int("trajectories", self.trajectories, lower=1)
@@ -185,6 +197,7 @@ class MonteCarlo:
             route=route or self.route,  # type: ignore[arg-type]
             early_absorption=self.early_absorption or False,
             on_nonfinite="exclude" if self.exclude_nonfinite else "raise",
+            x64=self.x64,
         )
 
 
@@ -224,19 +237,63 @@ def phase_diagram_study(
     model_fn = spec.model_fn()
     for p in points:  # build (and so validate) every model before anything runs
         model_fn(**p)
+    if spec.noise == "hybrid" and spec.engine == "discrete":
+        warn_hybrid_step(points, spec)
     ds = mc.estimate(
         model_fn,
         points,
         checkpoint=checkpoint,
         progress=progress,
         metadata={"kind": kind, **spec.metadata(), **(metadata or {})},
-        route="full" if spec.engine == "sde" else None,
     )
     if kind == "beta-d":
         add_exact_curve(ds, points)
+    elif kind == "beta-eps":
+        add_exact_hybrid_curve(ds, points, spec.attention)
     if spec.engine == "sde":
         add_sphere_drift(ds, model_fn, points, seed=mc.seed)
     return ds
+
+
+def warn_hybrid_step(points: Sequence[Mapping[str, Any]], spec: ModelSpec) -> None:
+    """Warn once when 003 eq. 7's layer step exceeds 0.1 somewhere on the grid (there the
+    discrete model at this depth is far from the SDE limit, and its answer depends on the
+    law of v_n), naming the depth that would bring every point under it."""
+    steps = [
+        (hybrid_layer_step(p["beta"], p["eps"], spec.depth, spec.attention), p)
+        for p in points
+        if p.get("eps")
+    ]
+    big = [(step, p) for step, p in steps if step > STEP_WARNING]
+    if not big:
+        return
+    step, worst = max(big, key=lambda item: item[0])
+    depth = max(depth_for_step(p["beta"], p["eps"], spec.attention) for _, p in big)
+    formula = "ε·e^β/(2√L)" if spec.attention == "unnormalized" else "ε/(2√L)"
+    warnings.warn(
+        f"the hybrid layer step {formula} exceeds {STEP_WARNING} at {len(big)} of "
+        f"{len(points)} points (largest {step:.3g} at β = {worst['beta']}, ε = {worst['eps']}, "
+        f"L = {spec.depth}): there the discrete model is far from the SDE limit and depends "
+        f"on the law of v_n; depth ≥ {depth} would bring every point under {STEP_WARNING}.",
+        stacklevel=3,
+    )
+
+
+def add_exact_hybrid_curve(
+    ds: xr.Dataset, points: Sequence[Mapping[str, Any]], attention: str
+) -> None:
+    """``p_antipodal_exact``: the t = ∞ two-token probability of the hybrid SDE (scale
+    function; NaN for N ≠ 2)."""
+    exact = [
+        p_antipodal_hybrid_uniform(p["beta"], p["eps"], p["dim"], attention)
+        if p["tokens"] == 2 and p["eps"] > 0
+        else (0.0 if p["tokens"] == 2 else float("nan"))
+        for p in points
+    ]
+    ds["p_antipodal_exact"] = ("point", np.asarray(exact))
+    ds["p_antipodal_exact"].attrs["description"] = (
+        "exact t = ∞ probability of the hybrid overlap diffusion for two uniform tokens"
+    )
 
 
 def add_exact_curve(ds: xr.Dataset, points: Sequence[Mapping[str, Any]]) -> None:

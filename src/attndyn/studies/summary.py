@@ -35,6 +35,7 @@ def json_points(ds: xr.Dataset) -> list[dict[str, Any]]:
             trajectories=int(row["n_valid"]) + int(row["n_nonfinite"]),
             n_valid=int(row["n_valid"]),
             n_nonfinite=int(row["n_nonfinite"]),
+            n_merged=int(row["n_merged"]) if "n_merged" in row else 0,
             p_single=p("single"),
             p_antipodal=p("antipodal"),
             p_unclustered=p("unclustered"),

@@ -5,10 +5,21 @@ Plain NumPy/SciPy: nothing here shares code with the simulations it checks.
 - Two tokens, full value noise (seed 003 Thm 2, App. C): :func:`beta_critical`,
   :func:`scale_density`, :func:`p_antipodal_given_overlap`, :func:`p_antipodal_uniform`,
   :func:`p_antipodal_curve`, :func:`overlap_start_cdf`, :func:`antipodal_reachable`.
-- Hybrid noise (seed 003 Prop. 1): :func:`eps_critical`.
+- Hybrid noise (seed 003 Prop. 1 and its softmax analogue): :func:`eps_critical`,
+  :func:`sa_hybrid_boundaries`, :func:`hybrid_attracts`, :func:`p_antipodal_hybrid_uniform`,
+  :func:`p_antipodal_hybrid_given_overlap`, :func:`hybrid_layer_step`.
 - Symmetric start (seed 004 Thm 4.1): :func:`initial_slope`, :func:`terminal_rate_theory`.
 """
 
+from ._hybrid import (
+    depth_for_step as depth_for_step,
+    hybrid_attracts as hybrid_attracts,
+    hybrid_end_rates as hybrid_end_rates,
+    hybrid_layer_step as hybrid_layer_step,
+    p_antipodal_hybrid_given_overlap as p_antipodal_hybrid_given_overlap,
+    p_antipodal_hybrid_uniform as p_antipodal_hybrid_uniform,
+    sa_hybrid_boundaries as sa_hybrid_boundaries,
+)
 from ._phase import (
     antipodal_reachable as antipodal_reachable,
     beta_critical as beta_critical,

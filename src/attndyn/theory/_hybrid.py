@@ -185,3 +185,26 @@ def p_antipodal_hybrid_uniform(
     """
     check_int("dim", dim, lower=2)
     return _p_antipodal(beta, eps, attention, weight=lambda v: float(overlap_start_cdf(v, dim)))
+
+
+#: Above this layer step the discrete hybrid model (003 eq. 7) is far from its SDE limit.
+STEP_WARNING = 0.1
+
+
+def hybrid_layer_step(
+    beta: float, eps: float, depth: int, attention: str = "unnormalized"
+) -> float:
+    """The largest tangential move of one layer of 003 eq. 7 with |v_n| = 1: ε·e^β/(2√L)
+    for USA (the self-weight e^β/2 times ε/√L), ε/(2√L) for SA (softmax weights are ≤ 1 and
+    the tangential part of A is at most ½). When it is not small, L is far from the SDE
+    limit of Prop. 1 and the answer depends on the law of v_n."""
+    _check(beta, eps if eps > 0 else 1.0, attention)
+    check_int("depth", depth, lower=1)
+    weight = math.exp(beta) / 2 if attention == "unnormalized" else 0.5
+    return eps * weight / math.sqrt(depth)
+
+
+def depth_for_step(beta: float, eps: float, attention: str = "unnormalized") -> int:
+    """The smallest L with :func:`hybrid_layer_step` ≤ 0.1."""
+    weight = math.exp(beta) / 2 if attention == "unnormalized" else 0.5
+    return max(1, math.ceil((eps * weight / STEP_WARNING) ** 2))

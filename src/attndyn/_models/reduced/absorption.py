@@ -20,9 +20,15 @@ so that an absorbed trajectory leaves its class later with probability at most �
 indicators is at most n·ε at every save time, far below the Monte Carlo error √(n p(1−p)).
 The bound is that of the diffusion limit; at finite L the two-token chain is close to it
 (its log-gap is a random walk with the same drift-to-variance ratio up to O(1/L)), which
-the tests check by comparing with full-horizon runs. Gaps below ``MIN_GAP`` are not
-resolved reliably in float32 even in the reduced route, so an end that would need a smaller
-δ is simply never absorbed (δ = 0): correctness first, speed where it is free.
+the tests check by comparing with full-horizon runs. The two-token chain carries sin φ with
+relative precision down to float32's smallest normal numbers (gaps ~10⁻⁷⁶), so both ends
+can be trusted far below the clustering tolerance; an end that would need δ below
+``MIN_GAP`` (10⁻⁶⁰: sin φ ≈ 1.4·10⁻³⁰, inside the normal range) is simply never absorbed (δ = 0):
+correctness first, speed where it is free.
+
+Absorbed trajectories are set aside: each block of layers runs only the live ones,
+compacted into tiles (:meth:`ReducedTransformer._run_absorbing`), so a chunk's cost
+follows the trajectories still moving.
 
 Absorbed trajectories keep their state, so their mean cosine at later saves is frozen
 within δ of ±1 instead of creeping closer: a change of at most δ per trajectory.
@@ -42,8 +48,8 @@ if TYPE_CHECKING:
 #: Default bound on the probability that an absorbed trajectory later changes class.
 DEFAULT_BOUND = 1e-7
 
-#: Smallest gap 1 ∓ z the reduced float32 state resolves to ~1 % (sin φ ≈ 1.4·10⁻⁵).
-MIN_GAP = 1e-10
+#: Smallest δ used: the relative-precision chain resolves gaps far below it in float32.
+MIN_GAP = 1e-60
 
 #: Covers the variation of the smooth factor of s over [1 − tol, 1] (relative O(β·tol)).
 SAFETY = 2.0

@@ -1,0 +1,89 @@
+"""How a process runs JAX: every CPU core, a persistent compilation cache, compile timing.
+
+These touch process-wide JAX settings, so the library never applies them by itself: the
+CLI calls :func:`use_all_cores` and :func:`enable_compilation_cache` before any JAX work,
+and an API user may call them first thing in a script.
+"""
+
+import os
+from pathlib import Path
+
+import jax
+from jax._src import xla_bridge
+
+from .._core.errors import ParameterError
+
+#: Environment overrides: the cache folder, and "0" to switch the cache off.
+ENV_CACHE_DIR = "ATTNDYN_CACHE_DIR"
+ENV_CACHE = "ATTNDYN_CACHE"
+#: The JAX events whose durations count as compilation (tracing, lowering, XLA).
+COMPILE_EVENTS = (
+    "/jax/core/compile/jaxpr_trace_duration",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration",
+    "/jax/core/compile/backend_compile_duration",
+)
+
+_compile_seconds = [0.0]
+
+
+def _record(event: str, duration_secs: float, **_) -> None:
+    if event in COMPILE_EVENTS:
+        _compile_seconds[0] += duration_secs
+
+
+jax.monitoring.register_event_duration_secs_listener(_record)
+
+
+def compile_seconds() -> float:
+    """Seconds this process has spent tracing, lowering and compiling so far."""
+    return _compile_seconds[0]
+
+
+def use_all_cores(n_devices: int | None = None) -> int:
+    """One XLA CPU device per core (or ``n_devices``), so the estimator's sharding uses
+    every core. Call before JAX starts its backend (before any array is created); the
+    results do not depend on the device count. Respects ``XLA_FLAGS`` that already set
+    ``--xla_force_host_platform_device_count``. Returns the device count asked for."""
+    count = n_devices or os.cpu_count() or 1
+    if count < 1:
+        raise ParameterError(f"n_devices={count} must be an integer >= 1.")
+    if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
+        return count
+    if xla_bridge.backends_are_initialized():
+        if jax.default_backend() == "cpu" and jax.local_device_count() != count:
+            raise ParameterError(
+                "use_all_cores must be called before JAX starts (before any array is created); "
+                f"it already runs with {jax.local_device_count()} CPU device(s)."
+            )
+        return count
+    jax.config.update("jax_num_cpu_devices", count)
+    return count
+
+
+def default_cache_dir() -> Path:
+    """``$ATTNDYN_CACHE_DIR``, else ``$XDG_CACHE_HOME/attndyn/jax`` (``~/.cache/...``)."""
+    if os.environ.get(ENV_CACHE_DIR):
+        return Path(os.environ[ENV_CACHE_DIR])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "attndyn" / "jax"
+
+
+def enable_compilation_cache(path: str | os.PathLike | None = None) -> Path | None:
+    """Keep compiled programs on disk, so a process compiles each study shape once per
+    machine (JAX's persistent compilation cache). ``ATTNDYN_CACHE=0`` switches it off.
+    Returns the folder, or ``None`` when off."""
+    if os.environ.get(ENV_CACHE, "1") == "0":
+        return None
+    folder = Path(path) if path is not None else default_cache_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ParameterError(
+            f"cache folder {str(folder)!r} cannot be created ({error.strerror}); "
+            f"set {ENV_CACHE_DIR} to a writable folder or {ENV_CACHE}=0."
+        ) from None
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    # Every program of a study is worth keeping: the small ones compile in a second too.
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return folder

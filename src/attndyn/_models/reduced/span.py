@@ -1,0 +1,115 @@
+"""The span route: transformers whose value operators are multiples of the identity.
+
+With ``V_n = s_n·I`` (deterministic values, or the scalar noise of 003 eq. 7) and Q = K = I,
+every layer map moves each token within the span of the tokens: the state is the N × N
+coordinates of the tokens in one fixed orthonormal frame of their initial span, and the
+layer map is the same map on fewer coordinates. The layer's multiplier s_n is drawn from
+the same key as on the full route, so the two agree path by path, up to rounding.
+
+For two tokens under Post-LN (003 eq. 7 itself) the state is (cos φ, sin φ) of the angle
+between them. The new tokens are the rows of (I + s_n P) Θ, Θ = [θ₁; θ₂], so the area of
+their parallelogram is |det(I + s_n P)|·sin φ: the new sin φ is a product of O(1) factors
+and sin φ, never a difference of nearly equal numbers. It keeps its relative precision as
+sin φ → 0, near +1 and near −1 alike, so the gaps 1 ∓ z = sin²φ/(1 ± cos φ) are resolved
+down to float32's smallest normal numbers: two tokens never merge numerically, where N × d
+float32 coordinates merge once they agree to ~10⁻⁷ (the numerical coalescence of issue 10).
+"""
+
+from typing import final
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, Key
+
+from ..._core.errors import ParameterError, check_int
+from ..._core.schemes import PostLN
+from ..._core.values import AbstractScalarValues
+from ..base import AbstractModel
+from ..discrete import DiscreteTransformer
+from .frame import lq, two_token_attention, two_token_frame
+
+
+@final
+class SpanTransformer(AbstractModel):
+    """:class:`DiscreteTransformer` with scalar or deterministic values, simulated on the
+    N × N coordinates of the tokens' span (see the module docstring). Built by
+    ``model.reduction(n_tokens, dim)``."""
+
+    model: DiscreteTransformer
+    n_tokens: int = eqx.field(static=True)
+    dim: int = eqx.field(static=True)
+
+    def __check_init__(self):
+        check_int("n_tokens", self.n_tokens, lower=1)
+        check_int("dim", self.dim, lower=2)
+        if self.n_tokens >= self.dim:
+            raise ParameterError(
+                f"the span route needs N < d; got N = {self.n_tokens}, d = {self.dim}."
+            )
+        if not isinstance(self.model.values, AbstractScalarValues):
+            raise ParameterError("the span route needs values that are multiples of I.")
+
+    @property
+    def save_times(self) -> np.ndarray:
+        return self.model.save_times
+
+    @property
+    def _chain(self) -> bool:
+        return self.n_tokens == 2 and isinstance(self.model.scheme, PostLN)
+
+    def simulate(self, x0: Float[Array, "batch N d"], keys: Key[Array, " batch"]):
+        c0 = jax.vmap(lq)(x0)
+        if not self._chain:
+            # The layer maps themselves, on the frame coordinates (same keys, same s_n).
+            return jax.vmap(lambda c, k: self.model.trajectory(c, key=k))(c0, keys)
+        return self._simulate_chain(c0[:, 1, 0], jnp.log(c0[:, 1, 1]), keys)
+
+    def _scales(self, keys: Key[Array, " batch"], n: Array, dtype) -> Float[Array, " batch"]:
+        values = self.model.values
+        assert isinstance(values, AbstractScalarValues)
+        layer_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, n)
+        depth = self.model.depth
+        return jax.vmap(lambda k: values.scale(key=k, depth=depth, dtype=dtype))(layer_keys)
+
+    def chain_layer(self, cz: Array, log_sz: Array, s: Array) -> tuple[Array, Array]:
+        """One Post-LN layer of the two-token chain with multiplier s (elementwise) on
+        (cos φ, log sin φ): sin φ is multiplied by |det(I + sP)|/(|x₁||x₂|), so its
+        logarithm is carried exactly and never underflows."""
+        sz = jnp.exp(log_sz)
+        p11, p12, p21, p22 = two_token_attention(self.model.attention, cz)
+        a11, a12, a21, a22 = 1 + s * p11, s * p12, s * p21, 1 + s * p22
+        x1 = (a11 + a12 * cz, a12 * sz)
+        x2 = (a21 + a22 * cz, a22 * sz)
+        n1 = jnp.sqrt(x1[0] ** 2 + x1[1] ** 2)
+        n2 = jnp.sqrt(x2[0] ** 2 + x2[1] ** 2)
+        new_cz = (x1[0] * x2[0] + x1[1] * x2[1]) / (n1 * n2)
+        new_log_sz = jnp.log(jnp.abs(a11 * a22 - a12 * a21)) + log_sz - jnp.log(n1 * n2)
+        # Rounding must not move θ₂ off the unit circle over 10⁵ layers.
+        norm_sq = new_cz**2 + jnp.exp(2 * new_log_sz)
+        return new_cz * jax.lax.rsqrt(norm_sq), new_log_sz - 0.5 * jnp.log(norm_sq)
+
+    def _simulate_chain(self, cz: Array, log_sz: Array, keys: Key[Array, " batch"]):
+        def layer(n, y):
+            cz, log_sz = y
+            return self.chain_layer(cz, log_sz, self._scales(keys, n, cz.dtype))
+
+        def segment(carry, stop):
+            y, start = carry
+            y = jax.lax.fori_loop(start, stop, layer, y)
+            return (y, stop), jax.vmap(_frame_view)(*y)
+
+        layers = jnp.asarray(self.model.save_layers)
+        _, saves = jax.lax.scan(segment, ((cz, log_sz), jnp.asarray(0, jnp.int32)), layers)
+        return jnp.swapaxes(saves, 0, 1)
+
+
+def _frame_view(cz: Array, log_sz: Array) -> Float[Array, "2 2"]:
+    """The frame rows (1, 0), (cos φ, sin φ), with sin φ held at the smallest normal number
+    of its dtype when it is smaller (gaps below ~10⁻⁷⁶ in float32): the state itself keeps
+    log sin φ, so the tokens never merge, and the observables see a gap that tiny as what it
+    is — together, or antipodal."""
+    tiny = jnp.finfo(cz.dtype).tiny
+    sz = jnp.where(jnp.isneginf(log_sz), 0.0, jnp.maximum(jnp.exp(log_sz), tiny))
+    return two_token_frame(cz, sz.astype(cz.dtype))
