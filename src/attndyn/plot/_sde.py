@@ -91,7 +91,7 @@ def _exact_panel(ax, last: xr.Dataset) -> None:
     """P(antipodal) against ε for four β, with Wilson bands and the exact t = ∞ curve."""
     betas = np.unique(last["beta"].values)
     chosen = betas[np.unique(np.linspace(0, len(betas) - 1, min(4, len(betas))).astype(int))]
-    colors = matplotlib.colormaps["viridis"](np.linspace(0, 0.85, len(chosen)))
+    colors = ordered_colors(len(chosen))
     for color, beta in zip(colors, chosen):
         sel = last.where(last["beta"] == beta, drop=True).sortby("eps")
         sel = sel.sel(outcome="antipodal")
