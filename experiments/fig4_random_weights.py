@@ -17,6 +17,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import attndyn
+from attndyn.plot import category_colors
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--full-size", action="store_true")
@@ -31,6 +32,7 @@ beta = math.sqrt(dim)
 keys = jax.random.split(jax.random.key(args.seed), args.runs)
 fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
 layers = np.arange(args.layers + 1)
+colors = category_colors(attndyn.SCHEME_NAMES)  # Okabe–Ito: colour-blind safe
 for name in attndyn.SCHEME_NAMES:
     scheme = attndyn.scheme_from_name(name, tau=0.5, alpha=1.0)
     run = eqx.filter_jit(
@@ -42,8 +44,8 @@ for name in attndyn.SCHEME_NAMES:
     )
     cos = np.asarray(run(keys))
     lo, hi = np.quantile(cos, [0.05, 0.95], axis=0)
-    (line,) = ax.plot(layers, cos.mean(0), label=name)
-    ax.fill_between(layers, lo, hi, color=line.get_color(), alpha=0.15)
+    ax.plot(layers, cos.mean(0), color=colors[name], label=name)
+    ax.fill_between(layers, lo, hi, color=colors[name], alpha=0.15, lw=0)
     print(
         f"{name:13s} cosine after 1, 8, {args.layers} layers: "
         f"{cos.mean(0)[1]:.3f} {cos.mean(0)[8]:.3f} {cos.mean(0)[-1]:.3f}"
@@ -51,8 +53,9 @@ for name in attndyn.SCHEME_NAMES:
 ax.set(
     xlabel="layer",
     ylabel="mean cosine similarity",
-    title=f"random Kaiming weights per layer, d={dim}, n={tokens}, β=√d; "
-    f"{args.runs} runs, 90 % band",
+    title="Seed 004 Fig. 4: with random weights, Peri-LN and nGPT move tokens most in the first "
+    f"layer\nQ, K, V re-drawn per layer (Kaiming), d = {dim}, n = {tokens}, β = √d; "
+    f"mean of {args.runs} runs, 90 % band",
 )
 ax.legend(fontsize=8)
 fig.savefig(args.out, dpi=120)

@@ -30,7 +30,8 @@ def main():
     )
     FIGURES.mkdir(exist_ok=True)
     stem = f"fig6_multitoken_{args.engine}"
-    ad.plot.beta_n(ds).savefig(FIGURES / f"{stem}.png", dpi=130)
+    title = "Seed 003 Fig. 6: the more tokens, the likelier an antipodal pair (Post-LN, eq. 4)"
+    ad.plot.beta_n(ds, title=title).savefig(FIGURES / f"{stem}.png", dpi=130)
     summary(ds, FIGURES / f"{stem}.json")
 
 

@@ -28,7 +28,8 @@ def main():
     )
     FIGURES.mkdir(exist_ok=True)
     stem = f"fig7_evolution_{args.engine}"
-    ad.plot.evolution(ds, label_keys=("beta", "dim", "tokens")).savefig(
+    title = "Seed 003 Fig. 7: 50 tokens leave the unclustered start and end in two antipodal groups"
+    ad.plot.evolution(ds, label_keys=("beta", "dim", "tokens"), title=title).savefig(
         FIGURES / f"{stem}.png", dpi=130
     )
     summary(ds, FIGURES / f"{stem}.json")

@@ -35,7 +35,12 @@ def main():
     )
     FIGURES.mkdir(exist_ok=True)
     stem = f"fig8_horizons_{args.engine}"
-    ad.plot.evolution(ds, label_keys=("beta", "dim")).savefig(FIGURES / f"{stem}.png", dpi=110)
+    title = (
+        "Seed 003 Fig. 8: two tokens end antipodal only where β > β_c(d) "
+        "(β_c(4) = 0.66, β_c(6) = 1.03)"
+    )
+    fig = ad.plot.evolution(ds, label_keys=("beta", "dim"), title=title)
+    fig.savefig(FIGURES / f"{stem}.png", dpi=110)
     summary(ds, FIGURES / f"{stem}.json")
 
 

@@ -34,7 +34,13 @@ def main():
             dt=0.01,
         )
         stem = f"fig9_metastability_beta{beta:g}_{args.engine}"
-        ad.plot.evolution(ds, label_keys=("model", "beta")).savefig(
+        title = (
+            "Seed 003 Fig. 9: N = 50, d = 4; with noise (left) the tokens cluster, without "
+            "(right) they linger unclustered"
+            if beta > 1
+            else "Seed 003 Fig. 9: N = 50, d = 4; with or without noise the tokens form one cluster"
+        )
+        ad.plot.evolution(ds, label_keys=("model", "beta"), title=title).savefig(
             FIGURES / f"{stem}.png", dpi=130
         )
         summary(ds, FIGURES / f"{stem}.json")

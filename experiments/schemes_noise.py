@@ -18,6 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 import attndyn
+from attndyn.plot import category_colors
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--beta", type=float, default=2.0)
@@ -56,7 +57,8 @@ ds = attndyn.estimate_probabilities(
 exact = (
     attndyn.theory.p_antipodal_uniform(args.beta, args.dim) if args.tokens == 2 else float("nan")
 )
-fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), layout="constrained")
+fig, axes = plt.subplots(1, 3, figsize=(15, 4.6), layout="constrained")
+colors = category_colors(attndyn.SCHEME_NAMES)  # Okabe–Ito: colour-blind safe
 times = ds["time"].values
 summary = {}
 for i, name in enumerate(attndyn.SCHEME_NAMES):
@@ -66,12 +68,12 @@ for i, name in enumerate(attndyn.SCHEME_NAMES):
         p = row["probability"].sel(outcome=outcome).values
         lo = row["ci_lower"].sel(outcome=outcome).values
         hi = row["ci_upper"].sel(outcome=outcome).values
-        (line,) = ax.plot(times, p, "o-", ms=3, label=name)
-        ax.fill_between(times, lo, hi, color=line.get_color(), alpha=0.15)
+        ax.plot(times, p, "o-", ms=3, color=colors[name], label=name)
+        ax.fill_between(times, lo, hi, color=colors[name], alpha=0.15, lw=0)
         summary[name][outcome] = [[float(a), float(b), float(c)] for a, b, c in zip(p, lo, hi)]
     cos = row["mean_cosine"].values if "mean_cosine" in row else None
     if cos is not None:
-        axes[2].plot(times, 1 - cos, "o-", ms=3, label=name)
+        axes[2].plot(times, 1 - cos, "o-", ms=3, color=colors[name], label=name)
 axes[1].axhline(exact, color="k", ls="--", lw=0.8, label="Post-LN, exact t = ∞")
 axes[0].set(xlabel="t", ylabel="P(single cluster)", xscale="log")
 axes[1].set(xlabel="t", ylabel="P(antipodal)", xscale="log")
@@ -79,8 +81,10 @@ axes[2].set(xlabel="t", ylabel="1 − mean cosine", xscale="log", yscale="log")
 for ax in axes:
     ax.legend(fontsize=7)
 fig.suptitle(
-    f"value noise σ=1 (V = Ξ/√L), β={args.beta}, d={args.dim}, N={args.tokens}, "
-    f"L={args.depth}, {args.trajectories} trajectories; Wilson 95 %"
+    "Schemes under value noise: Post-LN and sqrt-scaling cluster, Pre- and Mix-LN slowly, "
+    "Peri-LN and nGPT barely move\n"
+    f"V = Ξ/√L with Gaussian Ξ (σ = 1), β = {args.beta}, d = {args.dim}, N = {args.tokens}, "
+    f"L = {args.depth}, {args.trajectories} trajectories per scheme; bands: Wilson 95 %"
 )
 fig.savefig(args.out, dpi=120)
 print(json.dumps({"times": list(map(float, times)), "exact_post_ln": exact, **summary}))

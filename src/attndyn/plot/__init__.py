@@ -10,6 +10,11 @@ changed.
 - :func:`beta_n`: P(has an antipodal pair) against β per N (Fig. 6);
 - :func:`evolution`: class fractions against time (Figs. 7-9);
 - :func:`schemes`: the normalization-scheme figures (seed 004 Figs. 2-4, rates).
+
+Every figure's title says what to look for and states the parameters and sample sizes.
+Colours are colour-blind safe: the Okabe–Ito palette (:data:`OKABE_ITO`,
+:func:`category_colors`, :data:`OUTCOME_COLORS`) for categories, viridis
+(:func:`ordered_colors`) for ordered values.
 """
 
 from ._phase import plot_phase_diagram as phase_diagram
@@ -19,5 +24,16 @@ from ._sde import (
     plot_beta_n as beta_n,
     plot_evolution as evolution,
 )
+from ._style import OKABE_ITO, OUTCOME_COLORS, category_colors, ordered_colors
 
-__all__ = ["beta_eps", "beta_n", "evolution", "phase_diagram", "schemes"]
+__all__ = [
+    "OKABE_ITO",
+    "OUTCOME_COLORS",
+    "beta_eps",
+    "beta_n",
+    "category_colors",
+    "evolution",
+    "ordered_colors",
+    "phase_diagram",
+    "schemes",
+]

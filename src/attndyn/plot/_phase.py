@@ -1,6 +1,5 @@
 """Figures of results datasets."""
 
-import matplotlib
 import numpy as np
 import xarray as xr
 from matplotlib.axes import Axes
@@ -8,50 +7,59 @@ from matplotlib.figure import Figure
 
 from ..theory import beta_critical, p_antipodal_curve
 from ._figure import subplots
+from ._style import axes_width, ordered_colors, sample_line, wrap
 
 
 def plot_phase_diagram(
-    ds: xr.Dataset, *, outcome: str = "antipodal", theory: bool = True, ax: Axes | None = None
+    ds: xr.Dataset,
+    *,
+    outcome: str = "antipodal",
+    theory: bool = True,
+    ax: Axes | None = None,
+    title: str | None = None,
 ) -> Figure:
     """P(outcome) at the last save time against β, one curve per d, with Wilson bands.
 
     With ``theory=True`` and two tokens, the exact t = ∞ probability is drawn for each d
-    and β_c(d) is marked with a dashed vertical line.
+    and β_c(d) is marked with a dashed vertical line. Colours run along viridis with d.
+    The title says what to look for (``title`` replaces its first line); the second line
+    gives N, the sample size, L and T.
     """
     if ax is None:
-        fig, ax = subplots(figsize=(7, 4.5))
+        fig, ax = subplots(figsize=(7, 4.6))
     else:
         fig = ax.figure  # type: ignore[assignment]
     assert ax is not None
     last = ds.isel(time=-1).sel(outcome=outcome)
     dims = np.unique(last["dim"].values)
-    colors = matplotlib.colormaps.get_cmap("viridis")(np.linspace(0, 0.9, max(len(dims), 1)))
     tokens = np.unique(last["tokens"].values)
-    for color, d in zip(colors, dims):
+    exact = theory and outcome == "antipodal" and list(tokens) == [2]
+    for color, d in zip(ordered_colors(len(dims)), dims):
         sel = last.where(last["dim"] == d, drop=True).sortby("beta")
         beta = sel["beta"].values
         ax.fill_between(
-            beta,
-            sel["ci_lower"].values,
-            sel["ci_upper"].values,
-            color=color,
-            alpha=0.25,
-            linewidth=0,
+            beta, sel["ci_lower"].values, sel["ci_upper"].values, color=color, alpha=0.25, lw=0
         )
         ax.plot(beta, sel["probability"].values, "o", color=color, ms=4, label=f"d = {int(d)}")
-        if theory and outcome == "antipodal" and list(tokens) == [2]:
-            fine = np.linspace(0, max(beta.max(), 0.1), 121)
-            ax.plot(fine, p_antipodal_curve(fine, int(d)), "-", color=color, lw=1)
+        if exact:
             bc = beta_critical(int(d))
+            # 61 points and the kink at β_c itself: the curve is smooth on either side.
+            fine = np.union1d(np.linspace(0, max(beta.max(), 0.1), 61), [bc])
+            ax.plot(fine, p_antipodal_curve(fine, int(d)), "-", color=color, lw=1)
             if bc > 0:
                 ax.axvline(bc, color=color, ls="--", lw=0.8)
-    ax.set_xlabel("β")
-    ax.set_ylabel(f"P({outcome.replace('_', ' ')})")
-    t = float(ds["time"].values[-1])
-    title = f"N = {', '.join(map(str, tokens))}, T = {t:g}"
-    if theory and outcome == "antipodal" and list(tokens) == [2]:
-        title += "  (dots: Monte Carlo with Wilson 95 % bands; lines: exact t = ∞; dashed: β_c(d))"
-    ax.set_title(title, fontsize=9)
+    name = outcome.replace("_", " ")
+    ax.set_xlabel("β (inverse temperature)")
+    ax.set_ylabel(f"P({name}) at T")
+    if exact:
+        headline = "Antipodal pairs appear only above β_c(d) and follow the exact t = ∞ curves"
+        key = "dots: Monte Carlo, bands: Wilson 95 %, lines: exact t = ∞, dashed: β_c(d)"
+    else:
+        headline = f"P({name}) against β, one colour per d"
+        key = "dots: Monte Carlo, bands: Wilson 95 %"
+    tokens_text = ", ".join(str(int(n)) for n in tokens)
+    text = f"{title or headline}\nN = {tokens_text}, {sample_line(ds)}\n{key}"
+    ax.set_title(wrap(text, axes_width(ax) + 0.5), fontsize=9)
     ax.set_ylim(-0.02, max(0.55, float(np.nanmax(last["ci_upper"].values)) + 0.05))
-    ax.legend(fontsize=8, ncols=2)
+    ax.legend(fontsize=8, ncols=2, title="dimension", title_fontsize=8)
     return fig  # type: ignore[return-value]

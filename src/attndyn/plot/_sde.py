@@ -1,6 +1,5 @@
 """Figures for the (β, ε), (β, N) and time-resolved studies (seed 003 Figs. 4, 6-9)."""
 
-import matplotlib
 import numpy as np
 import xarray as xr
 from matplotlib.colors import to_rgb
@@ -9,11 +8,13 @@ from matplotlib.patches import Patch
 
 from ..theory import eps_critical
 from ._figure import subplots
+from ._style import OUTCOME_COLORS, ordered_colors, sample_line, values_line, wrap
 
-#: Seed 003's colours: magenta = single cluster, violet = antipodal.
-SINGLE_COLOR = "#d62ab4"
-ANTIPODAL_COLOR = "#5b2a9d"
-UNCLUSTERED_COLOR = "#9a9a9a"
+#: Colour-blind-safe outcome colours (Okabe–Ito): blue = single cluster, vermillion =
+#: antipodal, grey = unclustered (seed 003 draws magenta and violet, hard to tell apart).
+SINGLE_COLOR = OUTCOME_COLORS["single"]
+ANTIPODAL_COLOR = OUTCOME_COLORS["antipodal"]
+UNCLUSTERED_COLOR = OUTCOME_COLORS["unclustered"]
 
 
 def _edges(v: np.ndarray) -> np.ndarray:
@@ -90,7 +91,7 @@ def _exact_panel(ax, last: xr.Dataset) -> None:
     """P(antipodal) against ε for four β, with Wilson bands and the exact t = ∞ curve."""
     betas = np.unique(last["beta"].values)
     chosen = betas[np.unique(np.linspace(0, len(betas) - 1, min(4, len(betas))).astype(int))]
-    colors = matplotlib.colormaps["viridis"](np.linspace(0, 0.85, len(chosen)))
+    colors = ordered_colors(len(chosen))
     for color, beta in zip(colors, chosen):
         sel = last.where(last["beta"] == beta, drop=True).sortby("eps")
         sel = sel.sel(outcome="antipodal")
@@ -132,31 +133,38 @@ def plot_beta_eps(ds: xr.Dataset, *, title: str | None = None) -> Figure:
     return fig  # type: ignore[return-value]
 
 
-def plot_beta_n(ds: xr.Dataset, *, outcome: str = "has_antipodal_pair") -> Figure:
-    """Seed 003 Fig. 6: P(outcome) at the last save time against β, one curve per N."""
+def plot_beta_n(
+    ds: xr.Dataset, *, outcome: str = "has_antipodal_pair", title: str | None = None
+) -> Figure:
+    """Seed 003 Fig. 6: P(outcome) at the last save time against β, one curve per N
+    (viridis, ordered by N), with Wilson 95 % bands. ``title`` replaces the first line of
+    the title; the second gives d, the sample size, L and T."""
     last = ds.isel(time=-1).sel(outcome=outcome)
     tokens = np.unique(last["tokens"].values)
-    fig, ax = subplots(figsize=(7, 4.5))
-    colors = matplotlib.colormaps.get_cmap("plasma")(np.linspace(0, 0.85, max(len(tokens), 1)))
-    for color, n in zip(colors, tokens):
+    fig, ax = subplots(figsize=(7, 4.6))
+    for color, n in zip(ordered_colors(len(tokens)), tokens):
         sel = last.where(last["tokens"] == n, drop=True).sortby("beta")
         beta = sel["beta"].values
         ax.fill_between(beta, sel["ci_lower"], sel["ci_upper"], color=color, alpha=0.25, lw=0)
         ax.plot(beta, sel["probability"], "o-", color=color, ms=4, lw=1, label=f"N = {int(n)}")
-    ax.set_xlabel("β")
-    ax.set_ylabel(f"P({outcome.replace('_', ' ')})")
-    t = float(ds["time"].values[-1])
-    d = ", ".join(str(int(v)) for v in np.unique(last["dim"].values))
-    ax.set_title(f"d = {d}, T = {t:g} (Wilson 95 % bands)", fontsize=9)
-    ax.legend(fontsize=8)
+    name = outcome.replace("_", " ")
+    ax.set_xlabel("β (inverse temperature)")
+    ax.set_ylabel(f"P({name}) at T")
+    headline = title or f"P({name}) against β, one colour per number of tokens N"
+    text = f"{headline}\nd = {values_line(last, 'dim')}, {sample_line(ds)}; bands: Wilson 95 %"
+    ax.set_title(wrap(text, fig.get_figwidth()), fontsize=9)
+    ax.legend(fontsize=8, title="tokens", title_fontsize=8)
     return fig  # type: ignore[return-value]
 
 
-def plot_evolution(ds: xr.Dataset, *, label_keys: tuple[str, ...] = ("beta",)) -> Figure:
-    """Seed 003 Figs. 7-9: fractions of single / antipodal / unclustered against time, one
-    panel per point, with Wilson 95 % bands."""
+def plot_evolution(
+    ds: xr.Dataset, *, label_keys: tuple[str, ...] = ("beta",), title: str | None = None
+) -> Figure:
+    """Seed 003 Figs. 7-9: fractions of single (blue) / antipodal (vermillion) /
+    unclustered (grey) against time, one panel per point, with Wilson 95 % bands. The
+    figure's title gives the sample size, L and T (``title`` adds a first line)."""
     n = ds.sizes["point"]
-    fig, axes = subplots(1, n, figsize=(4.2 * n, 3.6), squeeze=False)
+    fig, axes = subplots(1, n, figsize=(4.2 * n, 3.8), squeeze=False)
     times = ds["time"].values
     for i, ax in enumerate(axes[0]):
         row = ds.isel(point=i)
@@ -179,6 +187,9 @@ def plot_evolution(ds: xr.Dataset, *, label_keys: tuple[str, ...] = ("beta",)) -
         ax.set_ylim(-0.02, 1.02)
     axes[0][0].set_ylabel("fraction of trajectories")
     axes[0][-1].legend(fontsize=8)
+    line = f"{sample_line(ds)}; bands: Wilson 95 %"
+    text = f"{title}\n{line}" if title else line
+    fig.suptitle(wrap(text, fig.get_figwidth(), fontsize=10.0), fontsize=10)
     return fig  # type: ignore[return-value]
 
 

@@ -118,7 +118,7 @@ def _weighted_integral(f, beta: float, dim: int, lower: float = -1.0) -> float:
 
 
 def p_antipodal_given_overlap(z: float, beta: float, dim: int) -> float:
-    """P(antipodal at t = ∞ | Z_0 = z) = ∫_z^1 s / ∫_{−1}^1 s, or 0 when ∫ s diverges at −1.
+    """``P(antipodal at t = ∞ | Z_0 = z) = ∫_z^1 s / ∫_{−1}^1 s``, or 0 when ∫ s diverges at −1.
 
     Two tokens, full value noise, Q = K = I (003 Thm 2, App. C). For d = 2 this is
     arccos(z)/π.
@@ -143,7 +143,7 @@ def overlap_start_cdf(z: float | np.ndarray, dim: int) -> np.ndarray:
 def p_antipodal_uniform(beta: float, dim: int) -> float:
     """P(antipodal at t = ∞) for two tokens started uniformly and independently on S^{d−1}.
 
-    By Fubini, E[∫_{Z_0}^1 s] = ∫_{−1}^1 s(x) P(Z_0 ≤ x) dx, so one weighted quadrature
+    By Fubini, ``E[∫_{Z_0}^1 s] = ∫_{−1}^1 s(x) P(Z_0 ≤ x) dx``, so one weighted quadrature
     against the start CDF gives the average; the (1 + x) singularity of s is integrable
     exactly when β > β_c(d), and is handled by the algebraic-weight rule.
     """
