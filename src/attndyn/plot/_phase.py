@@ -6,7 +6,7 @@ import xarray as xr
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from ..theory import beta_critical, p_antipodal_curve
+from ..theory import EXACT_BETA_MAX, beta_critical, p_antipodal_curve
 from ._figure import subplots
 
 
@@ -40,7 +40,8 @@ def plot_phase_diagram(
         )
         ax.plot(beta, sel["probability"].values, "o", color=color, ms=4, label=f"d = {int(d)}")
         if theory and outcome == "antipodal" and list(tokens) == [2]:
-            fine = np.linspace(0, max(beta.max(), 0.1), 121)
+            # The exact curve is computed up to EXACT_BETA_MAX (within 1e-3 of its limit 1/2).
+            fine = np.linspace(0, min(max(beta.max(), 0.1), EXACT_BETA_MAX), 121)
             ax.plot(fine, p_antipodal_curve(fine, int(d)), "-", color=color, lw=1)
             bc = beta_critical(int(d))
             if bc > 0:

@@ -17,17 +17,24 @@ import numpy as np
 import xarray as xr
 
 from .._core.attention import ATTENTION_KINDS, Attention
-from .._core.errors import ParameterError, check_bound, check_choice, check_int
+from .._core.errors import (
+    INT32_MAX,
+    ParameterError,
+    check_bound,
+    check_choice,
+    check_int,
+    check_seed,
+)
 from .._core.saveat import SaveAt
 from .._core.sphere import uniform_sphere
 from .._core.values import DISTRIBUTIONS, MatrixValues, ScalarValues
 from .._estimate.estimator import estimate_probabilities
-from .._estimate.plan import grid
+from .._estimate.plan import MAX_DIM, MAX_TOKENS, MAX_TRAJECTORIES, grid
 from .._models.base import AbstractModel
 from .._models.discrete import DiscreteTransformer
 from .._models.integrators import SDEIntegrator
 from .._models.sde import HybridSDE, TransformerSDE
-from ..theory import p_antipodal_uniform
+from ..theory import EXACT_BETA_MAX, p_antipodal_uniform
 
 KINDS = ("beta-d", "beta-eps", "beta-n")
 ENGINES = ("discrete", "sde")
@@ -109,8 +116,15 @@ class ModelSpec:
         check_choice("attention", self.attention, ATTENTION_KINDS)
         check_choice("values", self.values, DISTRIBUTIONS)
         check_bound("sigma", self.sigma, lower=0.0, lower_open=True)
-        check_int("depth", self.depth, lower=1)
+        check_int("depth", self.depth, lower=1, upper=INT32_MAX)
         check_bound("horizon", self.horizon, lower=0.0, lower_open=True)
+        if self.engine == "discrete":
+            for name, default in (("solver", "euler"), ("dt", 0.01)):
+                if getattr(self, name) != default:
+                    raise ParameterError(
+                        f"{name}={getattr(self, name)!r} applies to engine='sde' only; the "
+                        "discrete engine steps by 1/depth."
+                    )
         if self.engine == "sde":
             check_bound("dt", self.dt, lower=0.0, lower_open=True)
             if self.dt > self.horizon:
@@ -157,10 +171,15 @@ class MonteCarlo:
     exclude_nonfinite: bool = False
 
     def __post_init__(self):
-        check_int("trajectories", self.trajectories, lower=1)
+        check_int("trajectories", self.trajectories, lower=1, upper=MAX_TRAJECTORIES)
+        check_seed("seed", self.seed)
         check_bound("tol", self.tol, lower=0.0, upper=1.0, lower_open=True, upper_open=True)
         if self.chunk_size is not None:
-            check_int("chunk-size", self.chunk_size, lower=1)
+            check_int("chunk-size", self.chunk_size, lower=1, upper=MAX_TRAJECTORIES)
+        if self.early_absorption is not None:
+            check_bound(
+                "early-absorption", self.early_absorption, lower=0.0, upper=1.0, lower_open=True
+            )
 
     def estimate(
         self,
@@ -183,7 +202,7 @@ class MonteCarlo:
             progress=progress,
             metadata={"seed": self.seed, **(metadata or {})},
             route=route or self.route,  # type: ignore[arg-type]
-            early_absorption=self.early_absorption or False,
+            early_absorption=False if self.early_absorption is None else self.early_absorption,
             on_nonfinite="exclude" if self.exclude_nonfinite else "raise",
         )
 
@@ -200,9 +219,9 @@ def phase_points(
     check_choice("kind", kind, KINDS)
     check_bound("beta", np.asarray(betas, dtype=np.float64), lower=0.0)
     for d in dims:
-        check_int("dim", d, lower=2)
+        check_int("dim", d, lower=2, upper=MAX_DIM)
     for n in tokens:
-        check_int("tokens", n, lower=1)
+        check_int("tokens", n, lower=1, upper=MAX_TOKENS)
     if kind == "beta-eps":
         check_bound("eps", np.asarray(eps, dtype=np.float64), lower=0.0)
         return grid(dim=list(dims), tokens=list(tokens), eps=list(eps), beta=list(betas))
@@ -219,11 +238,13 @@ def phase_diagram_study(
     progress: bool = True,
     metadata: Mapping[str, Any] | None = None,
 ) -> xr.Dataset:
-    """Estimate a phase diagram; add the exact t = ∞ two-token curve (``beta-d``) and the
-    SDE solver's measured drift off the sphere (``engine="sde"``)."""
+    """Estimate a phase diagram; add the exact t = ∞ two-token curve (``beta-d``; computed
+    before the simulation, NaN with a note where β > :data:`attndyn.theory.EXACT_BETA_MAX`)
+    and the SDE solver's measured drift off the sphere (``engine="sde"``)."""
     model_fn = spec.model_fn()
     for p in points:  # build (and so validate) every model before anything runs
         model_fn(**p)
+    exact = exact_curve(points) if kind == "beta-d" else None
     ds = mc.estimate(
         model_fn,
         points,
@@ -232,22 +253,33 @@ def phase_diagram_study(
         metadata={"kind": kind, **spec.metadata(), **(metadata or {})},
         route="full" if spec.engine == "sde" else None,
     )
-    if kind == "beta-d":
-        add_exact_curve(ds, points)
+    if exact is not None:
+        add_exact_curve(ds, exact)
     if spec.engine == "sde":
         add_sphere_drift(ds, model_fn, points, seed=mc.seed)
     return ds
 
 
-def add_exact_curve(ds: xr.Dataset, points: Sequence[Mapping[str, Any]]) -> None:
-    """``p_antipodal_exact``: the t = ∞ two-token probability (NaN for N ≠ 2)."""
-    exact = [
-        p_antipodal_uniform(p["beta"], p["dim"]) if p["tokens"] == 2 else float("nan")
-        for p in points
-    ]
-    ds["p_antipodal_exact"] = ("point", np.asarray(exact))
+def exact_curve(points: Sequence[Mapping[str, Any]]) -> np.ndarray:
+    """The t = ∞ two-token probability per point: NaN for N ≠ 2, and for β above
+    :data:`attndyn.theory.EXACT_BETA_MAX` (where it is within 10⁻³ of its limit 1/2)."""
+    return np.asarray(
+        [
+            p_antipodal_uniform(p["beta"], p["dim"])
+            if p["tokens"] == 2 and p["beta"] <= EXACT_BETA_MAX
+            else float("nan")
+            for p in points
+        ]
+    )
+
+
+def add_exact_curve(ds: xr.Dataset, exact: np.ndarray) -> None:
+    """``p_antipodal_exact`` (from :func:`exact_curve`)."""
+    ds["p_antipodal_exact"] = ("point", exact)
     ds["p_antipodal_exact"].attrs["description"] = (
-        "exact t = ∞ probability for two uniform tokens (scale-function quadrature)"
+        "exact t = ∞ probability for two uniform tokens (scale-function quadrature); NaN for "
+        f"N ≠ 2 and for β > {EXACT_BETA_MAX:g}, beyond the quadrature's range (it tends to "
+        "1/2 as β → ∞)"
     )
 
 

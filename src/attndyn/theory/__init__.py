@@ -10,6 +10,7 @@ Plain NumPy/SciPy: nothing here shares code with the simulations it checks.
 """
 
 from ._phase import (
+    EXACT_BETA_MAX as EXACT_BETA_MAX,
     antipodal_reachable as antipodal_reachable,
     beta_critical as beta_critical,
     eps_critical as eps_critical,
