@@ -128,6 +128,7 @@ class Attention(eqx.Module):
 
     def __call__(self, x: Float[Array, "N d"]) -> Float[Array, "N d"]:
         n_tokens, dim = x.shape
+        self.check_dim(dim)
         blocks = x.reshape(n_tokens, self.n_heads, dim // self.n_heads).transpose(1, 0, 2)
         out = matmul(self.matrix(x), blocks)
         return out.transpose(1, 0, 2).reshape(n_tokens, dim)

@@ -40,8 +40,9 @@ from .tallies import Tallies
 
 #: Version of the checkpoint layout (1: attndyn ≤ 0.2.0, a hash of fewer fields).
 FORMAT = 2
-#: Arrays with at most this many entries are recorded by value (so a mismatch shows them).
-SMALL_ARRAY = 16
+#: Arrays with at most this many entries (scalars, short vectors) are recorded by value, so a
+#: mismatch shows them; larger ones by SHA-256.
+SMALL_ARRAY = 8
 
 HOW_TO_START_AFRESH = (
     "To start afresh, delete the file (the CLI's --fresh does) or choose another "
@@ -269,8 +270,9 @@ def _name(where: list, record: dict[str, Any]) -> str:
             return f"the model's {'.'.join(rest[1:]) or 'class'} at point {point}"
         return f"{'.'.join(rest) or 'the point'} at point {point}"
     names = {"key": "the PRNG key (seed)", "prng_impl": "the PRNG implementation"}
-    head = ".".join(str(w) for w in where) or "the study"
-    return names.get(head, head)
+    if where and where[0] in names:
+        return names[where[0]]
+    return ".".join(str(w) for w in where) or "the study"
 
 
 def _show(value: Any) -> str:

@@ -10,7 +10,8 @@ and written atomically after it.
   differ is refused, naming the file and the first differing option, unless it is given
   ``--overwrite``. A rerun with the same arguments replaces its own results.
 - Every file is written to a temporary name, flushed and renamed over the target, so an
-  interrupted write leaves the previous file intact.
+  interrupted write leaves the previous file intact (and its temporary file, which the
+  next run into the folder removes).
 """
 
 import contextlib
@@ -95,6 +96,15 @@ class Output:
         except BaseException:
             self.close()
             raise
+        self._remove_temporaries([dataset, *figures, Path(dataset).stem + ".checkpoint.nc"])
+
+    def _remove_temporaries(self, names: Sequence[str]) -> None:
+        """Half-written temporary files of a run that was killed while writing one of
+        ``names`` (the folder is ours now: no live run is writing them)."""
+        for path in self.folder.glob(".*.partial"):
+            if any(path.name.startswith(f".{name}.") for name in names):
+                with contextlib.suppress(OSError):
+                    path.unlink()
 
     def _check_results(self, figures: Sequence[str]) -> None:
         """Refuse to replace finished results that other arguments made."""

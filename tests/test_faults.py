@@ -1,0 +1,147 @@
+"""Faults with real processes (issue 12): ``kill -9`` at random moments, resumes with other
+chunk sizes, another σ after a kill, two runs into one folder, a damaged checkpoint.
+
+Each test runs the ``attndyn`` command line in subprocesses, so they are slow (JAX starts
+in every process) and marked so; the in-process versions of the same guarantees are in
+``tests/test_safety.py``.
+"""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+
+pytestmark = pytest.mark.slow
+
+STUDY = ["phase-diagram", "--beta", "0.5,1,1.5,2,2.5,3", "--dim", "4", "--trajectories", "3000"]
+STUDY += ["--depth", "20", "--horizon", "10", "--route", "full", "--no-progress"]
+CLI = [sys.executable, "-c", "from attndyn.cli import main; main()"]
+
+
+def _env():
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    return {**env, "JAX_PLATFORMS": "cpu"}
+
+
+def _start(out: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [*CLI, *STUDY, *extra, "--out", str(out)],
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _run(out: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*CLI, *STUDY, *extra, "--out", str(out)],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+def _numbers(out: Path) -> dict[str, np.ndarray]:
+    with xr.open_dataset(out / "phase_diagram.nc") as ds:
+        names = ("count", "n_valid", "n_nonfinite", "mean_cosine", "mean_cosine_se")
+        return {name: ds[name].values for name in names}
+
+
+def _wait_for(path: Path, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> dict[str, np.ndarray]:
+    out = tmp_path_factory.mktemp("reference")
+    result = _run(out, "--chunk-size", "500")
+    assert result.returncode == 0, result.stderr[-2000:]
+    return _numbers(out)
+
+
+def test_kill_9_at_random_moments_then_resume_is_bit_identical(tmp_path, reference):
+    # Kill the run at random moments (after the checkpoint exists, so that some progress is
+    # on disk), each time resuming with another chunk size; the final numbers must be those
+    # of the uninterrupted run, with every trajectory counted once.
+    rng = random.Random(12)
+    out = tmp_path / "out"
+    checkpoint = out / "phase_diagram.checkpoint.nc"
+    for chunk in ("300", "700", "128"):
+        process = _start(out, "--chunk-size", chunk)
+        if chunk == "300":
+            _wait_for(checkpoint)
+        time.sleep(rng.uniform(0.0, 3.0))
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        if (out / "phase_diagram.nc").exists():
+            break  # the run finished before the kill: nothing left to interrupt
+    final = _run(out, "--chunk-size", "900")
+    assert final.returncode == 0, final.stderr[-2000:]
+    numbers = _numbers(out)
+    assert numbers["n_valid"].tolist() == [3000] * 6
+    for name, value in reference.items():
+        np.testing.assert_array_equal(numbers[name], value, err_msg=name)
+    assert not checkpoint.exists() and sorted(p.name for p in out.iterdir()) == [
+        "phase_diagram.nc",
+        "phase_diagram.png",
+    ]
+
+
+def test_another_sigma_after_a_kill_is_refused_and_the_checkpoint_kept(tmp_path):
+    out = tmp_path / "out"
+    process = _start(out, "--chunk-size", "300")
+    _wait_for(out / "phase_diagram.checkpoint.nc")
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    saved = (out / "phase_diagram.checkpoint.nc").read_bytes()
+    refused = _run(out, "--sigma", "2")
+    assert refused.returncode == 2
+    assert "values.sigma" in refused.stderr and "1.0 there and 2.0 in this run" in refused.stderr
+    assert "--fresh" in refused.stderr
+    assert (out / "phase_diagram.checkpoint.nc").read_bytes() == saved
+
+
+def test_two_runs_into_one_folder(tmp_path):
+    out = tmp_path / "out"
+    first = _start(out, "--chunk-size", "300")
+    _wait_for(out / ".attndyn.lock")
+    second = _run(out, "--sigma", "2")
+    assert second.returncode == 2 and "is in use by another attndyn run" in second.stderr
+    assert first.wait(timeout=900) == 0, first.stderr.read() if first.stderr else ""
+    written = {p.name: p.read_bytes() for p in out.iterdir()}
+    # Finished: now the other arguments are refused for what the folder holds.
+    third = _run(out, "--sigma", "2")
+    assert third.returncode == 2 and "made with --sigma 1.0" in third.stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == written
+
+
+def test_damaged_checkpoint_is_reported_and_fresh_recovers(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "phase_diagram.checkpoint.nc").write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 64)
+    small = ["--trajectories", "40", "--beta", "1"]
+    damaged = subprocess.run(
+        [*CLI, *STUDY, *small, "--out", str(out)], env=_env(), capture_output=True, text=True
+    )
+    assert damaged.returncode == 2
+    assert "is damaged or is not an attndyn checkpoint" in damaged.stderr
+    assert "--fresh" in damaged.stderr and "Traceback" not in damaged.stderr
+    fresh = subprocess.run(
+        [*CLI, *STUDY, *small, "--fresh", "--out", str(out)],
+        env=_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert fresh.returncode == 0, fresh.stderr[-2000:]
