@@ -88,6 +88,9 @@ def phase_diagram(**options) -> None:
         eps=floats("eps", options["eps"]) if kind == "beta-eps" else (),
     )
     attention = options["attention"] or DEFAULT_ATTENTION[kind]
+    # The arguments recorded with the results (and compared with those already in --out)
+    # are the ones in effect: the kind's default attention, no ε outside beta-eps.
+    options.update(attention=attention, eps=options["eps"] if kind == "beta-eps" else None)
     spec = model_spec(
         options, noise="hybrid" if kind == "beta-eps" else "full", attention=attention
     )
