@@ -28,7 +28,7 @@ from attndyn.cli import main
 from attndyn.studies import ModelSpec, MonteCarlo, schemes as schemes_module
 
 FAST = settings(
-    max_examples=12,
+    max_examples=10,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

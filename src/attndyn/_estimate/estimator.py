@@ -97,7 +97,6 @@ def estimate_probabilities(
         per parameter along ``point``, and full provenance in ``attrs``.
     """
     key = check_key(key)
-    checkpoint = None if checkpoint is None else check_checkpoint_path(checkpoint)
     plan = make_plan(
         model_fn,
         points,
@@ -109,6 +108,7 @@ def estimate_probabilities(
         early_absorption=early_absorption,
         on_nonfinite=on_nonfinite,
     )
+    checkpoint = None if checkpoint is None else check_checkpoint_path(checkpoint)
     with _Study(plan, key, checkpoint) as study:
         study.run(progress)
         tallies = study.combined()

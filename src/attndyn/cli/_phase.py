@@ -6,6 +6,7 @@ import click
 
 from .._core.attention import ATTENTION_KINDS
 from ..studies.phase import DEFAULT_ATTENTION, KINDS, phase_diagram_study, phase_points
+from ..theory import EXACT_BETA_MAX
 from ._common import (
     check_engine_flags,
     cli_errors,
@@ -14,6 +15,7 @@ from ._common import (
     ints,
     model_spec,
     monte_carlo,
+    say,
     start_processes,
     study_checkpoint,
     study_metadata,
@@ -87,6 +89,11 @@ def phase_diagram(**options) -> None:
         tokens=ints("tokens", options["tokens"]),
         eps=floats("eps", options["eps"]) if kind == "beta-eps" else (),
     )
+    if kind == "beta-d" and writer and any(p["beta"] > EXACT_BETA_MAX for p in points):
+        say(
+            f"note: the exact t = ∞ curve is left out (NaN) for β > {EXACT_BETA_MAX:g}, beyond "
+            "its quadrature (it is within 1e-3 of its limit 1/2 there)."
+        )
     attention = options["attention"] or DEFAULT_ATTENTION[kind]
     # The arguments recorded with the results (and compared with those already in --out)
     # are the ones in effect: the kind's default attention, no ε outside beta-eps.
