@@ -15,7 +15,7 @@ from attndyn._estimate import estimator as _estimator
 from attndyn._estimate.distributed import (
     combine_tallies,
     initialize_distributed,
-    process_chunk_starts,
+    process_block,
 )
 from attndyn._estimate.runner import default_chunk_size
 
@@ -34,22 +34,25 @@ def _run(**kwargs):
     return ad.estimate_probabilities(_model, POINTS, **kwargs)
 
 
-@pytest.mark.parametrize(("n", "chunk", "count"), [(1, 1, 1), (90, 8, 3), (100, 10, 4), (7, 16, 2)])
-def test_process_slices_cover_every_trajectory_exactly_once(n, chunk, count):
+@pytest.mark.parametrize(("n", "count"), [(1, 1), (90, 3), (100, 4), (7, 2), (3, 5)])
+def test_process_blocks_cover_every_trajectory_exactly_once(n, count):
     seen = np.zeros(n, int)
     for p in range(count):
-        for start in process_chunk_starts(n, chunk, p, count):
-            seen[start : min(start + chunk, n)] += 1
+        start, stop = process_block(n, p, count)
+        seen[start:stop] += 1
     assert np.all(seen == 1)
 
 
 def test_slices_are_refused_when_malformed():
     with pytest.raises(ad.ParameterError, match="process_index"):
-        process_chunk_starts(10, 2, 3, 3)
+        process_block(10, 3, 3)
     with pytest.raises(ad.ParameterError, match="process_id"):
         initialize_distributed("localhost:1234", 2, 2)
     with pytest.raises(ad.ParameterError, match="coordinator"):
         initialize_distributed(None, 2, 0)
+    # A process id without a coordinator would be ignored: refused instead.
+    with pytest.raises(ad.ParameterError, match="process_id=1 needs a coordinator"):
+        initialize_distributed(None, None, 1)
 
 
 def test_processes_combined_give_the_single_process_numbers(monkeypatch):

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import attndyn as ad
-from attndyn._estimate.checkpoint import load_checkpoint, signature, write_checkpoint
+from attndyn._estimate.checkpoint import load_checkpoint, study_record, write_checkpoint
 from attndyn._estimate.dataset import probabilities_dataset, provenance_record
 from attndyn._estimate.keys import point_id, point_key, trajectory_key
 from attndyn._estimate.plan import make_plan
@@ -102,16 +102,18 @@ def _tallies():
 
 def test_checkpoint_round_trip_and_refusal(tmp_path):
     plan = _plan()
-    sig = signature(plan, [0, 0], (0, 1))
+    record = study_record(plan, [0, 0], "threefry2x32", (0, 1))
     path = tmp_path / "c.nc"
     points = [p.point for p in plan.points]
-    write_checkpoint(path, sig, _tallies(), points, plan.save_times)
-    back = load_checkpoint(path, sig)
+    sizes = np.asarray([10, 10])
+    write_checkpoint(path, record, _tallies(), points, plan.save_times)
+    back = load_checkpoint(path, record, sizes)
     for a, b in zip(back.arrays(), _tallies().arrays()):
         np.testing.assert_array_equal(a, b)
-    with pytest.raises(ad.ParameterError, match="different run"):
-        load_checkpoint(path, signature(_plan(tol=2e-3), [0, 0], (0, 1)))
-    assert not (tmp_path / "c.nc.partial").exists()
+    other = study_record(_plan(tol=2e-3), [0, 0], "threefry2x32", (0, 1))
+    with pytest.raises(ad.ParameterError, match=r"different study: tol is 0.001 there and 0.002"):
+        load_checkpoint(path, other, sizes)
+    assert [p.name for p in tmp_path.iterdir()] == ["c.nc"]  # no temporary file left
 
 
 def test_dataset_has_probabilities_and_wilson_bounds():

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from .errors import check_bound, check_choice, check_int
+from .errors import ParameterError, check_bound, check_choice, check_int, check_scalar
 
 ATTENTION_KINDS = ("softmax", "unnormalized")
 AttentionKind = Literal["softmax", "unnormalized"]
@@ -53,20 +53,50 @@ class Attention(eqx.Module):
 
     def __check_init__(self):
         check_choice("attention kind", self.kind, ATTENTION_KINDS)
+        check_scalar("beta", self.beta)
         check_bound("beta", self.beta, lower=0.0)
         check_int("n_heads", self.n_heads, lower=1)
         if self.n_laplacian_heads is not None:
             check_int("n_laplacian_heads", self.n_laplacian_heads, lower=0)
             if self.n_laplacian_heads > self.n_heads:
-                raise ValueError(
+                raise ParameterError(
                     f"n_laplacian_heads={self.n_laplacian_heads} must be at most "
                     f"n_heads={self.n_heads}."
+                )
+        for name, matrix in (("query", self.query), ("key_matrix", self.key_matrix)):
+            if matrix is not None:
+                self._check_matrix(name, matrix)
+
+    def _check_matrix(self, name: str, matrix: Array) -> None:
+        shape = jnp.shape(matrix)
+        square = len(shape) in (2, 3) and shape[-1] == shape[-2]
+        if not square or (len(shape) == 3 and shape[0] != self.n_heads):
+            raise ParameterError(
+                f"{name} has shape {shape}; it must be (d/h, d/h) or (h, d/h, d/h) with "
+                f"h = n_heads = {self.n_heads}."
+            )
+        check_bound(name, matrix)  # finite entries (skipped when traced)
+
+    def check_dim(self, dim: int) -> None:
+        """Refuse a token dimension ``d`` that the heads or Q, K do not fit (a
+        :class:`ParameterError` naming them), before anything is traced."""
+        if dim % self.n_heads:
+            raise ParameterError(
+                f"n_heads={self.n_heads} must divide the dimension d={dim} (each head acts "
+                "on a d/h block of coordinates)."
+            )
+        block = dim // self.n_heads
+        for name, matrix in (("query", self.query), ("key_matrix", self.key_matrix)):
+            if matrix is not None and jnp.shape(matrix)[-1] != block:
+                raise ParameterError(
+                    f"{name} has shape {jnp.shape(matrix)}, which does not fit d={dim} with "
+                    f"n_heads={self.n_heads}: expected ({block}, {block})"
+                    + (f" or ({self.n_heads}, {block}, {block})." if self.n_heads > 1 else ".")
                 )
 
     def scores(self, x: Float[Array, "N d"]) -> Float[Array, "h N N"]:
         n_tokens, dim = x.shape
-        if dim % self.n_heads:
-            raise ValueError(f"dim={dim} must be divisible by n_heads={self.n_heads}.")
+        self.check_dim(dim)
         blocks = x.reshape(n_tokens, self.n_heads, dim // self.n_heads).transpose(1, 0, 2)
         queries = blocks if self.query is None else _apply_per_head(self.query, blocks)
         keys = blocks if self.key_matrix is None else _apply_per_head(self.key_matrix, blocks)
@@ -98,6 +128,7 @@ class Attention(eqx.Module):
 
     def __call__(self, x: Float[Array, "N d"]) -> Float[Array, "N d"]:
         n_tokens, dim = x.shape
+        self.check_dim(dim)
         blocks = x.reshape(n_tokens, self.n_heads, dim // self.n_heads).transpose(1, 0, 2)
         out = matmul(self.matrix(x), blocks)
         return out.transpose(1, 0, 2).reshape(n_tokens, dim)

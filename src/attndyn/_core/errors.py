@@ -77,11 +77,36 @@ def check_bound(
         raise ParameterError(f"{name}={_show(array)} is outside the allowed range {interval}.")
 
 
-def check_int(name: str, value: Any, *, lower: int) -> None:
+#: The largest count that int32 arithmetic holds (layer and trajectory indices, step counts).
+INT32_MAX = 2**31 - 1
+
+
+def check_int(name: str, value: Any, *, lower: int, upper: int | None = None) -> None:
+    """Check that ``value`` is an integer in ``[lower, upper]`` (``upper`` open-ended if None)."""
+    allowed = f"an integer >= {lower}" if upper is None else f"an integer in [{lower}, {upper}]"
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise ParameterError(f"{name}={value!r} must be an integer >= {lower}.")
-    if value < lower:
-        raise ParameterError(f"{name}={value!r} must be an integer >= {lower}.")
+        raise ParameterError(f"{name}={value!r} must be {allowed}.")
+    if value < lower or (upper is not None and value > upper):
+        raise ParameterError(f"{name}={value!r} must be {allowed}.")
+
+
+def check_scalar(name: str, value: Any) -> None:
+    """A swept parameter is one number per model: refuse arrays (which would broadcast)."""
+    shape = np.shape(value)
+    if shape != ():
+        raise ParameterError(
+            f"{name} must be a scalar; got an array of shape {shape}. To sweep it, build one "
+            "model per value (e.g. a grid of points), not one model with an array."
+        )
+
+
+#: Seeds are 32-bit: ``jax.random.key(seed)`` keeps only the low 32 bits of a larger seed.
+SEED_LIMIT = 2**32
+
+
+def check_seed(name: str, value: Any) -> None:
+    """A PRNG seed in [0, 2³²): larger seeds would silently alias smaller ones."""
+    check_int(name, value, lower=0, upper=SEED_LIMIT - 1)
 
 
 def _show(array: np.ndarray) -> str:

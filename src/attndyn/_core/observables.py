@@ -3,6 +3,7 @@
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
+from .errors import check_bound
 from .sphere import normalize
 
 #: The clustering classes, in the order of the last axis of :func:`cluster_classes`.
@@ -29,6 +30,7 @@ def cluster_classes(x: Float[Array, "N d"], tol: float | Array = 1e-3) -> Bool[A
     - has_antipodal_pair: at least one antipodal pair (overlaps the others);
     - unclustered: neither single nor antipodal.
     """
+    check_bound("tol", tol, lower=0.0, upper=1.0, lower_open=True, upper_open=True)
     n_tokens = x.shape[0]
     gram = overlaps(x)
     pairs = _pair_mask(n_tokens)
@@ -62,6 +64,7 @@ def n_clusters(x: Float[Array, "N d"], tol: float | Array = 1e-3) -> Float[Array
     The reachability matrix comes from ⌈log₂ N⌉ boolean squarings; a component of size s
     contributes s tokens each counting 1/s.
     """
+    check_bound("tol", tol, lower=0.0, upper=1.0, lower_open=True, upper_open=True)
     n_tokens = x.shape[0]
     reach = (overlaps(x) >= 1 - tol).astype(x.dtype)
     for _ in range(max(1, (n_tokens - 1).bit_length())):

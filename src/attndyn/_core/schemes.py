@@ -28,7 +28,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from .attention import as_float
-from .errors import check_bound
+from .errors import check_bound, check_scalar
 from .sphere import normalize
 
 Update = Callable[[Float[Array, "N d"]], Float[Array, "N d"]]
@@ -129,6 +129,7 @@ class MixLN(AbstractScheme):
     rotation_equivariant: ClassVar[bool] = True
 
     def __check_init__(self):
+        check_scalar("tau", self.tau)
         check_bound("tau", self.tau, lower=0.0)
 
     def layer(self, x, update, *, layer, depth):
@@ -184,6 +185,7 @@ class NGPT(AbstractScheme):
     rotation_equivariant: ClassVar[bool] = True
 
     def __check_init__(self):
+        check_scalar("alpha", self.alpha)
         check_bound("alpha", self.alpha, lower=0.0, lower_open=True)
 
     def alpha_at(self, t: Array) -> Array:

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .attention import as_float, matmul
-from .errors import check_bound, check_choice
+from .errors import check_bound, check_choice, check_scalar
 
 DISTRIBUTIONS = ("gaussian", "uniform", "rademacher", "truncnormal")
 Distribution = Literal["gaussian", "uniform", "rademacher", "truncnormal"]
@@ -107,7 +107,10 @@ class MatrixValues(AbstractValues):
 
     def __check_init__(self):
         check_choice("distribution", self.distribution, DISTRIBUTIONS)
+        check_scalar("sigma", self.sigma)
         check_bound("sigma", self.sigma, lower=0.0, lower_open=True)
+        check_scalar("drift", self.drift)
+        check_bound("drift", self.drift)  # any finite value
 
     def apply(self, attention_out, *, key, depth):
         dim = attention_out.shape[-1]
@@ -136,6 +139,7 @@ class ScalarValues(AbstractScalarValues):
 
     def __check_init__(self):
         check_choice("distribution", self.distribution, DISTRIBUTIONS)
+        check_scalar("eps", self.eps)
         check_bound("eps", self.eps, lower=0.0)
 
     def scale(self, *, key, depth, dtype):

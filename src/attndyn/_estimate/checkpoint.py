@@ -1,79 +1,287 @@
-"""Resumable tallies: a netCDF file tied to one study by a signature of its arguments."""
+"""Resumable tallies: a netCDF file tied to one study by a record of everything that
+determines its numbers.
 
+The *study record* (:func:`study_record`) lists the grid, every field of every point's
+model (array leaves by value, or by SHA-256 when large; static fields as they are), the
+routes, the early-absorption bound, the trajectory count, the PRNG key and implementation,
+``tol``, ``radius``, the save times, this process's place among the processes and the
+package version; the chunk size is not in it, because it never changes the numbers. The
+checkpoint stores the record and its hash; a run resumes only from a checkpoint whose hash
+is its own, and otherwise the first differing entry is named.
+
+Progress is counted by trajectory index: ``n_done[p]`` trajectories of point ``p`` are
+finished, and they are the first ``n_done[p]`` indices of this process's block (see
+:func:`attndyn._estimate.distributed.process_block`), whatever chunk size ran them. A run
+resumes at the next index, with any chunk size, and never counts a trajectory twice.
+"""
+
+import dataclasses
 import hashlib
 import json
-import os
+import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import equinox as eqx
+import jax
+import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
 from .._core.errors import ParameterError
 from .._core.observables import OUTCOMES
-from .dataset import coordinates
+from .dataset import coordinates, package_version
+from .files import atomic_write
 from .keys import canonical
 from .plan import Plan
 from .tallies import Tallies
 
+#: Version of the checkpoint layout (1: attndyn ≤ 0.2.0, a hash of fewer fields).
+FORMAT = 2
+#: Arrays with at most this many entries (scalars, short vectors) are recorded by value, so a
+#: mismatch shows them; larger ones by SHA-256.
+SMALL_ARRAY = 8
 
-def signature(plan: Plan, key_data: list, process: tuple[int, int]) -> str:
-    """A hash of everything that determines the numbers of a study (and this process's
-    share of them): a checkpoint of any other study is refused."""
-    record = {
-        "points": [{k: canonical(v) for k, v in p.point.items()} for p in plan.points],
+HOW_TO_START_AFRESH = (
+    "To start afresh, delete the file (the CLI's --fresh does) or choose another "
+    "checkpoint path (CLI: another --out)."
+)
+
+
+def describe(value: Any) -> Any:
+    """A JSON description of a model (or any field of one) that changes whenever its
+    numbers can: modules by class and fields, arrays by dtype, shape and value (or hash),
+    functions by qualified name. Nothing in it depends on memory addresses."""
+    if isinstance(value, eqx.Module) or dataclasses.is_dataclass(value):
+        kind = type(value)
+        fields = {f.name: describe(getattr(value, f.name, None)) for f in dataclasses.fields(value)}
+        return {"class": f"{kind.__module__}.{kind.__qualname__}", **fields}
+    if isinstance(value, jax.Array) and jnp.issubdtype(value.dtype, jax.dtypes.prng_key):
+        return {"prng_key": describe(jax.random.key_data(value))}
+    if isinstance(value, jax.Array | np.ndarray | np.generic):
+        return _describe_array(np.asarray(value))
+    if isinstance(value, tuple | list):
+        return [describe(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): describe(v) for k, v in value.items()}
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return _number(value)
+    if callable(value) and hasattr(value, "__qualname__"):
+        return f"{getattr(value, '__module__', '')}.{value.__qualname__}"
+    return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(value))
+
+
+def _describe_array(array: np.ndarray) -> Any:
+    record: dict[str, Any] = {"dtype": str(array.dtype), "shape": list(array.shape)}
+    if array.size <= SMALL_ARRAY:
+        values = array.ravel().tolist()
+        record["value"] = [
+            v if not isinstance(v, float) or math.isfinite(v) else repr(v) for v in values
+        ]
+    else:
+        record["sha256"] = hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
+    return record
+
+
+def study_record(
+    plan: Plan, key_data: list, prng_impl: str, process: tuple[int, int]
+) -> dict[str, Any]:
+    """Everything that determines the numbers of a study and this process's share of them."""
+    return {
+        "format": FORMAT,
+        "attndyn_version": package_version(),
+        "prng_impl": prng_impl,
+        "key": key_data,
         "n_trajectories": plan.n_trajectories,
         "tol": plan.tol,
         "radius": plan.radius,
-        "key": key_data,
-        "save_times": plan.save_times.tolist(),
-        "models": [repr(p.user_model) for p in plan.points],
-        "routes": plan.routes,
         "early_absorption": plan.absorption_bound,
+        "save_times": plan.save_times.tolist(),
         "process": list(process),
+        "points": [
+            {
+                "point": {k: describe(canonical(v)) for k, v in p.point.items()},
+                "route": p.route,
+                "model": describe(p.user_model),
+            }
+            for p in plan.points
+        ],
     }
-    return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
+
+
+def _number(value: Any) -> Any:
+    """JSON has no NaN or infinity: those become their repr."""
+    return value if not isinstance(value, float) or math.isfinite(value) else repr(value)
+
+
+def signature(record: dict[str, Any]) -> str:
+    """The SHA-256 of the record's canonical JSON."""
+    return hashlib.sha256(_json(record).encode()).hexdigest()
+
+
+def _json(record: Any) -> str:
+    return json.dumps(record, sort_keys=True, separators=(",", ":"))
 
 
 def write_checkpoint(
-    path: Path, signature: str, tallies: Tallies, points: Sequence[dict[str, Any]], save_times
+    path: Path,
+    record: dict[str, Any],
+    tallies: Tallies,
+    points: Sequence[dict[str, Any]],
+    save_times,
 ) -> None:
-    """Write the tallies atomically (a partial file, then a rename)."""
+    """Write the tallies atomically (a temporary file, flushed, then renamed)."""
+    arrays = dict(zip(Tallies.FIELDS, tallies.arrays()))
     ds = xr.Dataset(
         {
-            "counts": (("point", "time", "outcome"), tallies.counts),
-            "n_valid": ("point", tallies.n_valid),
-            "n_nonfinite": ("point", tallies.n_nonfinite),
-            "n_done": ("point", tallies.n_done),
-            "cosine_sum": (("point", "time"), tallies.cosine_sum),
-            "cosine_sumsq": (("point", "time"), tallies.cosine_sumsq),
-            "n_merged": (("point", "time"), tallies.n_merged),
+            "counts": (("point", "time", "outcome"), arrays["counts"]),
+            "n_valid": ("point", arrays["n_valid"]),
+            "n_nonfinite": ("point", arrays["n_nonfinite"]),
+            "n_done": ("point", arrays["n_done"]),
+            "cosine_sum": (("point", "time"), arrays["cosine_sum"]),
+            "cosine_sumsq": (("point", "time"), arrays["cosine_sumsq"]),
+            "n_merged": (("point", "time"), arrays["n_merged"]),
+            "study": ("study_bytes", np.frombuffer(_json(record).encode(), dtype=np.uint8)),
         },
         coords={"time": save_times, "outcome": list(OUTCOMES), **coordinates(points)},
-        attrs={"signature": signature, "seconds": tallies.seconds},
+        attrs={
+            "format": FORMAT,
+            "signature": signature(record),
+            "checksum": _checksum(tallies),
+            "seconds": tallies.seconds,
+        },
     )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    ds.to_netcdf(partial)
-    os.replace(partial, path)
+    atomic_write(path, lambda temporary: ds.to_netcdf(temporary))
 
 
-def load_checkpoint(path: Path, signature: str) -> Tallies:
-    """The tallies saved at ``path``, if they belong to the study with this signature."""
-    with xr.open_dataset(path) as ds:
-        if ds.attrs.get("signature") != signature:
-            raise ParameterError(
-                f"checkpoint {str(path)!r} belongs to a different run (other parameters, "
-                "seed or model); delete it or choose another checkpoint path."
-            )
-        return Tallies(
+def _checksum(tallies: Tallies) -> str:
+    digest = hashlib.sha256()
+    for array in tallies.arrays():
+        digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()
+
+
+def damaged(path: Path, reason: str) -> ParameterError:
+    return ParameterError(
+        f"checkpoint {str(path)!r} is damaged or is not an attndyn checkpoint ({reason}). "
+        + HOW_TO_START_AFRESH
+    )
+
+
+def load_checkpoint(path: Path, record: dict[str, Any], block_sizes: np.ndarray) -> Tallies:
+    """The tallies saved at ``path``, if they belong to the study with this ``record``
+    (``block_sizes[p]``: how many trajectories of point p this process runs)."""
+    try:
+        with xr.open_dataset(path) as ds:
+            ds.load()
+    except Exception as error:  # netCDF/HDF5 raise many types for a truncated or foreign file
+        raise damaged(path, f"{type(error).__name__}: {error}".strip()[:200]) from None
+    if ds.attrs.get("format") != FORMAT or "study" not in ds:
+        raise ParameterError(
+            f"checkpoint {str(path)!r} was written by another attndyn version (checkpoint "
+            f"format {ds.attrs.get('format', 1)}, this version writes {FORMAT}). "
+            + HOW_TO_START_AFRESH
+        )
+    if ds.attrs.get("signature") != signature(record):
+        raise ParameterError(_mismatch(path, _stored_record(path, ds), record))
+    tallies = _tallies(path, ds)
+    _check_consistent(path, tallies, record, block_sizes)
+    return tallies
+
+
+def _stored_record(path: Path, ds: xr.Dataset) -> dict[str, Any]:
+    try:
+        return json.loads(ds["study"].values.astype(np.uint8).tobytes().decode())
+    except (ValueError, UnicodeDecodeError):
+        raise damaged(path, "its study record is unreadable") from None
+
+
+def _tallies(path: Path, ds: xr.Dataset) -> Tallies:
+    try:
+        tallies = Tallies(
             counts=ds["counts"].values.astype(np.int64),
             n_valid=ds["n_valid"].values.astype(np.int64),
             n_nonfinite=ds["n_nonfinite"].values.astype(np.int64),
             n_done=ds["n_done"].values.astype(np.int64),
-            cosine_sum=ds["cosine_sum"].values,
-            cosine_sumsq=ds["cosine_sumsq"].values,
+            cosine_sum=ds["cosine_sum"].values.astype(np.float64),
+            cosine_sumsq=ds["cosine_sumsq"].values.astype(np.float64),
             n_merged=ds["n_merged"].values.astype(np.int64),
             seconds=float(ds.attrs.get("seconds", 0.0)),
         )
+    except KeyError as error:
+        raise damaged(path, f"variable {error} is missing") from None
+    if ds.attrs.get("checksum") != _checksum(tallies):
+        raise damaged(path, "its tallies do not match their checksum")
+    return tallies
+
+
+def _check_consistent(path: Path, t: Tallies, record: dict[str, Any], block_sizes) -> None:
+    n_points, n_saves = len(record["points"]), len(record["save_times"])
+    if t.counts.shape != (n_points, n_saves, len(OUTCOMES)) or t.n_done.shape != (n_points,):
+        raise damaged(path, "its tallies have the wrong shape")
+    ok = (
+        np.all((t.n_done >= 0) & (t.n_done <= block_sizes))
+        and np.all(t.n_valid + t.n_nonfinite == t.n_done)
+        and np.all((t.counts >= 0) & (t.counts <= t.n_valid[:, None, None]))
+    )
+    if not ok:
+        raise damaged(path, "its counts are inconsistent")
+
+
+def _mismatch(path: Path, stored: Any, current: Any) -> str:
+    where, old, new = _first_difference(stored, current, [])
+    if where == ["points"]:
+        what = f"the grid has {_count(len(old), 'point')} there and {len(new)} in this run"
+    else:
+        what = f"{_name(where, current)} is {_show(old)} there and {_show(new)} in this run"
+    return f"checkpoint {str(path)!r} belongs to a different study: {what}. " + HOW_TO_START_AFRESH
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _is_array(value: Any) -> bool:
+    return isinstance(value, dict) and "dtype" in value and "shape" in value
+
+
+def _first_difference(a: Any, b: Any, where: list) -> tuple[list, Any, Any]:
+    """The path to the first entry where two records differ, and the two entries."""
+    if isinstance(a, dict) and isinstance(b, dict) and not (_is_array(a) and _is_array(b)):
+        for key in [*sorted(set(a) & set(b)), *sorted(set(a) ^ set(b))]:
+            x, y = a.get(key, "<absent>"), b.get(key, "<absent>")
+            if x != y:
+                return _first_difference(x, y, [*where, key])
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            if x != y:
+                return _first_difference(x, y, [*where, i])
+    return where, a, b
+
+
+def _name(where: list, record: dict[str, Any]) -> str:
+    """``points[3].model.values.sigma`` as "the model's values.sigma at point {...}"."""
+    if len(where) >= 2 and where[0] == "points" and isinstance(where[1], int):
+        point = record["points"][where[1]]["point"]
+        rest = [str(w) for w in where[2:]]
+        if rest and rest[0] == "model":
+            return f"the model's {'.'.join(rest[1:]) or 'class'} at point {point}"
+        return f"{'.'.join(rest) or 'the point'} at point {point}"
+    names = {"key": "the PRNG key (seed)", "prng_impl": "the PRNG implementation"}
+    if where and where[0] in names:
+        return names[where[0]]
+    return ".".join(str(w) for w in where) or "the study"
+
+
+def _show(value: Any) -> str:
+    if _is_array(value) and "value" in value:
+        value = value["value"][0] if value["shape"] == [] else value["value"]
+    elif _is_array(value):
+        shape = "×".join(map(str, value["shape"]))
+        return f"a {shape} array (SHA-256 {value.get('sha256', '?')[:12]}…)"
+    text = json.dumps(value)
+    return text if len(text) <= 80 else text[:77] + "…"

@@ -1,10 +1,12 @@
 """Several hosts: which trajectories each process runs, and the exact combination.
 
 Every process runs the same study with the same arguments. The trajectories of a point are
-cut into chunks ``[k·chunk, (k+1)·chunk)``; process ``p`` of ``P`` runs the chunks with
-``k ≡ p (mod P)``, on all of its local devices. Because trajectory i's randomness is
-``fold_in(fold_in(key, point_id), i)`` whoever runs it, the union over processes is
-exactly the single-process run. At the end each process's tallies (integer counts and
+cut into ``P`` contiguous blocks; process ``p`` of ``P`` runs block
+``[⌊p·n/P⌋, ⌊(p+1)·n/P⌋)`` (:func:`process_block`) in chunks, on all of its local devices.
+The blocks do not depend on the chunk size, so a process that resumes from its checkpoint
+with another chunk size still runs exactly the indices it has not run. Because trajectory
+i's randomness is ``fold_in(fold_in(key, point_id), i)`` whoever runs it, the union over
+processes is exactly the single-process run. At the end each process's tallies (integer counts and
 fixed-point cosine sums) are gathered and added in process order, once: every process
 holds the same, exact totals.
 
@@ -43,9 +45,11 @@ def initialize_distributed(
     if process_id is None and ENV_PROCESS_ID in os.environ:
         process_id = int(os.environ[ENV_PROCESS_ID])
     if coordinator is None:
-        if process_count not in (None, 1):
+        if process_count is not None or process_id is not None:
+            given = "process_count" if process_count is not None else "process_id"
             raise ParameterError(
-                f"process_count={process_count} needs a coordinator address (HOST:PORT)."
+                f"{given}={process_count if given == 'process_count' else process_id} needs "
+                f"a coordinator address (HOST:PORT; CLI: --coordinator, or {ENV_COORDINATOR})."
             )
         return False
     if process_count is None or process_id is None:
@@ -69,16 +73,15 @@ def process_layout() -> tuple[int, int]:
     return jax.process_index(), jax.process_count()
 
 
-def process_chunk_starts(
-    n_trajectories: int, chunk: int, process_index: int, process_count: int
-) -> list[int]:
-    """Starts of the chunks this process runs: chunk k goes to process k mod P."""
+def process_block(n_trajectories: int, process_index: int, process_count: int) -> tuple[int, int]:
+    """The trajectory indices ``[start, stop)`` of a point that this process runs: the
+    p-th of P contiguous blocks of (nearly) equal size, whatever the chunk size."""
     check_int("n_trajectories", n_trajectories, lower=1)
-    check_int("chunk_size", chunk, lower=1)
     check_int("process_count", process_count, lower=1)
     if not 0 <= process_index < process_count:
         raise ParameterError(f"process_index={process_index} must be in [0, {process_count}).")
-    return list(range(process_index * chunk, n_trajectories, process_count * chunk))
+    start = process_index * n_trajectories // process_count
+    return start, (process_index + 1) * n_trajectories // process_count
 
 
 def combine_tallies(parts: Sequence[Sequence[np.ndarray]]) -> list[np.ndarray]:

@@ -15,12 +15,14 @@ import xarray as xr
 from jaxtyping import PRNGKeyArray
 from tqdm.auto import tqdm
 
-from .._core.errors import NonFiniteError
+from .._core.errors import NonFiniteError, ParameterError
 from .._models.base import AbstractModel
-from .checkpoint import load_checkpoint, signature, write_checkpoint
+from .checkpoint import load_checkpoint, signature, study_record, write_checkpoint
 from .dataset import attach_provenance, probabilities_dataset, provenance_record
-from .distributed import gather_tallies, process_chunk_starts, process_layout
-from .keys import Point, point_key
+from .diagnose import overflow_message
+from .distributed import gather_tallies, process_block, process_layout
+from .files import Lock, LockBusy, writable_folder
+from .keys import Point, check_key, point_key
 from .plan import Plan, PointPlan, make_plan
 from .runner import chunk_indices, chunk_statistics, default_chunk_size, round_up
 from .runtime import compile_seconds
@@ -58,11 +60,16 @@ def estimate_probabilities(
         n_trajectories: trajectories per point (independent uniform starts on the sphere,
             scaled by ``radius``).
         tol: clustering tolerance, in (0, 1).
-        chunk_size: trajectories simulated at once (rounded up to a multiple of the local
-            device count); chosen from device memory when omitted. It does not change the
-            numbers.
-        checkpoint: a netCDF path; progress is saved there after each point and at most
-            every 20 s, and a run with the same arguments resumes from it.
+        chunk_size: trajectories simulated at once (at most the trajectory count, rounded
+            up to a multiple of the local device count); chosen from device memory when
+            omitted. It does not change the numbers.
+        checkpoint: a netCDF path; progress is saved there (atomically) after each point
+            and at most every 20 s, and a run of the same study resumes from it, with any
+            chunk size. A checkpoint of another study (any other model field, grid,
+            trajectory count, key, ``tol``, ``radius``, route or package version) or a
+            damaged one is refused with a ParameterError that says why; delete the file
+            to start afresh. While a run uses it, the checkpoint is locked (a second run
+            with the same path is refused).
         on_nonfinite: what to do when a trajectory turns NaN/inf (e.g. USA overflow):
             ``"raise"`` a :class:`NonFiniteError`, or ``"exclude"`` it from the
             denominators with a warning (the count is kept as ``n_nonfinite``).
@@ -95,39 +102,44 @@ def estimate_probabilities(
         ``n_nonfinite``, ``n_merged``, the mean pairwise cosine with its standard error, one
         coordinate per parameter along ``point``, and full provenance in ``attrs``.
     """
+    key = check_key(key)
+    checkpoint = None if checkpoint is None else check_checkpoint_path(checkpoint)
     with jax.enable_x64(bool(x64)):
-        return _estimate(
+        plan = make_plan(
             model_fn,
             points,
-            key=key,
             n_trajectories=n_trajectories,
             tol=tol,
             radius=radius,
             chunk_size=chunk_size,
-            checkpoint=checkpoint,
-            on_nonfinite=on_nonfinite,
-            progress=progress,
-            metadata=metadata,
             route=route,
             early_absorption=early_absorption,
+            on_nonfinite=on_nonfinite,
             x64=bool(x64),
         )
-
-
-def _estimate(model_fn, points, *, key, checkpoint, progress, metadata, **options) -> xr.Dataset:
-    plan = make_plan(model_fn, points, **options)
-    study = _Study(plan, key, None if checkpoint is None else Path(checkpoint))
-    study.run(progress)
-    tallies = study.combined()
+        with _Study(plan, key, checkpoint) as study:
+            study.run(progress)
+            tallies = study.combined()
     record = _provenance(plan, study, tallies, metadata)
     return attach_provenance(
         probabilities_dataset(tallies, [p.point for p in plan.points], plan.save_times), record
     )
 
 
+def check_checkpoint_path(checkpoint: str | os.PathLike) -> Path:
+    """A checkpoint path that can be written: not a folder, in a writable folder."""
+    path = Path(checkpoint)
+    if path.is_dir():
+        raise ParameterError(
+            f"checkpoint={str(path)!r} is a folder; give a file path (e.g. {str(path / 'x.nc')!r})."
+        )
+    writable_folder(path.parent, "the checkpoint's folder")
+    return path
+
+
 class _Study:
-    """The running state of one ``estimate_probabilities`` call: devices, tallies and
-    checkpoint."""
+    """The running state of one ``estimate_probabilities`` call: devices, tallies and the
+    checkpoint (locked while the study runs)."""
 
     def __init__(self, plan: Plan, key: PRNGKeyArray, checkpoint: Path | None):
         self.plan = plan
@@ -138,22 +150,52 @@ class _Study:
         self.mesh = jax.sharding.Mesh(np.array(self.devices), ("traj",))
         self.sharding = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec("traj"))
         self.key_data = np.asarray(jax.random.key_data(key)).tolist()
-        self.signature = signature(plan, self.key_data, self.process)
+        self.prng_impl = str(jax.random.key_impl(key))
+        self.record = study_record(plan, self.key_data, self.prng_impl, self.process)
+        self.signature = signature(self.record)
+        self.blocks = [process_block(plan.n_trajectories, *self.process)] * len(plan.points)
         self.tallies = Tallies.zeros(len(plan.points), len(plan.save_times))
-        if checkpoint is not None and checkpoint.exists():
-            self.tallies = load_checkpoint(checkpoint, self.signature)
+        self.lock = self._lock()
+        try:
+            if checkpoint is not None and checkpoint.exists():
+                sizes = np.asarray([stop - start for start, stop in self.blocks])
+                self.tallies = load_checkpoint(checkpoint, self.record, sizes)
+        except BaseException:
+            self.close()
+            raise
         self.seconds_before = self.tallies.seconds
         self.compile_before = compile_seconds()
         self.started = time.perf_counter()
         self.last_save = self.started
         self.chunks: list[int] = []
 
+    def _lock(self) -> Lock | None:
+        if self.checkpoint is None:
+            return None
+        try:
+            return Lock(self.checkpoint.with_name(self.checkpoint.name + ".lock"))
+        except LockBusy as busy:
+            raise ParameterError(
+                f"checkpoint {str(self.checkpoint)!r} is in use by {busy.holder}; wait for "
+                "it to finish, or choose another checkpoint path."
+            ) from None
+
+    def close(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+
+    def __enter__(self) -> "_Study":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def save(self) -> None:
         if self.checkpoint is not None:
             self.tallies.seconds = self.seconds_before + time.perf_counter() - self.started
             points = [p.point for p in self.plan.points]
             write_checkpoint(
-                self.checkpoint, self.signature, self.tallies, points, self.plan.save_times
+                self.checkpoint, self.record, self.tallies, points, self.plan.save_times
             )
             self.last_save = time.perf_counter()
 
@@ -180,45 +222,48 @@ class _Study:
             bar.close()
         self.tallies.seconds = self.seconds_before + time.perf_counter() - self.started
 
-    def chunk_size(self, point: PointPlan) -> int:
+    def chunk_size(self, point: PointPlan, block: int) -> int:
+        """The plan's chunk size (or one that fits device memory), never more than the
+        block of trajectories it serves, rounded up to a multiple of the device count."""
         plan, n_devices = self.plan, len(self.devices)
         chunk = plan.chunk_size or default_chunk_size(
-            plan.n_trajectories,
+            block,
             n_tokens=point.n_tokens,
             # A reduced route keeps N × N coordinates per trajectory.
             dim=point.n_tokens if point.route == "reduced" else point.dim,
             n_saves=len(plan.save_times),
             n_devices=n_devices,
         )
-        return round_up(chunk, n_devices)
+        return round_up(min(chunk, block), n_devices)
 
     def run_point(self, index: int, point: PointPlan, bar) -> None:
-        """The chunks of one point that this process has not finished yet."""
+        """The trajectories of one point that this process has not finished yet.
+
+        This process runs the indices ``[start, stop)`` of its block in order, so the
+        finished ones are always ``[start, start + n_done)``: a resumed run (with any chunk
+        size) continues at the first unfinished index and counts none twice."""
         plan, tallies = self.plan, self.tallies
-        chunk = self.chunk_size(point)
+        start, stop = self.blocks[index]
+        if stop == start:
+            return
+        chunk = self.chunk_size(point, stop - start)
         self.chunks.append(chunk)
         key = point_key(self.key, point.point)
         dtype = jnp.float64 if plan.x64 else jnp.float32
         args = (
-            jnp.asarray(plan.n_trajectories, jnp.int32),
+            # Indices at or past ``stop`` pad the last chunk and are not counted.
+            jnp.asarray(stop, jnp.int32),
             jnp.asarray(plan.tol, dtype),
             jnp.asarray(plan.radius, dtype),
         )
-        # n_done counts the trajectories this process has finished at this point, in the
-        # order of its own chunks (all chunks when it runs alone).
-        finished = 0
-        for start in process_chunk_starts(plan.n_trajectories, chunk, *self.process):
-            done = min(chunk, plan.n_trajectories - start)
-            if finished + done <= tallies.n_done[index]:
-                finished += done
-                continue
-            indices = chunk_indices(start, chunk, self.sharding)
+        for first in range(start + int(tallies.n_done[index]), stop, chunk):
+            indices = chunk_indices(first, chunk, self.sharding)
             results = chunk_statistics(
                 point.model, key, indices, *args, point.n_tokens, point.dim, self.mesh
             )
+            done = min(chunk, stop - first)
             tallies.add_chunk(index, *results)
-            finished += done
-            tallies.n_done[index] = finished
+            tallies.n_done[index] += done
             bar.update(done)
             if time.perf_counter() - self.last_save > CHECKPOINT_EVERY:
                 self.save()
@@ -228,9 +273,8 @@ class _Study:
         if not bad:
             return
         message = (
-            f"{bad} of {self.plan.n_trajectories} trajectories at point {point.point} became "
-            "NaN or infinite (overflow? unnormalised attention overflows float32 once "
-            "β ≳ 88: lower β or use softmax attention)."
+            f"{bad} of {int(self.tallies.n_done[index])} trajectories at point {point.point} "
+            f"became NaN or infinite (overflow). {overflow_message(point.user_model)}"
         )
         if self.plan.on_nonfinite == "raise":
             raise NonFiniteError(
@@ -261,7 +305,7 @@ def _provenance(
         radius=plan.radius,
         chunk_size=max(study.chunks) if study.chunks else plan.chunk_size,
         devices=[str(d) for d in study.devices],
-        prng_impl=str(jax.random.key_impl(study.key)),
+        prng_impl=study.prng_impl,
         route=routes[0] if len(set(routes)) == 1 else "mixed",
         routes=routes,
         simulated=[type(p.model).__name__ for p in plan.points],

@@ -12,8 +12,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, PRNGKeyArray
+
+from .._core.errors import ParameterError
 
 Point = Mapping[str, Any]
 
@@ -42,3 +45,25 @@ def point_key(key: PRNGKeyArray, point: Point) -> PRNGKeyArray:
 def trajectory_key(key: PRNGKeyArray, point: Point, index: int | Array) -> PRNGKeyArray:
     """The key of trajectory ``index`` at ``point``."""
     return jax.random.fold_in(point_key(key, point), index)
+
+
+def check_key(key: Any) -> PRNGKeyArray:
+    """``key`` if it is one JAX PRNG key: a typed key (``jax.random.key``) of shape (), or a
+    raw ``uint32`` key (``jax.random.PRNGKey``). Anything else is refused by name."""
+    if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        if key.shape == ():
+            return key
+        raise ParameterError(
+            f"key must be a single PRNG key; got an array of {key.shape} keys (pass one, e.g. "
+            "jax.random.key(0))."
+        )
+    if isinstance(key, jax.Array | np.ndarray) and key.dtype == np.uint32 and key.shape == (2,):
+        return jnp.asarray(key)
+    raise ParameterError(
+        f"key={_short(key)} is not a JAX PRNG key; pass one, e.g. key=jax.random.key(0)."
+    )
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

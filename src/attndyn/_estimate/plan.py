@@ -11,12 +11,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._core.attention import Attention
 from .._core.errors import ParameterError, check_bound, check_choice, check_int
 from .._models.base import ROUTES, AbstractModel, select_route
 from .._models.reduced.absorption import DEFAULT_BOUND
 from .keys import Point
 
 NONFINITE_POLICIES = ("raise", "exclude")
+#: Trajectories per point: their indices (plus one chunk of padding) stay in int32.
+MAX_TRAJECTORIES = 2**30
+#: Largest token dimension d and token count N (far beyond any device's memory already).
+MAX_DIM = 2**16
+MAX_TOKENS = 2**16
 
 
 def grid(**axes: Sequence[Any]) -> list[dict[str, Any]]:
@@ -75,12 +81,12 @@ def absorption_bound_of(early_absorption: bool | float) -> float | None:
 
 def check_options(*, n_trajectories, tol, radius, on_nonfinite, chunk_size, route) -> None:
     """The estimator's own arguments."""
-    check_int("n_trajectories", n_trajectories, lower=1)
+    check_int("n_trajectories", n_trajectories, lower=1, upper=MAX_TRAJECTORIES)
     check_bound("tol", tol, lower=0.0, upper=1.0, lower_open=True, upper_open=True)
     check_bound("radius", radius, lower=0.0, lower_open=True)
     check_choice("on_nonfinite", on_nonfinite, NONFINITE_POLICIES)
     if chunk_size is not None:
-        check_int("chunk_size", chunk_size, lower=1)
+        check_int("chunk_size", chunk_size, lower=1, upper=MAX_TRAJECTORIES)
     check_choice("route", route, ROUTES)
 
 
@@ -90,10 +96,10 @@ def check_points(points: Sequence[Point]) -> list[dict[str, Any]]:
     if not points:
         raise ParameterError("points is empty; give at least one parameter point.")
     for p in points:
-        for name, lower in (("dim", 2), ("tokens", 1)):
+        for name, lower, upper in (("dim", 2, MAX_DIM), ("tokens", 1, MAX_TOKENS)):
             if name not in p:
                 raise ParameterError(f"every point must give {name!r}; got {p}.")
-            check_int(name, p[name], lower=lower)
+            check_int(name, p[name], lower=lower, upper=upper)
     return points
 
 
@@ -113,6 +119,7 @@ def plan_point(
             f"model_fn must return an attndyn model (an AbstractModel); got "
             f"{type(user_model).__name__} at {point}."
         )
+    check_dimension(user_model, point, dim)
     model, route_name, reason = select_route(user_model, n_tokens=n_tokens, dim=dim, route=route)
     if absorption_bound is not None:
         try:
@@ -121,6 +128,18 @@ def plan_point(
             why = f" It runs on the full route: {reason}." if route_name == "full" else ""
             raise ParameterError(f"at {point}: {error}{why}") from None
     return PointPlan(point, n_tokens, dim, model, route_name, user_model)
+
+
+def check_dimension(model: AbstractModel, point: dict[str, Any], dim: int) -> None:
+    """Every attention core in the model must fit the point's dimension d (heads, Q, K):
+    refused here, naming the point, rather than as a shape error while tracing."""
+    cores = jax.tree_util.tree_leaves(model, is_leaf=lambda x: isinstance(x, Attention))
+    for core in cores:
+        if isinstance(core, Attention):
+            try:
+                core.check_dim(dim)
+            except ParameterError as error:
+                raise ParameterError(f"at {point}: {error}") from None
 
 
 def make_plan(

@@ -9,7 +9,7 @@ import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._core.attention import Attention
-from .._core.errors import check_int
+from .._core.errors import INT32_MAX, ParameterError, check_int
 from .._core.saveat import SaveAt
 from .._core.schemes import AbstractScheme, PostLN
 from .._core.values import AbstractValues, MatrixValues
@@ -46,7 +46,8 @@ class DiscreteTransformer(AbstractTrajectoryModel):
     saveat: SaveAt = SaveAt(1.0)
 
     def __check_init__(self):
-        check_int("depth", self.depth, lower=1)
+        check_int("depth", self.depth, lower=1, upper=INT32_MAX)
+        check_layer_count(self.depth, self.saveat.horizon)
 
     @property
     def n_layers(self) -> int:
@@ -85,3 +86,19 @@ class DiscreteTransformer(AbstractTrajectoryModel):
         from .reduced.model import reduce_discrete
 
         return reduce_discrete(self, n_tokens, dim)
+
+
+def check_layer_count(depth: int, horizon: float) -> None:
+    """L·T must round to at least one layer and fit the int32 layer index."""
+    layers = depth * horizon
+    product = f"depth·horizon = {depth}·{horizon:g} = {layers:.6g}"
+    if not layers < INT32_MAX + 0.5:
+        raise ParameterError(
+            f"{product} layers is more than the {INT32_MAX} that int32 layer indices hold; "
+            "lower the depth or the horizon."
+        )
+    if round(layers) < 1:
+        raise ParameterError(
+            f"{product} rounds to 0 layers; the stack needs at least one: raise the depth or "
+            "the horizon."
+        )

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray, PyTree
 
-from .._core.errors import ParameterError, check_bound, check_choice, check_int
+from .._core.errors import INT32_MAX, ParameterError, check_bound, check_choice, check_int
 from .._core.schemes import AbstractScheme, MixLN, PostLN, PreLN
 from .._core.sphere import normalize
 
@@ -172,6 +172,11 @@ class SDEIntegrator(eqx.Module):
             raise ParameterError(
                 f"dt={self.dt} is larger than the horizon={horizon}; the step must lie "
                 "in (0, horizon]."
+            )
+        if not horizon / self.dt < INT32_MAX - 2:
+            raise ParameterError(
+                f"horizon/dt = {horizon:g}/{self.dt:g} steps is more than the {INT32_MAX - 2} "
+                "that the solver's int32 step counter holds; raise dt or lower the horizon."
             )
 
     def diffrax_solver(self, project: bool = True) -> dfx.AbstractSolver:

@@ -31,7 +31,7 @@ import numpy as np
 from jaxtyping import Array, Float, Key, PRNGKeyArray
 
 from .._core.attention import ATTENTION_KINDS, as_float
-from .._core.errors import ParameterError, check_bound, check_choice, check_int
+from .._core.errors import ParameterError, check_bound, check_choice, check_int, check_scalar
 from .._core.saveat import SaveAt
 from .base import AbstractModel
 from .integrators import SDEIntegrator
@@ -154,8 +154,11 @@ class OverlapSDE(AbstractOverlapSDE):
         check_choice("attention", self.attention, ATTENTION_KINDS)
         check_choice("noise", self.noise, OVERLAP_NOISES)
         check_choice("solver", self.integrator.solver, OVERLAP_SOLVERS)
+        check_scalar("beta", self.beta)
         check_bound("beta", self.beta, lower=0.0)
+        check_scalar("sigma", self.sigma)
         check_bound("sigma", self.sigma, lower=0.0, lower_open=True)
+        check_scalar("eps", self.eps)
         check_bound("eps", self.eps, lower=0.0)
         check_int("dim", self.dim, lower=2)
         self.integrator.check_horizon(self.saveat.horizon)

@@ -51,7 +51,7 @@ import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._core.attention import Attention, as_float, matmul
-from .._core.errors import ParameterError, check_bound, check_choice
+from .._core.errors import ParameterError, check_bound, check_choice, check_scalar
 from .._core.saveat import SaveAt
 from .._core.sphere import normalize, tangent_project
 from .base import AbstractTrajectoryModel, Reduction
@@ -226,6 +226,7 @@ class TransformerSDE(AbstractSphereSDE):
     integrator: SDEIntegrator = SDEIntegrator()
 
     def __check_init__(self):
+        check_scalar("sigma", self.sigma)
         check_bound("sigma", self.sigma, lower=0.0, lower_open=True)
         self._check_common()
 
@@ -289,6 +290,7 @@ class HybridSDE(AbstractSphereSDE):
     integrator: SDEIntegrator = SDEIntegrator()
 
     def __check_init__(self):
+        check_scalar("eps", self.eps)
         check_bound("eps", self.eps, lower=0.0)
         self._check_common()
 

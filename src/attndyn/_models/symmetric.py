@@ -27,7 +27,7 @@ import numpy as np
 from jaxtyping import Array, Float, Key
 
 from .._core.attention import as_float
-from .._core.errors import ParameterError, check_bound, check_int
+from .._core.errors import ParameterError, check_bound, check_int, check_scalar
 from .._core.saveat import SaveAt
 from .._core.schemes import AbstractScheme
 from .base import AbstractModel
@@ -98,8 +98,10 @@ class SymmetricODE(AbstractModel):
     integrator: ODEIntegrator = ODEIntegrator(rtol=1e-8, atol=1e-10)
 
     def __check_init__(self):
+        check_scalar("beta", self.beta)
         check_bound("beta", self.beta, lower=0.0)
         check_int("n_tokens", self.n_tokens, lower=2)
+        check_scalar("r0", self.r0)
         check_bound("r0", self.r0, lower=0.0, lower_open=True)
 
     @property

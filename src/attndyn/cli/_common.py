@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 import jax
+from click.core import ParameterSource
 
 from .._core.errors import NonFiniteError, ParameterError
 from .._core.serialize import plain
@@ -18,11 +19,14 @@ from .._estimate.distributed import initialize_distributed
 from .._estimate.runtime import enable_compilation_cache, use_all_cores
 from ..studies.phase import ENGINES, ModelSpec, MonteCarlo
 from ..studies.summary import json_points
+from ._output import Output, result_arguments
 from ._ranges import parse_range
 
 
 def cli_errors(func: Callable) -> Callable:
-    """Turn parameter and overflow errors into clean CLI errors (non-zero exit, no traceback)."""
+    """Turn parameter errors into usage errors (exit status 2, one line naming the
+    parameter), and overflow or file-system errors into errors with exit status 1; never a
+    traceback."""
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
@@ -32,6 +36,12 @@ def cli_errors(func: Callable) -> Callable:
             raise click.UsageError(str(error)) from None
         except NonFiniteError as error:
             raise click.ClickException(str(error)) from None
+        except OSError as error:  # e.g. a full disk while writing: the checkpoint is kept
+            where = f" ({error.filename})" if error.filename else ""
+            raise click.ClickException(
+                f"{error.strerror or error}{where}. Work already checkpointed is kept: rerun "
+                "the same command to resume."
+            ) from None
 
     return wrapper
 
@@ -42,12 +52,6 @@ def floats(name: str, text: str) -> list[float]:
 
 def ints(name: str, text: str) -> list[int]:
     return parse_range(name, text, integer=True)
-
-
-def output_dir(path: str) -> Path:
-    out = Path(path)
-    out.mkdir(parents=True, exist_ok=True)
-    return out
 
 
 def emit_json(payload: dict[str, Any]) -> None:
@@ -115,9 +119,14 @@ def study_options(func: Callable) -> Callable:
             "--out",
             default="attndyn-results",
             show_default=True,
-            help="Output directory for the dataset and figure.",
+            help="Output folder for the dataset and figure (locked while a run uses it).",
         ),
-        click.option("--fresh", is_flag=True, help="Ignore a checkpoint of an interrupted run."),
+        click.option(
+            "--fresh",
+            is_flag=True,
+            help="Delete the checkpoint of an interrupted run and start afresh.",
+        ),
+        overwrite_option(),
         click.option("--json", "as_json", is_flag=True, help="Print one JSON object to stdout."),
         click.option("--no-progress", is_flag=True, help="Hide the progress bar."),
     ]
@@ -179,6 +188,27 @@ def scale_options(func: Callable) -> Callable:
     return _apply(func, options)
 
 
+def overwrite_option() -> Callable:
+    return click.option(
+        "--overwrite",
+        is_flag=True,
+        help="Replace results in --out that a run with other arguments made (refused otherwise).",
+    )
+
+
+def check_engine_flags(options: dict[str, Any]) -> None:
+    """Refuse SDE-only flags given with the discrete engine (they would be ignored)."""
+    context = click.get_current_context()
+    if options["engine"] != "discrete":
+        return
+    for name in ("solver", "dt"):
+        if context.get_parameter_source(name) not in (ParameterSource.DEFAULT, None):
+            raise ParameterError(
+                f"--{name} applies to --engine sde only; the discrete engine steps by "
+                "1/--depth (drop --{name}, or add --engine sde)."
+            )
+
+
 def start_processes(options: dict[str, Any]) -> bool:
     """Set the process up before any other JAX work: one CPU device per core, the
     persistent compilation cache (unless --no-cache), and a multi-process run if asked.
@@ -219,35 +249,51 @@ def model_spec(options: dict[str, Any], *, noise: str, attention: str) -> ModelS
     )
 
 
-def study_checkpoint(out_dir: Path, name: str, *, fresh: bool) -> Path | None:
+def study_output(options: dict[str, Any], name: str, *, writer: bool) -> Output:
+    """The checked, locked ``--out`` folder of a Monte Carlo study (``name``.nc and .png)."""
+    return Output(
+        options["out"],
+        dataset=f"{name}.nc",
+        figures=[f"{name}.png"],
+        arguments=result_arguments(options),
+        overwrite=options["overwrite"],
+        writer=writer,
+    )
+
+
+def study_checkpoint(out: Output, name: str, *, fresh: bool) -> Path | None:
     """Where a study keeps its resumable tallies (``None`` in a multi-process run, where
-    each process holds only its own chunks and a shared file would mix them)."""
+    each process holds only its own share and a shared file would mix them). Called with
+    the folder locked, so ``--fresh`` never deletes another run's checkpoint."""
     if jax.process_count() > 1:
         return None
-    checkpoint = out_dir / f"{name}.checkpoint.nc"
+    checkpoint = out.folder / f"{name}.checkpoint.nc"
     if fresh:
         checkpoint.unlink(missing_ok=True)
     return checkpoint
 
 
-def save_study(ds, out_dir: Path, name: str, checkpoint: Path | None) -> Path:
-    """Write the finished dataset and drop the checkpoint it supersedes."""
-    dataset_path = out_dir / f"{name}.nc"
-    ds.to_netcdf(dataset_path)
-    if checkpoint is not None:
-        checkpoint.unlink(missing_ok=True)
-    return dataset_path
+def study_metadata(out: Output) -> dict[str, Any]:
+    """Provenance of the command: its line and the arguments that determine the results."""
+    return {"command": command_line(), "arguments": out.arguments}
+
+
+def save_png(figure, path: Path, *, dpi: int) -> None:
+    figure.savefig(path, format="png", dpi=dpi)
 
 
 def finish(
-    ds, name: str, out_dir: Path, checkpoint: Path | None, figure, options: dict[str, Any], **extra
+    ds, name: str, out: Output, checkpoint: Path | None, figure, options: dict[str, Any], **extra
 ) -> None:
-    """Write the dataset and its figure (``figure(ds)``), then report: one JSON object on
-    stdout with ``--json``, else one line on stderr."""
+    """Write the dataset, then its figure (``figure(ds)``), each atomically; drop the
+    checkpoint they supersede; then report: one JSON object on stdout with ``--json``,
+    else one line on stderr."""
     warn_merged(ds)
-    dataset_path = save_study(ds, out_dir, name, checkpoint)
-    figure_path = out_dir / f"{name}.png"
-    figure(ds).savefig(figure_path, dpi=130)
+    dataset_path = out.write(f"{name}.nc", ds.to_netcdf)
+    fig = figure(ds)
+    figure_path = out.write(f"{name}.png", functools.partial(save_png, fig, dpi=130))
+    if checkpoint is not None:
+        checkpoint.unlink(missing_ok=True)
     seconds = time.perf_counter() - options["started"]
     if options["as_json"]:
         payload = {"kind": extra.pop("kind"), "engine": ds.attrs["engine"]}

@@ -8,17 +8,18 @@ from .._core.attention import ATTENTION_KINDS
 from ..studies.evolution import evolution_points, evolution_study
 from ..studies.summary import series
 from ._common import (
+    check_engine_flags,
     cli_errors,
-    command_line,
     finish,
     floats,
     ints,
     model_spec,
     monte_carlo,
-    output_dir,
     start_processes,
     study_checkpoint,
+    study_metadata,
     study_options,
+    study_output,
 )
 
 
@@ -57,6 +58,7 @@ def evolution(**options) -> None:
     """
     options["started"] = time.perf_counter()
     writer = start_processes(options)  # jax.distributed must start before other JAX work
+    check_engine_flags(options)
     points = evolution_points(
         [m.strip() for m in options["models"].split(",") if m.strip()],
         betas=floats("beta", options["beta"]),
@@ -66,23 +68,23 @@ def evolution(**options) -> None:
     )
     spec = model_spec(options, noise="full", attention=options["attention"])
     mc = monte_carlo(options)
-    out_dir = output_dir(options["out"])
-    checkpoint = study_checkpoint(out_dir, "evolution", fresh=options["fresh"])
-    ds = evolution_study(
-        spec,
-        mc,
-        points,
-        saves=options["saves"],
-        checkpoint=checkpoint,
-        progress=not options["no_progress"] and writer,
-        metadata={"command": command_line()},
-    )
-    if writer:
-        from .. import plot
-
-        def draw(ds):
-            return plot.evolution(ds, label_keys=("model", "beta", "dim", "tokens", "eps"))
-
-        finish(
-            ds, "evolution", out_dir, checkpoint, draw, options, kind="evolution", series=series(ds)
+    with study_output(options, "evolution", writer=writer) as out:
+        checkpoint = study_checkpoint(out, "evolution", fresh=options["fresh"])
+        ds = evolution_study(
+            spec,
+            mc,
+            points,
+            saves=options["saves"],
+            checkpoint=checkpoint,
+            progress=not options["no_progress"] and writer,
+            metadata=study_metadata(out),
         )
+        if writer:
+            from .. import plot
+
+            def draw(ds):
+                return plot.evolution(ds, label_keys=("model", "beta", "dim", "tokens", "eps"))
+
+            finish(
+                ds, "evolution", out, checkpoint, draw, options, kind="evolution", series=series(ds)
+            )

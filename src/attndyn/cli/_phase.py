@@ -6,18 +6,21 @@ import click
 
 from .._core.attention import ATTENTION_KINDS
 from ..studies.phase import DEFAULT_ATTENTION, KINDS, phase_diagram_study, phase_points
+from ..theory import EXACT_BETA_MAX
 from ._common import (
+    check_engine_flags,
     cli_errors,
-    command_line,
     finish,
     floats,
     ints,
     model_spec,
     monte_carlo,
-    output_dir,
+    say,
     start_processes,
     study_checkpoint,
+    study_metadata,
     study_options,
+    study_output,
 )
 
 
@@ -65,7 +68,9 @@ def phase_diagram(**options) -> None:
     Uniform starts on the sphere; writes OUT/phase_diagram.nc (probabilities, Wilson 95 %
     intervals, counts, provenance; with --engine sde also the measured drift off the
     sphere) and OUT/phase_diagram.png. An interrupted run resumes from
-    OUT/phase_diagram.checkpoint.nc.
+    OUT/phase_diagram.checkpoint.nc (with any --chunk-size; --fresh starts afresh). OUT is
+    locked while a run uses it, and results of other arguments are never replaced unless
+    --overwrite is given.
 
     Two-token points with Gaussian values run on the exact-in-law reduced route unless
     --route full; --early-absorption EPS stops chunks whose trajectories are all
@@ -75,6 +80,7 @@ def phase_diagram(**options) -> None:
     """
     options["started"] = time.perf_counter()
     writer = start_processes(options)  # jax.distributed must start before other JAX work
+    check_engine_flags(options)
     kind = options["kind"]
     points = phase_points(
         kind,
@@ -83,24 +89,32 @@ def phase_diagram(**options) -> None:
         tokens=ints("tokens", options["tokens"]),
         eps=floats("eps", options["eps"]) if kind == "beta-eps" else (),
     )
+    if kind == "beta-d" and writer and any(p["beta"] > EXACT_BETA_MAX for p in points):
+        say(
+            f"note: the exact t = ∞ curve is left out (NaN) for β > {EXACT_BETA_MAX:g}, beyond "
+            "its quadrature (it is within 1e-3 of its limit 1/2 there)."
+        )
     attention = options["attention"] or DEFAULT_ATTENTION[kind]
+    # The arguments recorded with the results (and compared with those already in --out)
+    # are the ones in effect: the kind's default attention, no ε outside beta-eps.
+    options.update(attention=attention, eps=options["eps"] if kind == "beta-eps" else None)
     spec = model_spec(
         options, noise="hybrid" if kind == "beta-eps" else "full", attention=attention
     )
     mc = monte_carlo(options)
-    out_dir = output_dir(options["out"])
-    checkpoint = study_checkpoint(out_dir, "phase_diagram", fresh=options["fresh"])
-    ds = phase_diagram_study(
-        kind,
-        spec,
-        mc,
-        points,
-        checkpoint=checkpoint,
-        progress=not options["no_progress"] and writer,
-        metadata={"command": command_line()},
-    )
-    if writer:
-        from .. import plot
+    with study_output(options, "phase_diagram", writer=writer) as out:
+        checkpoint = study_checkpoint(out, "phase_diagram", fresh=options["fresh"])
+        ds = phase_diagram_study(
+            kind,
+            spec,
+            mc,
+            points,
+            checkpoint=checkpoint,
+            progress=not options["no_progress"] and writer,
+            metadata=study_metadata(out),
+        )
+        if writer:
+            from .. import plot
 
-        draw = {"beta-d": plot.phase_diagram, "beta-eps": plot.beta_eps, "beta-n": plot.beta_n}
-        finish(ds, "phase_diagram", out_dir, checkpoint, draw[kind], options, kind=kind)
+            draw = {"beta-d": plot.phase_diagram, "beta-eps": plot.beta_eps, "beta-n": plot.beta_n}
+            finish(ds, "phase_diagram", out, checkpoint, draw[kind], options, kind=kind)

@@ -7,7 +7,18 @@ import click
 from .._core.schemes import SCHEME_NAMES
 from .._estimate.dataset import attach_provenance, provenance
 from ..studies.schemes import schemes_study, schemes_summary
-from ._common import cli_errors, command_line, emit_json, floats, output_dir, say
+from ._common import (
+    cli_errors,
+    command_line,
+    emit_json,
+    floats,
+    overwrite_option,
+    say,
+)
+from ._output import Output, result_arguments
+
+#: The figures ``attndyn schemes`` writes, one per part of the study.
+FIGURES = ("gamma", "ngpt_alpha", "random_weights", "rates")
 
 
 @click.command("schemes")
@@ -62,56 +73,49 @@ from ._common import cli_errors, command_line, emit_json, floats, output_dir, sa
     "--out",
     default="attndyn-results",
     show_default=True,
-    help="Output directory: schemes.nc and schemes_*.png.",
+    help="Output folder: schemes.nc and schemes_*.png (locked while a run uses it).",
 )
+@overwrite_option()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object to stdout.")
 @cli_errors
-def schemes(
-    scheme_list,
-    tokens,
-    dim,
-    beta,
-    horizon,
-    alpha,
-    tau,
-    r0,
-    seed,
-    full_size,
-    layers,
-    runs,
-    out,
-    as_json,
-) -> None:
+def schemes(**options) -> None:
     """Clustering speed of the normalization schemes (seed 004 Figs 2-4, rate table).
 
     Writes OUT/schemes.nc (all curves, slopes, fitted rates with intervals, provenance)
-    and OUT/schemes_{gamma,ngpt_alpha,random_weights,rates}.png.
+    and OUT/schemes_{gamma,ngpt_alpha,random_weights,rates}.png. OUT is checked, and
+    locked, before anything is computed; results of other arguments are never replaced
+    unless --overwrite is given.
     """
-    names = [s.strip() for s in scheme_list.split(",") if s.strip()]
-    alphas = floats("alpha", alpha)
-    rw: dict[str, Any] = {"rw_layers": layers, "rw_runs": runs}
-    if full_size:
+    names = [s.strip() for s in options["scheme_list"].split(",") if s.strip()]
+    alphas = floats("alpha", options["alpha"])
+    rw: dict[str, Any] = {"rw_layers": options["layers"], "rw_runs": options["runs"]}
+    if options["full_size"]:
         rw.update(rw_dim=512, rw_tokens=256)
-    ds = schemes_study(
-        schemes=names,
-        tokens=tokens,
-        dim=dim,
-        beta=beta,
-        horizon=horizon,
-        alphas=alphas,
-        tau=tau,
-        r0=r0,
-        seed=seed,
-        **rw,
-    )
-    attach_provenance(ds, {**provenance(ds), "command": command_line()})
-    out_dir = output_dir(out)
-    ds.to_netcdf(out_dir / "schemes.nc")
-    from .. import plot
+    arguments = result_arguments(options)
+    with Output(
+        options["out"],
+        dataset="schemes.nc",
+        figures=[f"schemes_{key}.png" for key in FIGURES],
+        arguments=arguments,
+        overwrite=options["overwrite"],
+    ) as out:
+        ds = schemes_study(
+            schemes=names,
+            alphas=alphas,
+            seed=options["seed"],
+            **{k: options[k] for k in ("tokens", "dim", "beta", "horizon", "tau", "r0")},
+            **rw,
+        )
+        record = {**provenance(ds), "command": command_line(), "arguments": arguments}
+        attach_provenance(ds, record)
+        path = out.write("schemes.nc", ds.to_netcdf)
+        from .. import plot
 
-    for key, fig in plot.schemes(ds).items():
-        fig.savefig(out_dir / f"schemes_{key}.png", dpi=120)
-    if as_json:
+        for key, fig in plot.schemes(ds).items():
+            out.write(
+                f"schemes_{key}.png", lambda p, fig=fig: fig.savefig(p, format="png", dpi=120)
+            )
+    if options["as_json"]:
         emit_json(schemes_summary(ds))
     else:
-        say(f"wrote {out_dir / 'schemes.nc'} and figures in {out_dir}")
+        say(f"wrote {path} and figures in {out.folder}")

@@ -5,7 +5,7 @@ import xarray as xr
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from ..theory import beta_critical, p_antipodal_curve
+from ..theory import EXACT_BETA_MAX, beta_critical, p_antipodal_curve
 from ._figure import subplots
 from ._style import axes_width, ordered_colors, sample_line, wrap
 
@@ -43,8 +43,10 @@ def plot_phase_diagram(
         ax.plot(beta, sel["probability"].values, "o", color=color, ms=4, label=f"d = {int(d)}")
         if exact:
             bc = beta_critical(int(d))
-            # 61 points and the kink at β_c itself: the curve is smooth on either side.
-            fine = np.union1d(np.linspace(0, max(beta.max(), 0.1), 61), [bc])
+            # 61 points and the kink at β_c itself: the curve is smooth on either side; it
+            # is computed up to EXACT_BETA_MAX (within 1e-3 of its limit 1/2).
+            top = min(max(beta.max(), 0.1), EXACT_BETA_MAX)
+            fine = np.union1d(np.linspace(0, top, 61), [min(bc, top)])
             ax.plot(fine, p_antipodal_curve(fine, int(d)), "-", color=color, lw=1)
             if bc > 0:
                 ax.axvline(bc, color=color, ls="--", lw=0.8)

@@ -15,6 +15,8 @@ from .phase import ModelSpec, MonteCarlo, add_sphere_drift, phase_model, phase_p
 #: full: Post-LN with full value noise (eq. 4 / eq. 6); hybrid: scalar noise ε (eq. 7 /
 #: eq. 8); deterministic: ε = 0 (Lemma 2's attention flow).
 MODELS = ("full", "hybrid", "deterministic")
+#: At most this many save times (each one is a plotted curve point and a dataset row).
+MAX_SAVES = 100_000
 NOISE_OF = {"full": "full", "hybrid": "hybrid", "deterministic": "none"}
 
 
@@ -54,7 +56,7 @@ def evolution_study(
 ) -> xr.Dataset:
     """Fractions of every class at ``saves`` evenly spaced times in [0, T], per point;
     each point's ``model`` picks the noise of ``spec``'s equation."""
-    check_int("saves", saves, lower=1)
+    check_int("saves", saves, lower=1, upper=MAX_SAVES)
     save_at = tuple(np.linspace(0.0, spec.horizon, saves).tolist())
     spec = dataclasses.replace(spec, save_at=save_at)
     fields = dataclasses.asdict(spec)

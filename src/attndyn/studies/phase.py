@@ -19,17 +19,25 @@ import numpy as np
 import xarray as xr
 
 from .._core.attention import ATTENTION_KINDS, Attention
-from .._core.errors import ParameterError, check_bound, check_choice, check_int
+from .._core.errors import (
+    INT32_MAX,
+    ParameterError,
+    check_bound,
+    check_choice,
+    check_int,
+    check_seed,
+)
 from .._core.saveat import SaveAt
 from .._core.sphere import uniform_sphere
 from .._core.values import DISTRIBUTIONS, MatrixValues, ScalarValues
 from .._estimate.estimator import estimate_probabilities
-from .._estimate.plan import grid
+from .._estimate.plan import MAX_DIM, MAX_TOKENS, MAX_TRAJECTORIES, grid
 from .._models.base import AbstractModel
 from .._models.discrete import DiscreteTransformer
 from .._models.integrators import SDEIntegrator
 from .._models.sde import HybridSDE, TransformerSDE
 from ..theory import (
+    EXACT_BETA_MAX,
     depth_for_step,
     hybrid_layer_step,
     p_antipodal_hybrid_uniform,
@@ -121,8 +129,15 @@ class ModelSpec:
         if self.values is not None:
             check_choice("values", self.values, DISTRIBUTIONS)
         check_bound("sigma", self.sigma, lower=0.0, lower_open=True)
-        check_int("depth", self.depth, lower=1)
+        check_int("depth", self.depth, lower=1, upper=INT32_MAX)
         check_bound("horizon", self.horizon, lower=0.0, lower_open=True)
+        if self.engine == "discrete":
+            for name, default in (("solver", "euler"), ("dt", 0.01)):
+                if getattr(self, name) != default:
+                    raise ParameterError(
+                        f"{name}={getattr(self, name)!r} applies to engine='sde' only; the "
+                        "discrete engine steps by 1/depth."
+                    )
         if self.engine == "sde":
             check_bound("dt", self.dt, lower=0.0, lower_open=True)
             if self.dt > self.horizon:
@@ -170,10 +185,15 @@ class MonteCarlo:
     x64: bool = False
 
     def __post_init__(self):
-        check_int("trajectories", self.trajectories, lower=1)
+        check_int("trajectories", self.trajectories, lower=1, upper=MAX_TRAJECTORIES)
+        check_seed("seed", self.seed)
         check_bound("tol", self.tol, lower=0.0, upper=1.0, lower_open=True, upper_open=True)
         if self.chunk_size is not None:
-            check_int("chunk-size", self.chunk_size, lower=1)
+            check_int("chunk-size", self.chunk_size, lower=1, upper=MAX_TRAJECTORIES)
+        if self.early_absorption is not None:
+            check_bound(
+                "early-absorption", self.early_absorption, lower=0.0, upper=1.0, lower_open=True
+            )
 
     def estimate(
         self,
@@ -196,7 +216,7 @@ class MonteCarlo:
             progress=progress,
             metadata={"seed": self.seed, **(metadata or {})},
             route=route or self.route,  # type: ignore[arg-type]
-            early_absorption=self.early_absorption or False,
+            early_absorption=False if self.early_absorption is None else self.early_absorption,
             on_nonfinite="exclude" if self.exclude_nonfinite else "raise",
             x64=self.x64,
         )
@@ -214,9 +234,9 @@ def phase_points(
     check_choice("kind", kind, KINDS)
     check_bound("beta", np.asarray(betas, dtype=np.float64), lower=0.0)
     for d in dims:
-        check_int("dim", d, lower=2)
+        check_int("dim", d, lower=2, upper=MAX_DIM)
     for n in tokens:
-        check_int("tokens", n, lower=1)
+        check_int("tokens", n, lower=1, upper=MAX_TOKENS)
     if kind == "beta-eps":
         check_bound("eps", np.asarray(eps, dtype=np.float64), lower=0.0)
         return grid(dim=list(dims), tokens=list(tokens), eps=list(eps), beta=list(betas))
@@ -233,13 +253,21 @@ def phase_diagram_study(
     progress: bool = True,
     metadata: Mapping[str, Any] | None = None,
 ) -> xr.Dataset:
-    """Estimate a phase diagram; add the exact t = ∞ two-token curve (``beta-d``) and the
-    SDE solver's measured drift off the sphere (``engine="sde"``)."""
+    """Estimate a phase diagram; add the exact t = ∞ two-token curve (``beta-d``; computed
+    before the simulation, NaN with a note where β > :data:`attndyn.theory.EXACT_BETA_MAX`)
+    and the SDE solver's measured drift off the sphere (``engine="sde"``)."""
     model_fn = spec.model_fn()
     for p in points:  # build (and so validate) every model before anything runs
         model_fn(**p)
     if spec.noise == "hybrid" and spec.engine == "discrete":
         warn_hybrid_step(points, spec)
+    # Exact references first: a failure there must not waste the simulation.
+    if kind == "beta-d":
+        exact = exact_curve(points)
+    elif kind == "beta-eps":
+        exact = exact_hybrid_curve(points, spec.attention)
+    else:
+        exact = None
     ds = mc.estimate(
         model_fn,
         points,
@@ -247,10 +275,8 @@ def phase_diagram_study(
         progress=progress,
         metadata={"kind": kind, **spec.metadata(), **(metadata or {})},
     )
-    if kind == "beta-d":
-        add_exact_curve(ds, points)
-    elif kind == "beta-eps":
-        add_exact_hybrid_curve(ds, points, spec.attention)
+    if exact is not None:
+        add_exact_curve(ds, exact, hybrid=kind == "beta-eps")
     if spec.engine == "sde":
         add_sphere_drift(ds, model_fn, points, seed=mc.seed)
     return ds
@@ -280,32 +306,46 @@ def warn_hybrid_step(points: Sequence[Mapping[str, Any]], spec: ModelSpec) -> No
     )
 
 
-def add_exact_hybrid_curve(
-    ds: xr.Dataset, points: Sequence[Mapping[str, Any]], attention: str
-) -> None:
-    """``p_antipodal_exact``: the t = ∞ two-token probability of the hybrid SDE (scale
-    function; NaN for N ≠ 2)."""
-    exact = [
-        p_antipodal_hybrid_uniform(p["beta"], p["eps"], p["dim"], attention)
-        if p["tokens"] == 2 and p["eps"] > 0
-        else (0.0 if p["tokens"] == 2 else float("nan"))
-        for p in points
-    ]
-    ds["p_antipodal_exact"] = ("point", np.asarray(exact))
-    ds["p_antipodal_exact"].attrs["description"] = (
-        "exact t = ∞ probability of the hybrid overlap diffusion for two uniform tokens"
+def exact_hybrid_curve(points: Sequence[Mapping[str, Any]], attention: str) -> np.ndarray:
+    """The t = ∞ two-token probability of the hybrid SDE per point (scale function; 0 at
+    ε = 0, NaN for N ≠ 2)."""
+    return np.asarray(
+        [
+            (
+                p_antipodal_hybrid_uniform(p["beta"], p["eps"], p["dim"], attention)
+                if p["eps"] > 0
+                else 0.0
+            )
+            if p["tokens"] == 2
+            else float("nan")
+            for p in points
+        ]
     )
 
 
-def add_exact_curve(ds: xr.Dataset, points: Sequence[Mapping[str, Any]]) -> None:
-    """``p_antipodal_exact``: the t = ∞ two-token probability (NaN for N ≠ 2)."""
-    exact = [
-        p_antipodal_uniform(p["beta"], p["dim"]) if p["tokens"] == 2 else float("nan")
-        for p in points
-    ]
-    ds["p_antipodal_exact"] = ("point", np.asarray(exact))
+def exact_curve(points: Sequence[Mapping[str, Any]]) -> np.ndarray:
+    """The t = ∞ two-token probability per point: NaN for N ≠ 2, and for β above
+    :data:`attndyn.theory.EXACT_BETA_MAX` (where it is within 10⁻³ of its limit 1/2)."""
+    return np.asarray(
+        [
+            p_antipodal_uniform(p["beta"], p["dim"])
+            if p["tokens"] == 2 and p["beta"] <= EXACT_BETA_MAX
+            else float("nan")
+            for p in points
+        ]
+    )
+
+
+def add_exact_curve(ds: xr.Dataset, exact: np.ndarray, *, hybrid: bool = False) -> None:
+    """``p_antipodal_exact`` (from :func:`exact_curve` or :func:`exact_hybrid_curve`)."""
+    ds["p_antipodal_exact"] = ("point", exact)
     ds["p_antipodal_exact"].attrs["description"] = (
-        "exact t = ∞ probability for two uniform tokens (scale-function quadrature)"
+        "exact t = ∞ probability of the hybrid overlap diffusion for two uniform tokens "
+        "(closed-form scale function); NaN for N ≠ 2"
+        if hybrid
+        else "exact t = ∞ probability for two uniform tokens (scale-function quadrature); "
+        f"NaN for N ≠ 2 and for β > {EXACT_BETA_MAX:g}, beyond the quadrature's range (it "
+        "tends to 1/2 as β → ∞)"
     )
 
 

@@ -22,7 +22,14 @@ import xarray as xr
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._core.attention import Attention
-from .._core.errors import ParameterError, check_bound, check_choice, check_int
+from .._core.errors import (
+    INT32_MAX,
+    ParameterError,
+    check_bound,
+    check_choice,
+    check_int,
+    check_seed,
+)
 from .._core.observables import mean_cosine
 from .._core.saveat import SaveAt
 from .._core.schemes import NGPT, SCHEME_NAMES, AbstractScheme, MixLN, scheme_from_name
@@ -124,13 +131,20 @@ def terminal_fit(scheme: AbstractScheme, *, beta: float, n_tokens: int, r0: floa
     return theory, fit, (np.asarray(sol.ts), np.asarray(sol.log_gap))
 
 
-def _check_arguments(schemes, *, tokens, dim, beta, horizon, alphas, tau, r0, rw_layers, rw_runs):
+#: Largest n and d of the symmetric start, and of the random-weight stacks.
+MAX_SIZE = 2**14
+
+
+def _check_arguments(
+    schemes, *, tokens, dim, beta, horizon, alphas, tau, r0, seed, rw_layers, rw_runs
+):
     if len(schemes) == 0:
         raise ParameterError("schemes must name at least one scheme.")
     for name in schemes:
         check_choice("scheme", name, SCHEME_NAMES)
-    check_int("tokens", tokens, lower=2)
-    check_int("dim", dim, lower=2)
+    check_int("tokens", tokens, lower=2, upper=MAX_SIZE)
+    check_int("dim", dim, lower=2, upper=MAX_SIZE)
+    check_seed("seed", seed)
     check_bound("beta", beta, lower=0.0)
     check_bound("horizon", horizon, lower=0.0, lower_open=True)
     check_bound("tau", tau, lower=0.0)
@@ -138,8 +152,8 @@ def _check_arguments(schemes, *, tokens, dim, beta, horizon, alphas, tau, r0, rw
     if len(alphas) == 0:
         raise ParameterError("alpha must name at least one value.")
     check_bound("alpha", np.asarray(alphas), lower=0.0, lower_open=True)
-    check_int("rw_layers", rw_layers, lower=1)
-    check_int("rw_runs", rw_runs, lower=1)
+    check_int("rw_layers", rw_layers, lower=1, upper=INT32_MAX)
+    check_int("rw_runs", rw_runs, lower=1, upper=INT32_MAX)
 
 
 def _measured_slope(scheme, x0, *, beta: float, horizon: float, theory_slope: float) -> float:
@@ -276,8 +290,12 @@ def schemes_study(
     started = time.perf_counter()
     _check_arguments(
         schemes, tokens=tokens, dim=dim, beta=beta, horizon=horizon, alphas=alphas, tau=tau,
-        r0=r0, rw_layers=rw_layers, rw_runs=rw_runs,
+        r0=r0, seed=seed, rw_layers=rw_layers, rw_runs=rw_runs,
     )  # fmt: skip
+    check_int("rw_dim", rw_dim, lower=2, upper=MAX_SIZE)
+    check_int("rw_tokens", rw_tokens, lower=2, upper=MAX_SIZE)
+    if rw_beta is not None:
+        check_bound("rw_beta", rw_beta, lower=0.0)
     x0 = symmetric_start(tokens, dim, r0)  # n > d is refused here, before any solve
     rw_beta = math.sqrt(rw_dim) if rw_beta is None else rw_beta
     alpha = float(alphas[0])

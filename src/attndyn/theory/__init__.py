@@ -21,6 +21,7 @@ from ._hybrid import (
     sa_hybrid_boundaries as sa_hybrid_boundaries,
 )
 from ._phase import (
+    EXACT_BETA_MAX as EXACT_BETA_MAX,
     antipodal_reachable as antipodal_reachable,
     beta_critical as beta_critical,
     eps_critical as eps_critical,

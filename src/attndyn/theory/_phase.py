@@ -9,7 +9,7 @@ import math
 import numpy as np
 from scipy import integrate, special
 
-from .._core.errors import check_bound, check_int
+from .._core.errors import ParameterError, check_bound, check_int
 
 
 def beta_critical(dim: int) -> float:
@@ -29,10 +29,25 @@ def eps_critical(beta: float) -> float:
     return math.sqrt(2 * math.exp(-beta))
 
 
+#: Above this argument cosh overflows float64 soon (at 710.5): sech and cosh switch to their
+#: exponential forms, which are exact to rounding there (e^{−2x} < 10⁻⁶⁰⁰).
+_LARGE = 700.0
+
+
+def _sech(x: float) -> float:
+    """1/cosh(x) without overflow (x ≥ 0)."""
+    return 1 / math.cosh(x) if x < _LARGE else 2 * math.exp(-x)
+
+
+def _cosh(x: float) -> float:
+    """cosh(x), ``inf`` where it overflows float64."""
+    return math.cosh(x) if x < _LARGE else math.inf
+
+
 def _exponents(beta: float, dim: int) -> tuple[float, float]:
     """Exponents of the scale density s(x) ~ (1 − x)^{a₊} (1 + x)^{a₋} at the two ends."""
     k_plus = (dim - 2) / 2
-    k_minus = (dim - 2) / (2 * math.cosh(2 * beta))
+    k_minus = (dim - 2) / 2 * _sech(2 * beta)
     return k_plus - 0.5, -k_minus - 0.5
 
 
@@ -41,19 +56,27 @@ def _smooth_rate(y: float, beta: float, dim: int) -> float:
 
     With 1/(1−y²) = ½[1/(1−y) + 1/(1+y)], the poles are k₊/(1−y) at y = 1 (cosh → 1) and
     k₋/(1+y) at y = −1 (cosh → cosh 2β). What is left is smooth on [−1, 1]; both
-    difference quotients are written to avoid cancellation.
+    difference quotients are written to avoid cancellation, and every sech is evaluated
+    as 2e^{−x} past :data:`_LARGE` (where cosh would overflow). Called millions of times
+    per probability, so it calls no helper.
     """
     u = beta * (1 - y)
     # (sech u − 1)/(1 − y) = −2 sinh²(u/2) / (cosh u · (1 − y)) = −β sinh(u/2)·sinhc(u/2)/cosh u
     half = 0.5 * u
-    sinhc = 1.0 if abs(half) < 1e-8 else math.sinh(half) / half
-    near_one = -beta * math.sinh(half) * sinhc / math.cosh(u)
+    if u < _LARGE:
+        sinhc = 1.0 if abs(half) < 1e-8 else math.sinh(half) / half
+        near_one = -beta * math.sinh(half) * sinhc / math.cosh(u)
+        sech_u = 1 / math.cosh(u)
+    else:  # sech u is negligible against 1: no cancellation left to avoid
+        sech_u = 2 * math.exp(-u)
+        near_one = (sech_u - 1) / (1 - y)
+    sech_2beta = 1 / math.cosh(2 * beta) if 2 * beta < _LARGE else 2 * math.exp(-2 * beta)
     w = 1 + y
     if abs(w) < 1e-7:
         # derivative of sech(β(1 − y)) in y at y = −1
-        near_minus_one = beta * math.tanh(2 * beta) / math.cosh(2 * beta)
+        near_minus_one = beta * math.tanh(2 * beta) * sech_2beta
     else:
-        near_minus_one = (1 / math.cosh(u) - 1 / math.cosh(2 * beta)) / w
+        near_minus_one = (sech_u - sech_2beta) / w
     return (dim - 2) / 2 * (near_one + near_minus_one)
 
 
@@ -80,28 +103,64 @@ def scale_density(x: float | np.ndarray, beta: float, dim: int) -> np.ndarray:
     return out.reshape(np.shape(x))
 
 
+#: The largest β at which the exact probabilities are computed. The quadrature converges
+#: (and was checked against the β → ∞ limit) up to β ≈ 10⁷ for d ≤ 4096; above 10⁶ the
+#: probabilities are within 10⁻³ of their limit (P(antipodal | z) → arccos(z)/π, so 1/2
+#: for uniform starts), which the boundary layer of width 1/β at +1 approaches like β^{−½}.
+EXACT_BETA_MAX = 1e6
+
+
 def _validate(beta: float, dim: int) -> None:
     check_bound("beta", beta, lower=0.0)
     check_int("dim", dim, lower=2)
 
 
+def _validate_quadrature(beta: float, dim: int) -> None:
+    _validate(beta, dim)
+    if beta > EXACT_BETA_MAX:
+        raise ParameterError(
+            f"beta={beta!r} is above {EXACT_BETA_MAX:g}, the largest β for which the exact "
+            "probabilities are computed (as β → ∞, P(antipodal | z) → arccos(z)/π: 1/2 for "
+            "uniform starts)."
+        )
+
+
 def antipodal_reachable(beta: float, dim: int) -> bool:
     """Whether ∫ s converges at −1, i.e. d − 2 < cosh 2β: P(antipodal) > 0 iff it does."""
     _validate(beta, dim)
-    return dim - 2 < math.cosh(2 * beta)
+    return dim - 2 < _cosh(2 * beta)
+
+
+#: Largest k₊·ln(1 + β) for which the +1 end of s is taken by the algebraic weight: beyond it
+#: e^{−R} grows like (β/(1+β(1−x)))^{k₊} across a boundary layer of width 1/β at +1, which
+#: the weight (1 − x)^{a₊} cancels only after the quadrature has lost digits (or
+#: overflowed). There the factor (1 − x)^{k₊} e^{−R} ≤ 1 is kept together, in log form.
+_AMPLIFICATION = 10.0
 
 
 def _weighted_integral(f, beta: float, dim: int, lower: float = -1.0) -> float:
     """∫_lower^1 s(x) f(x) dx, with the algebraic end singularities taken by QUADPACK's
-    ``weight='alg'`` rule (exact for (1+x)^{a₋}(1−x)^{a₊} times a smooth function)."""
+    ``weight='alg'`` rule (exact for (1+x)^{a₋}(1−x)^{a₊} times a smooth function).
+
+    For large k₊·ln β the weight at +1 is (1 − x)^{−1/2} only and the rest of s is
+    evaluated as exp(k₊ ln(1 − x) − R(x)), which never overflows: this stays accurate (and
+    tends to the β → ∞ limit s ∝ (1 − x²)^{−1/2}) for every β and d.
+    """
     a_plus, a_minus = _exponents(beta, dim)
+    k_plus = (dim - 2) / 2
+    split = k_plus * math.log1p(beta) > _AMPLIFICATION
 
     def smooth(v):
-        return math.exp(_log_smooth_scale(v, beta, dim)) * f(v)
+        if not split:
+            return math.exp(_log_smooth_scale(v, beta, dim)) * f(v)
+        if v >= 1.0:
+            return 0.0
+        return math.exp(k_plus * math.log1p(-v) + _log_smooth_scale(v, beta, dim)) * f(v)
 
+    weight_plus = -0.5 if split else a_plus
     if lower == -1.0:
         value, _ = integrate.quad(
-            smooth, -1.0, 1.0, weight="alg", wvar=(a_minus, a_plus), epsabs=1e-13, limit=200
+            smooth, -1.0, 1.0, weight="alg", wvar=(a_minus, weight_plus), epsabs=1e-13, limit=200
         )
         return value
     # (1+x)^{a₋} is smooth away from −1: fold it into the integrand.
@@ -110,7 +169,7 @@ def _weighted_integral(f, beta: float, dim: int, lower: float = -1.0) -> float:
         lower,
         1.0,
         weight="alg",
-        wvar=(0.0, a_plus),
+        wvar=(0.0, weight_plus),
         epsabs=1e-13,
         limit=200,
     )
@@ -123,7 +182,7 @@ def p_antipodal_given_overlap(z: float, beta: float, dim: int) -> float:
     Two tokens, full value noise, Q = K = I (003 Thm 2, App. C). For d = 2 this is
     arccos(z)/π.
     """
-    _validate(beta, dim)
+    _validate_quadrature(beta, dim)
     check_bound("z", z, lower=-1.0, upper=1.0)
     if not antipodal_reachable(beta, dim):
         return 0.0
@@ -147,7 +206,7 @@ def p_antipodal_uniform(beta: float, dim: int) -> float:
     against the start CDF gives the average; the (1 + x) singularity of s is integrable
     exactly when β > β_c(d), and is handled by the algebraic-weight rule.
     """
-    _validate(beta, dim)
+    _validate_quadrature(beta, dim)
     if not antipodal_reachable(beta, dim):
         return 0.0
     total = _weighted_integral(lambda v: 1.0, beta, dim)

@@ -1,0 +1,92 @@
+"""Why trajectories turned NaN or infinite: thresholds from the float type and the model.
+
+The estimator knows models only as pytrees: it looks at their attention cores and their
+scalar parameters (σ, drift, ε, ...), never at their classes.
+
+- Unnormalised attention weighs token j by ``exp(β⟨Q x_i, K x_j⟩)/N``. On the unit sphere
+  the exponent is at most ``β‖Q‖‖K‖`` (spectral norms), and the layer takes squared norms
+  of the weighted sums: these overflow once ``2β‖Q‖‖K‖`` passes ``ln(max)`` of the float
+  type, i.e. ``β‖Q‖‖K‖ ≳ 44.4`` in float32 (354.9 in float64), well before ``exp`` itself
+  overflows (88.7).
+- A scalar parameter overflows when its square does: ``|value| ≳ √max`` (1.8·10¹⁹ in
+  float32).
+
+Both are flagged from a factor 10³ below the threshold (ln 10³ ≈ 6.9 in β), since the
+layers multiply them by further factors (σ/√L, √d, N, ...).
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._core.attention import Attention
+from .._models.base import AbstractModel
+
+#: A scalar parameter within this factor of √max is named as a cause.
+MARGIN = 1e3
+
+
+def float_type() -> np.dtype:
+    """The float type the simulations run in (float32 unless ``jax_enable_x64``)."""
+    return np.dtype(jax.dtypes.canonicalize_dtype(jnp.float64))
+
+
+def attention_threshold(core: Attention, dtype: np.dtype) -> tuple[float, float]:
+    """(β·‖Q‖‖K‖ of ``core``, the value above which its unnormalised weights overflow)."""
+    scale = 1.0
+    for matrix in (core.query, core.key_matrix):
+        if matrix is not None:
+            scale *= float(
+                np.max(np.linalg.norm(np.asarray(matrix, np.float64), ord=2, axis=(-2, -1)))
+            )
+    return float(core.beta) * scale, 0.5 * math.log(float(np.finfo(dtype).max))
+
+
+def overflow_causes(model: AbstractModel) -> list[str]:
+    """The parameters of ``model`` that put it past the overflow of the float type."""
+    dtype = float_type()
+    limit = math.sqrt(float(np.finfo(dtype).max))
+    causes = []
+    is_core = lambda x: isinstance(x, Attention)  # noqa: E731
+    for path, leaf in jax.tree_util.tree_flatten_with_path(model, is_leaf=is_core)[0]:
+        name = jax.tree_util.keystr(path).lstrip(".")
+        if isinstance(leaf, Attention):
+            if leaf.kind == "unnormalized":
+                exponent, threshold = attention_threshold(leaf, dtype)
+                if exponent + math.log(MARGIN) >= threshold:
+                    causes.append(
+                        f"unnormalised attention ({name}.beta): β·‖Q‖‖K‖ = {exponent:.4g} is "
+                        f"near or above {threshold:.1f} = ½·ln(max {dtype.name}), where the "
+                        "squared norms of its weights exp(β⟨Qx_i, Kx_j⟩) overflow; lower β, use "
+                        f"softmax attention{_x64_hint(dtype)}"
+                    )
+            continue
+        array = np.asarray(leaf) if isinstance(leaf, jax.Array | np.ndarray) else None
+        if array is not None and array.ndim == 0 and np.issubdtype(array.dtype, np.floating):
+            value = abs(float(array))
+            if value * MARGIN >= limit:
+                causes.append(
+                    f"{name}={float(array):.3g} is near or above √(max {dtype.name}) ≈ "
+                    f"{limit:.2g}, where its square overflows; lower it"
+                )
+    return causes
+
+
+def _x64_hint(dtype: np.dtype) -> str:
+    if dtype == np.float32:
+        return " or enable float64 (jax.config.update('jax_enable_x64', True): threshold 354.9)"
+    return ""
+
+
+def overflow_message(model: AbstractModel) -> str:
+    """One sentence naming the causes, or saying that no parameter is past its threshold."""
+    causes = overflow_causes(model)
+    if causes:
+        return "Cause: " + "; ".join(causes) + "."
+    return (
+        f"No parameter of the model is past its {float_type().name} overflow threshold "
+        "(unnormalised attention's β·‖Q‖‖K‖ < ½·ln max, scalars < √max/1000): check the "
+        "solver and its step, or the model's own arithmetic."
+    )

@@ -1,0 +1,194 @@
+"""Files that survive interruption and concurrent use: atomic writes, writable folders and
+advisory locks.
+
+- :func:`atomic_write` writes to a temporary name in the same folder, flushes it to disk
+  and renames it over the target (``os.replace``, atomic on POSIX): a run killed at any
+  moment leaves the previous file or the new one, never a partial one.
+- :func:`writable_folder` creates a folder and proves that a file can be created in it,
+  before any computation starts.
+- :class:`Lock` is an exclusive ``flock`` on a small file holding the owner's pid. The
+  kernel drops the lock when its process dies (even by ``kill -9``), so the lock of a dead
+  run is taken over at once, while a live run's lock is refused with its pid.
+"""
+
+import contextlib
+import datetime
+import errno
+import os
+import socket
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: pid files only
+    fcntl = None
+
+from .._core.errors import ParameterError
+
+
+def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """Call ``write(temporary)`` for a file next to ``path``, then rename it over ``path``."""
+    path = Path(path)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    os.close(fd)
+    temporary = Path(name)
+    try:
+        write(temporary)
+        with open(temporary, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.chmod(temporary, _file_mode(path))
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise
+    _sync_folder(path.parent)
+
+
+def _file_mode(path: Path) -> int:
+    """The mode the file would have if opened plainly: the old file's, else 0o666 less the
+    umask (a temporary file is created private, 0o600)."""
+    try:
+        return os.stat(path).st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+def _sync_folder(folder: Path) -> None:
+    """Make a rename durable (best effort: not every platform can open a folder)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def writable_folder(folder: Path, what: str) -> bool:
+    """Create ``folder`` if needed and check that files can be created in it; returns whether
+    it was created here. Raises :class:`ParameterError` naming ``what`` otherwise."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise ParameterError(f"{what} {str(folder)!r} is a file, not a folder; give a folder.")
+    created = not folder.exists()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise ParameterError(
+            f"{what} {str(folder)!r} is not a writable folder ({reason}); give a folder "
+            "this user can write to."
+        ) from None
+    return created
+
+
+class LockBusy(ParameterError):
+    """Another live process holds the lock; ``holder`` says who (pid, host, since when)."""
+
+    def __init__(self, path: Path, holder: str):
+        super().__init__(f"{path} is locked by {holder}")
+        self.path = path
+        self.holder = holder
+
+
+class Lock:
+    """An exclusive lock on ``path`` for the life of this object (or until :meth:`release`).
+
+    The lock file holds ``pid host start-time``. With ``flock`` (POSIX) the kernel releases
+    the lock when the holder dies, so a stale file is taken over; where ``flock`` is not
+    supported the pid is checked instead (same host only).
+    """
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.fd: int | None = None
+        while self.fd is None:
+            self.fd = self._try_acquire()
+
+    def _try_acquire(self) -> int | None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            state = _flock(fd)
+            if state == "busy" or (state == "unsupported" and _pid_alive(_read(fd))):
+                raise LockBusy(self.path, _describe(_read(fd)))
+            # A finishing holder unlinks the file after we opened it: lock the new one.
+            if not _same_file(fd, self.path):
+                os.close(fd)
+                return None
+            stamp = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()} {socket.gethostname()} {stamp}\n".encode(), 0)
+            return fd
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+        os.close(self.fd)
+        self.fd = None
+
+    def __enter__(self) -> "Lock":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _flock(fd: int) -> str:
+    """Take the flock without waiting: ``"locked"``, ``"busy"`` (a live process holds it)
+    or ``"unsupported"`` (this platform or file system has no flock: check the pid)."""
+    if fcntl is None:
+        return "unsupported"
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return "busy"
+    except OSError as error:
+        if error.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+            return "unsupported"
+        raise
+    return "locked"
+
+
+def _read(fd: int) -> str:
+    return os.pread(fd, 512, 0).decode(errors="replace").strip()
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        return os.stat(path).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return False
+
+
+def _pid_alive(holder: str) -> bool:
+    """Whether the pid in a lock file is a live process (True when unsure: another host)."""
+    parts = holder.split()
+    if len(parts) < 2 or not parts[0].isdigit():
+        return False
+    if parts[1] != socket.gethostname():
+        return True
+    try:
+        os.kill(int(parts[0]), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _describe(holder: str) -> str:
+    parts = holder.split()
+    if len(parts) >= 3 and parts[0].isdigit():
+        return f"another attndyn run (pid {parts[0]} on {parts[1]}, since {parts[2]})"
+    return "another attndyn run"
