@@ -306,6 +306,8 @@ def finish(
 
 def warn_merged(ds) -> None:
     """One line on stderr per point whose tokens merged numerically at the last save."""
+    if "n_merged" not in ds:
+        return
     last = ds["n_merged"].isel(time=-1).values
     for i in [i for i, n in enumerate(last) if n > 0]:
         row = ds.isel(point=i)
