@@ -15,6 +15,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from .attention import as_float, matmul
 from .errors import check_bound, check_choice, check_scalar
+from .linalg import lq
 
 DISTRIBUTIONS = ("gaussian", "uniform", "rademacher", "truncnormal")
 Distribution = Literal["gaussian", "uniform", "rademacher", "truncnormal"]
@@ -113,10 +114,17 @@ class MatrixValues(AbstractValues):
         check_bound("drift", self.drift)  # any finite value
 
     def apply(self, attention_out, *, key, depth):
-        dim = attention_out.shape[-1]
-        m = sample_entries(key, (dim, dim), self.distribution, attention_out.dtype)
-        # Rows are tokens, so V x becomes x Vᵀ.
-        noisy = matmul(attention_out, m.T)
+        n_tokens, dim = attention_out.shape[-2:]
+        if self.distribution == "gaussian" and n_tokens < dim:
+            # Rows are tokens, so V x becomes x Vᵀ. A Gaussian M is rotation-invariant:
+            # with A = C Q (LQ, Q orthonormal rows spanning A's rows), A Mᵀ = C (Q Mᵀ) and
+            # Q Mᵀ is N × d i.i.d. N(0, 1), independent of the state. So N·d Gaussians
+            # replace d², exactly in law, whatever the attention (any Q, K, heads).
+            y = jax.random.normal(key, (n_tokens, dim), attention_out.dtype)
+            noisy = matmul(lq(attention_out), y)
+        else:
+            m = sample_entries(key, (dim, dim), self.distribution, attention_out.dtype)
+            noisy = matmul(attention_out, m.T)
         return (self.drift / depth) * attention_out + (self.sigma / math.sqrt(depth)) * noisy
 
     @property

@@ -5,44 +5,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from ..._core.attention import Attention
-
-
-def lq(x: Float[Array, "N w"]) -> Float[Array, "N N"]:
-    """A lower-triangular C with ``x = C Q`` for some Q with orthonormal rows (Householder).
-
-    Row k is reflected onto its first free coordinate by ``H_k = I − 2 v vᵀ/(vᵀv)``,
-    ``v = a + sign(a₀)|a| e₀`` (a: row k beyond column k), and every later row is hit by the
-    same reflection. ``|v| ≥ |a|``, so no reflection divides by a cancelled quantity: each
-    H_k is orthogonal to working precision whatever its rows hold, and C is the exact
-    factor of an ``x + E`` with ``|E| ≤ c·ε_mach·|x|`` (Householder's backward stability).
-    A later row close to an earlier one (or to its antipode) keeps its offset with absolute
-    error ε_mach·|x|: the gaps ``1 ∓ z = |c_i ∓ c_j|²/2`` have relative precision
-    ε_mach/√(1 ∓ z), as in the two-token chain.
-
-    Gram–Schmidt, used here before, loses this when a row lies in the span of the earlier
-    ones to rounding (tokens clustered to float32 resolution): its residual is then a
-    rounding error of the projection coefficient, i.e. parallel to the earlier directions,
-    and normalising it gave a "new" direction almost equal to an old one, which broke
-    clusters apart (issue 8). The diagonal is made non-negative (a sign flip of each frame
-    direction), so a row inside the span of the earlier ones has a zero diagonal.
-    """
-    n_tokens, width = x.shape
-    r = x
-    for k in range(n_tokens):
-        a = r[k, k:]
-        norm = jnp.sqrt(jnp.sum(a * a))
-        sign = jnp.where(a[0] < 0, -1.0, 1.0).astype(x.dtype)
-        v = a.at[0].add(sign * norm)
-        vv = norm * (norm + jnp.abs(a[0]))  # vᵀv / 2, without cancellation
-        scale = jnp.where(vv > 0, 1 / jnp.where(vv > 0, vv, 1), 0)
-        tail = r[k:, k:]
-        tail = tail - (scale * jnp.sum(tail * v[None, :], axis=1))[:, None] * v[None, :]
-        # Row k itself is exactly (−sign·|a|, 0, …, 0) after its reflection.
-        pivot = jnp.zeros((width - k,), x.dtype).at[0].set(-sign * norm)
-        r = r.at[k:, k:].set(tail.at[0].set(pivot))
-    c = r[:, :n_tokens]
-    flip = jnp.where(jnp.diagonal(c) < 0, -1.0, 1.0).astype(x.dtype)
-    return c * flip[None, :]
+from ..._core.linalg import lq as lq
 
 
 def pair_gaps(c: Float[Array, "N k"]) -> tuple[Float[Array, "N N"], Float[Array, "N N"]]:
