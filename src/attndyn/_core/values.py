@@ -53,9 +53,10 @@ class AbstractValues(eqx.Module):
 
     @abc.abstractmethod
     def apply(
-        self, attention_out: Float[Array, "N d"], *, key: PRNGKeyArray, depth: int
+        self, attention_out: Float[Array, "N d"], *, key: PRNGKeyArray, depth: int | float
     ) -> Float[Array, "N d"]:
-        """Return the rows ``V_n A_i`` for one layer of a depth-``depth`` stack."""
+        """Return the rows ``V_n A_i`` for one layer of a depth-``depth`` stack (L = 1/η may
+        be a float)."""
 
     @property
     @abc.abstractmethod

@@ -32,6 +32,8 @@ def signature(plan: Plan, key_data: list, process: tuple[int, int]) -> str:
         "routes": plan.routes,
         "early_absorption": plan.absorption_bound,
         "process": list(process),
+        # Version 2 also tallies pair densities and span dimensions.
+        "tallies_format": 2,
     }
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
@@ -40,14 +42,12 @@ def write_checkpoint(
     path: Path, signature: str, tallies: Tallies, points: Sequence[dict[str, Any]], save_times
 ) -> None:
     """Write the tallies atomically (a partial file, then a rename)."""
+    dims = {"counts": ("point", "time", "outcome"), "n_valid": ("point",)}
+    dims.update(n_nonfinite=("point",), n_done=("point",))
     ds = xr.Dataset(
         {
-            "counts": (("point", "time", "outcome"), tallies.counts),
-            "n_valid": ("point", tallies.n_valid),
-            "n_nonfinite": ("point", tallies.n_nonfinite),
-            "n_done": ("point", tallies.n_done),
-            "cosine_sum": (("point", "time"), tallies.cosine_sum),
-            "cosine_sumsq": (("point", "time"), tallies.cosine_sumsq),
+            name: (dims.get(name, ("point", "time")), getattr(tallies, name))
+            for name in Tallies.FIELDS
         },
         coords={"time": save_times, "outcome": list(OUTCOMES), **coordinates(points)},
         attrs={"signature": signature, "seconds": tallies.seconds},
@@ -66,12 +66,9 @@ def load_checkpoint(path: Path, signature: str) -> Tallies:
                 f"checkpoint {str(path)!r} belongs to a different run (other parameters, "
                 "seed or model); delete it or choose another checkpoint path."
             )
-        return Tallies(
-            counts=ds["counts"].values.astype(np.int64),
-            n_valid=ds["n_valid"].values.astype(np.int64),
-            n_nonfinite=ds["n_nonfinite"].values.astype(np.int64),
-            n_done=ds["n_done"].values.astype(np.int64),
-            cosine_sum=ds["cosine_sum"].values,
-            cosine_sumsq=ds["cosine_sumsq"].values,
-            seconds=float(ds.attrs.get("seconds", 0.0)),
-        )
+        integers = ("counts", "n_valid", "n_nonfinite", "n_done")
+        fields = {
+            name: ds[name].values.astype(np.int64) if name in integers else ds[name].values
+            for name in Tallies.FIELDS
+        }
+        return Tallies(**fields, seconds=float(ds.attrs.get("seconds", 0.0)))

@@ -16,8 +16,10 @@ def plot_phase_diagram(
     """P(outcome) at the last save time against β, one curve per d, with Wilson bands.
 
     With ``theory=True`` and two tokens, the exact t = ∞ probability is drawn for each d
-    and β_c(d) is marked with a dashed vertical line.
+    and β_c(d) is marked with a dashed vertical line (for a centred-LayerNorm study, those
+    of d − 1 dimensions: the dataset's ``norm`` attribute).
     """
+    norm = str(ds.attrs.get("norm", "rms"))
     if ax is None:
         fig, ax = subplots(figsize=(7, 4.5))
     else:
@@ -41,14 +43,16 @@ def plot_phase_diagram(
         ax.plot(beta, sel["probability"].values, "o", color=color, ms=4, label=f"d = {int(d)}")
         if theory and outcome == "antipodal" and list(tokens) == [2]:
             fine = np.linspace(0, max(beta.max(), 0.1), 121)
-            ax.plot(fine, p_antipodal_curve(fine, int(d)), "-", color=color, lw=1)
-            bc = beta_critical(int(d))
+            ax.plot(fine, p_antipodal_curve(fine, int(d), norm), "-", color=color, lw=1)
+            bc = beta_critical(int(d), norm)
             if bc > 0:
                 ax.axvline(bc, color=color, ls="--", lw=0.8)
     ax.set_xlabel("β")
     ax.set_ylabel(f"P({outcome.replace('_', ' ')})")
     t = float(ds["time"].values[-1])
     title = f"N = {', '.join(map(str, tokens))}, T = {t:g}"
+    if norm != "rms":
+        title += f", {norm}"
     if theory and outcome == "antipodal" and list(tokens) == [2]:
         title += "  (dots: Monte Carlo with Wilson 95 % bands; lines: exact t = ∞; dashed: β_c(d))"
     ax.set_title(title, fontsize=9)

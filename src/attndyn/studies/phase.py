@@ -18,7 +18,9 @@ import xarray as xr
 
 from .._core.attention import ATTENTION_KINDS, Attention
 from .._core.errors import ParameterError, check_bound, check_choice, check_int
+from .._core.norms import NORM_NAMES
 from .._core.saveat import SaveAt
+from .._core.schemes import PostLN
 from .._core.sphere import uniform_sphere
 from .._core.values import DISTRIBUTIONS, MatrixValues, ScalarValues
 from .._estimate.estimator import estimate_probabilities
@@ -61,6 +63,8 @@ def phase_model(
     solver: str = "euler",
     dt: float = 0.01,
     save_at: tuple[float, ...] | None = None,
+    norm: str = "rms",
+    step: float | None = None,
 ) -> AbstractModel:
     """The model of one phase-diagram point.
 
@@ -68,8 +72,14 @@ def phase_model(
     ``noise="hybrid"``: scalar value noise ε (eq. 7) or its SDE (eq. 8);
     ``noise="none"``: deterministic values (ε = 0 of eq. 7; the ODE of Lemma 2 for the SDE
     engine, solved by the same fixed-step solver).
+    ``norm="layernorm"``: Post-LN with centred LayerNorm (discrete engine; d ≥ 3), whose
+    law is the RMS model's in d − 1 dimensions. ``step``: a real layer step η instead of
+    ``depth`` (t = nη).
     """
-    del dim, tokens
+    del tokens
+    check_choice("norm", norm, NORM_NAMES)
+    if norm != "rms":
+        check_int("dim", dim, lower=3)
     att = Attention(beta, kind=attention)  # type: ignore[arg-type]
     saveat = SaveAt(horizon, save_at)
     if engine == "discrete":
@@ -79,7 +89,15 @@ def phase_model(
             vals = ScalarValues(eps, distribution=values)  # type: ignore[arg-type]
         else:
             vals = ScalarValues(0.0)
-        return DiscreteTransformer(att, vals, depth=depth, saveat=saveat)
+        if step is not None:
+            return DiscreteTransformer(att, vals, PostLN(norm=norm), saveat=saveat, step=step)
+        scheme = PostLN() if norm == "rms" else PostLN(norm=norm)
+        return DiscreteTransformer(att, vals, scheme, depth=depth, saveat=saveat)
+    if norm != "rms":
+        raise ParameterError(
+            f"norm={norm!r} is defined for the discrete engine; its SDE limit is the RMS SDE "
+            "in d − 1 dimensions (use engine='sde' with dim − 1)."
+        )
     integrator = SDEIntegrator(solver, dt)
     if noise == "full":
         return TransformerSDE(att, sigma=sigma, saveat=saveat, integrator=integrator)
@@ -102,10 +120,24 @@ class ModelSpec:
     solver: str = "euler"
     dt: float = 0.01
     save_at: tuple[float, ...] | None = None
+    norm: str = "rms"
+    step: float | None = None
 
     def __post_init__(self):
         check_choice("noise", self.noise, NOISES)
         check_choice("engine", self.engine, ENGINES)
+        check_choice("norm", self.norm, NORM_NAMES)
+        if self.norm != "rms" and self.engine != "discrete":
+            raise ParameterError(
+                f"norm={self.norm!r} is defined for the discrete engine; its SDE limit is "
+                "the RMS SDE in d − 1 dimensions (use the sde engine with dim − 1)."
+            )
+        if self.step is not None:
+            check_bound("step", self.step, lower=0.0, lower_open=True)
+            if self.engine != "discrete":
+                raise ParameterError(
+                    "step is the layer step of the discrete engine; the sde engine takes dt."
+                )
         check_choice("attention", self.attention, ATTENTION_KINDS)
         check_choice("values", self.values, DISTRIBUTIONS)
         check_bound("sigma", self.sigma, lower=0.0, lower_open=True)
@@ -132,10 +164,13 @@ class ModelSpec:
             "attention": self.attention,
             "values": self.values,
             "horizon": self.horizon,
+            "norm": self.norm,
         }
         if self.noise == "full":
             record["sigma"] = self.sigma
-        if self.engine == "discrete":
+        if self.engine == "discrete" and self.step is not None:
+            record["step"] = self.step
+        elif self.engine == "discrete":
             record["depth"] = self.depth
         else:
             record.update(
@@ -233,21 +268,25 @@ def phase_diagram_study(
         route="full" if spec.engine == "sde" else None,
     )
     if kind == "beta-d":
-        add_exact_curve(ds, points)
+        add_exact_curve(ds, points, norm=spec.norm)
     if spec.engine == "sde":
         add_sphere_drift(ds, model_fn, points, seed=mc.seed)
     return ds
 
 
-def add_exact_curve(ds: xr.Dataset, points: Sequence[Mapping[str, Any]]) -> None:
-    """``p_antipodal_exact``: the t = ∞ two-token probability (NaN for N ≠ 2)."""
+def add_exact_curve(
+    ds: xr.Dataset, points: Sequence[Mapping[str, Any]], *, norm: str = "rms"
+) -> None:
+    """``p_antipodal_exact``: the t = ∞ two-token probability (NaN for N ≠ 2); with
+    ``norm="layernorm"`` the RMS one of d − 1 dimensions."""
     exact = [
-        p_antipodal_uniform(p["beta"], p["dim"]) if p["tokens"] == 2 else float("nan")
+        p_antipodal_uniform(p["beta"], p["dim"], norm) if p["tokens"] == 2 else float("nan")
         for p in points
     ]
     ds["p_antipodal_exact"] = ("point", np.asarray(exact))
     ds["p_antipodal_exact"].attrs["description"] = (
-        "exact t = ∞ probability for two uniform tokens (scale-function quadrature)"
+        "exact t = ∞ probability for two uniform tokens (scale-function quadrature"
+        + (", RMS model in d − 1 dimensions)" if norm == "layernorm" else ")")
     )
 
 
