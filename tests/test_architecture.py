@@ -91,8 +91,7 @@ def test_no_function_is_longer_than_120_lines():
 
 def test_import_attndyn_loads_neither_click_nor_matplotlib():
     code = (
-        "import sys, attndyn; "
-        "print(sorted(m for m in ('click', 'matplotlib') if m in sys.modules))"
+        "import sys, attndyn; print(sorted(m for m in ('click', 'matplotlib') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

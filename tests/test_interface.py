@@ -127,5 +127,5 @@ def test_symmetric_ode_frames_carry_the_cosine():
 def test_concrete_models_are_final():
     with pytest.raises(TypeError, match="final"):
 
-        class Changed(ad.DiscreteTransformer):  # noqa: F841
+        class Changed(ad.DiscreteTransformer):  # pyright: ignore[reportGeneralTypeIssues]
             pass

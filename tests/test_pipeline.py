@@ -68,7 +68,7 @@ def test_plan_routes_each_point_and_checks_options():
 
 
 def test_plan_refuses_absorption_where_it_is_not_quantified():
-    with pytest.raises(ad.ParameterError, match="early_absorption.*full route"):
+    with pytest.raises(ad.ParameterError, match=r"early_absorption.*full route"):
         _plan(early_absorption=True, route="full")
     plan = _plan(early_absorption=1e-7)
     gaps = [p.model.absorption_gaps() for p in plan.points]

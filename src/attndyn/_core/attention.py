@@ -25,7 +25,8 @@ def as_float(x) -> Array:
 LAPLACIAN_SIGNS = ("P-I", "I-P")
 
 
-def _optional_float(x) -> Array | None:
+def optional_float(x) -> Array | None:
+    """Converter: ``None``, or a float array leaf."""
     return None if x is None else as_float(x)
 
 
@@ -75,11 +76,11 @@ class Attention(eqx.Module):
     n_laplacian_heads: int | None = eqx.field(static=True, default=None)
     causal: bool = eqx.field(static=True, default=False)
     value: Float[Array, "..."] | None = None
-    output: Float[Array, "d d"] | None = None
+    output: Float[Array, "..."] | None = None
     laplacian_heads: tuple[int, ...] | None = eqx.field(static=True, default=None)
     laplacian_sign: str = eqx.field(static=True, default="P-I")
     self_mask: bool = eqx.field(static=True, default=False)
-    diagonal_shift: Float[Array, ""] | None = eqx.field(converter=_optional_float, default=None)
+    diagonal_shift: Float[Array, ""] | None = eqx.field(converter=optional_float, default=None)
 
     def __check_init__(self):
         check_choice("attention kind", self.kind, ATTENTION_KINDS)

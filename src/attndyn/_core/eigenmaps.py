@@ -30,7 +30,7 @@ from typing import final
 import equinox as eqx
 from jaxtyping import Array, Float
 
-from .attention import Attention, as_float
+from .attention import Attention, as_float, optional_float
 from .errors import check_bound
 
 
@@ -48,7 +48,7 @@ class EigenmapsStep(eqx.Module):
 
     eta: Float[Array, ""] = eqx.field(converter=as_float, default=0.4)
     kappa: Float[Array, ""] = eqx.field(converter=as_float, default=30.0)
-    shift: Float[Array, ""] | None = None
+    shift: Float[Array, ""] | None = eqx.field(converter=optional_float, default=None)
     self_mask: bool = eqx.field(static=True, default=False)
     kind: str = eqx.field(static=True, default="softmax")
 

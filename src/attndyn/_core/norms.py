@@ -115,8 +115,8 @@ class LayerNorm(AbstractNorm):
     :meth:`safe` (used for the sub-layer outputs of Peri-LN and nGPT), which maps it to 0.
     """
 
-    gain: Float[Array, " d"] | None = None
-    bias: Float[Array, " d"] | None = None
+    gain: Float[Array, "..."] | None = None
+    bias: Float[Array, "..."] | None = None
     name: ClassVar[str] = "layernorm"
     codimension: ClassVar[int] = 1
 

@@ -219,7 +219,8 @@ class NGPT(AbstractScheme):
 
     def speed(self, t, r, attn_norm):
         """s = |A|/α(t) (∞ where A = 0: no move)."""
-        return attn_norm / self.alpha_at(t)
+        still = jnp.where(attn_norm == 0, jnp.inf, 0.0).astype(attn_norm.dtype)
+        return attn_norm / self.alpha_at(t) + still
 
 
 @final

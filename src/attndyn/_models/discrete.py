@@ -24,6 +24,11 @@ from .base import AbstractTrajectoryModel, Reduction
 DEFAULT_DEPTH = 100
 
 
+def _optional_python_float(value) -> float | None:
+    """Converter for static numbers: a Python float (hashable), or ``None``."""
+    return None if value is None else float(value)
+
+
 @final
 class DiscreteTransformer(AbstractTrajectoryModel):
     """A transformer whose layer n acts at time t = n/L (or t = nη with a real step η).
@@ -60,7 +65,9 @@ class DiscreteTransformer(AbstractTrajectoryModel):
     scheme: AbstractScheme = PostLN()
     depth: int | None = eqx.field(static=True, default=None)
     saveat: SaveAt = SaveAt(1.0)
-    step: float | None = eqx.field(static=True, default=None, kw_only=True)
+    step: float | None = eqx.field(
+        static=True, default=None, kw_only=True, converter=_optional_python_float
+    )
     weights: RandomWeights | None = eqx.field(default=None, kw_only=True)
 
     def __check_init__(self):
@@ -92,7 +99,8 @@ class DiscreteTransformer(AbstractTrajectoryModel):
                 f"{self.step_size:g}): it would run 0 layers; give a horizon of at least one "
                 "step or a smaller step."
             )
-        if not math.isclose(exact, layers, rel_tol=1e-9, abs_tol=1e-9):
+        # Within float32 rounding of the grid (a step given as a float32 array) is on it.
+        if not math.isclose(exact, layers, rel_tol=1e-6, abs_tol=1e-6):
             warnings.warn(
                 f"horizon={self.saveat.horizon:g} is not a multiple of the layer step "
                 f"{self.step_size:g}: running {layers} layers, to t = "

@@ -21,7 +21,7 @@ never overflows.
 
 import abc
 import math
-from typing import ClassVar, final
+from typing import TYPE_CHECKING, ClassVar, final
 
 import diffrax as dfx
 import equinox as eqx
@@ -48,8 +48,17 @@ class AbstractOverlapSDE(AbstractModel):
 
     per_device: ClassVar[bool] = False
 
-    saveat: eqx.AbstractVar[SaveAt]
-    integrator: eqx.AbstractVar[SDEIntegrator]
+    if TYPE_CHECKING:  # pyright reads AbstractVar as a field, first in __init__'s order
+
+        @property
+        def saveat(self) -> SaveAt: ...
+
+        @property
+        def integrator(self) -> SDEIntegrator: ...
+
+    else:
+        saveat: eqx.AbstractVar[SaveAt]
+        integrator: eqx.AbstractVar[SDEIntegrator]
 
     @abc.abstractmethod
     def rates(self, z: Float[Array, "*b"]) -> tuple[Float[Array, "*b"], Float[Array, "*b"]]:
@@ -142,8 +151,8 @@ class OverlapSDE(AbstractOverlapSDE):
     sigma: Float[Array, ""] = eqx.field(converter=as_float, default=1.0)
     eps: Float[Array, ""] = eqx.field(converter=as_float, default=0.0)
     dim: int = eqx.field(static=True, default=3)
-    saveat: SaveAt = SaveAt(1.0)
-    integrator: SDEIntegrator = SDEIntegrator()
+    saveat: SaveAt = SaveAt(1.0)  # pyright: ignore[reportIncompatibleMethodOverride]
+    integrator: SDEIntegrator = SDEIntegrator()  # pyright: ignore[reportIncompatibleMethodOverride]
 
     def __check_init__(self):
         check_choice("attention", self.attention, ATTENTION_KINDS)
