@@ -1,6 +1,7 @@
 """Discrete layer maps: deep transformers at initialization (spec §2), run with ``lax.scan``."""
 
 import math
+import sys
 import warnings
 from typing import final
 
@@ -22,6 +23,17 @@ from .base import AbstractTrajectoryModel, Reduction
 
 #: The depth L when neither ``depth`` nor ``step`` is given.
 DEFAULT_DEPTH = 100
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning at the first frame outside attndyn and
+    equinox (model construction runs through equinox's ``__init__`` machinery)."""
+    level, frame = 1, sys._getframe(1)
+    while frame is not None and any(
+        part in frame.f_code.co_filename for part in ("/attndyn/", "/equinox/", "<frozen")
+    ):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _optional_python_float(value) -> float | None:
@@ -105,7 +117,7 @@ class DiscreteTransformer(AbstractTrajectoryModel):
                 f"horizon={self.saveat.horizon:g} is not a multiple of the layer step "
                 f"{self.step_size:g}: running {layers} layers, to t = "
                 f"{layers * self.step_size:g}.",
-                stacklevel=4,
+                stacklevel=_user_stacklevel(),
             )
 
     @property
