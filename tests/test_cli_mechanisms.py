@@ -12,6 +12,7 @@ from attndyn.cli import main
 SMALL = ["--beta", "2", "--dim", "5", "--trajectories", "16", "--horizon", "2", "--no-progress"]
 
 
+@pytest.mark.slow  # the default run checks --norm and --step in tests/test_pair_density.py
 def test_phase_diagram_with_layernorm(tmp_path):
     result = CliRunner().invoke(
         main, ["phase-diagram", *SMALL, "--depth", "5", "--norm", "layernorm", "--json",
@@ -26,6 +27,7 @@ def test_phase_diagram_with_layernorm(tmp_path):
     ds.close()
 
 
+@pytest.mark.slow
 def test_evolution_with_a_real_step(tmp_path):
     result = CliRunner().invoke(
         main, ["evolution", *SMALL, "--tokens", "3", "--step", "0.25", "--saves", "3",

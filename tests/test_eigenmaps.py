@@ -1,6 +1,9 @@
 """Seed 002's finite step X ← X + 2η(softmax(κXXᵀ − βI − M) − I)X and its claims, and the
 two signs of seed 000's Laplacian under Post-LN."""
 
+import functools
+
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,12 +12,15 @@ import pytest
 import attndyn as ad
 
 KAPPA, SHIFT = 3.0, 0.8
+#: One compilation per mask: η, κ and the shift are array leaves.
+_apply = eqx.filter_jit(lambda step, x: step(x))
 
 
 def _centred(n, d, seed):
     return ad.LayerNorm()(jax.random.normal(jax.random.key(seed), (n, d)))
 
 
+@functools.partial(jax.jit, static_argnames="mask")
 def _laplacian(x, kappa=KAPPA, shift=SHIFT, mask=False):
     """L̃ = I − softmax(κXXᵀ − βI − M), written out."""
     n = x.shape[0]
@@ -29,10 +35,11 @@ def test_step_is_the_formula_and_a_convex_combination():
     for mask in (False, True):
         step = ad.EigenmapsStep(0.3, KAPPA, shift=SHIFT, self_mask=mask)
         lap = _laplacian(x, mask=mask)
-        np.testing.assert_allclose(step(x), x - 0.6 * lap @ x, atol=1e-6)
+        out = _apply(step, x)
+        np.testing.assert_allclose(out, x - 0.6 * lap @ x, atol=1e-6)
         # (1 − 2η)X + 2η·P X with P row-stochastic.
         p = jnp.eye(6) - lap
-        np.testing.assert_allclose(step(x), 0.4 * x + 0.6 * p @ x, atol=1e-6)
+        np.testing.assert_allclose(out, 0.4 * x + 0.6 * p @ x, atol=1e-6)
 
 
 def test_step_is_gradient_descent_exactly_when_the_laplacian_is_symmetric():
@@ -46,9 +53,9 @@ def test_step_is_gradient_descent_exactly_when_the_laplacian_is_symmetric():
     for n, symmetric in ((2, True), (5, False)):
         x = _centred(n, 5, n)
         lap = _laplacian(x)
-        grad = jax.grad(loss)(x, lap)
+        grad = jax.jit(jax.grad(loss))(x, lap)
         np.testing.assert_allclose(grad, (lap + lap.T) @ x, atol=1e-5)
-        step = ad.EigenmapsStep(eta, KAPPA, shift=SHIFT)(x)
+        step = _apply(ad.EigenmapsStep(eta, KAPPA, shift=SHIFT), x)
         descent = x - eta * grad
         assert np.allclose(step, descent, atol=1e-5) == symmetric
 
@@ -57,7 +64,7 @@ def test_eta_at_most_one_half_never_grows_a_row():
     x = 1.7 * _centred(8, 6, 3)
     for eta in (0.05, 0.25, 0.5):
         for mask in (False, True):
-            out = ad.EigenmapsStep(eta, KAPPA, self_mask=mask)(x)
+            out = _apply(ad.EigenmapsStep(eta, KAPPA, self_mask=mask), x)
             assert float(jnp.max(jnp.linalg.norm(out, axis=-1))) <= 1.7 * (1 + 1e-6)
     # η > ½ is refused; what it would do: two antipodal tokens, self-masked, map to
     # (1 − 4η)·x, longer than x.
@@ -72,7 +79,7 @@ def test_eta_at_most_one_half_never_grows_a_row():
 
 def test_step_keeps_the_mean_zero_hyperplane_and_the_layernorm_only_rescales():
     x = _centred(7, 6, 4)
-    out = ad.EigenmapsStep(0.4, KAPPA, shift=SHIFT, self_mask=True)(x)
+    out = _apply(ad.EigenmapsStep(0.4, KAPPA, shift=SHIFT, self_mask=True), x)
     np.testing.assert_allclose(out.sum(-1), 0.0, atol=1e-6)
     np.testing.assert_allclose(ad.LayerNorm()(out), ad.normalize(out), atol=1e-6)
     # The regulariser step X ← X − 2η/(β + d_q)·X is undone by the LayerNorm.

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import xarray as xr
 from click.testing import CliRunner
 
 import attndyn as ad
@@ -42,11 +43,11 @@ def test_estimator_means_agree_with_the_class_counts():
     # and mean span dimension = 1 + P(unclustered), exactly, trajectory by trajectory.
     ds = ad.estimate_probabilities(
         lambda **p: ad.studies.phase_model(**p, depth=10, horizon=6.0, save_at=(0.0, 3.0, 6.0)),
-        ad.grid(dim=[4], tokens=[2], beta=[1.0, 3.0]),
+        ad.grid(dim=[4], tokens=[2], beta=[3.0]),
         key=jax.random.key(3),
         n_trajectories=300,
         progress=False,
-        chunk_size=128,
+        route="full",
     )
     single = ds["probability"].sel(outcome="single").values
     unclustered = ds["probability"].sel(outcome="unclustered").values
@@ -58,6 +59,7 @@ def test_estimator_means_agree_with_the_class_counts():
     assert "fraction of pairs" in ds["pair_density"].attrs["description"]
 
 
+@pytest.mark.slow  # the default run checks this in tests/test_distributed.py
 def test_multi_token_means_are_exact_sums_whatever_the_chunking():
     def run(chunk):
         return ad.estimate_probabilities(
@@ -76,16 +78,24 @@ def test_multi_token_means_are_exact_sums_whatever_the_chunking():
 
 
 def test_evolution_json_has_the_series_and_the_heatmap(tmp_path):
+    # One run also exercises --norm layernorm and a real --step (t = nη).
     args = ["evolution", "--beta", "1,4", "--tokens", "5", "--dim", "4", "--trajectories", "24"]
-    args += ["--depth", "5", "--horizon", "2", "--saves", "3", "--no-progress", "--json"]
-    result = CliRunner().invoke(main, [*args, "--out", str(tmp_path)])
+    args += ["--step", "0.25", "--horizon", "2", "--saves", "3", "--norm", "layernorm"]
+    result = CliRunner().invoke(main, [*args, "--no-progress", "--json", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
     for s in payload["series"]:
+        assert s["time"] == pytest.approx([0.0, 1.0, 2.0])
         assert len(s["pair_density"]) == 3 and len(s["span_dim"]) == 3
         assert len(s["pair_density_se"]) == 3
         # At t = 0 five uniform tokens in R^4 are apart and span (almost always) all of it;
-        # the span can never exceed min(N, d) = 4.
+        # the span can never exceed min(N, d) = 4, and after a LayerNorm layer it lies in
+        # the 3-dimensional mean-zero hyperplane.
         assert s["pair_density"][0] == 0.0 and 3.5 < s["span_dim"][0] <= 4.0
+        assert max(s["span_dim"][1:]) <= 3.0
     figure = tmp_path / "evolution_pair_density.png"
     assert payload["pair_density_figure"] == str(figure) and figure.stat().st_size > 5_000
+    ds = xr.open_dataset(tmp_path / "evolution.nc")
+    prov = ad.provenance(ds)
+    assert prov["norm"] == "layernorm" and prov["step"] == 0.25
+    ds.close()
