@@ -101,9 +101,10 @@ class DiscreteTransformer(AbstractTrajectoryModel):
             )
 
     def _check_horizon(self) -> None:
-        exact = self.saveat.horizon / self.step_size
         if self.step is None:
             exact = self.layers_per_unit * self.saveat.horizon
+        else:
+            exact = self.saveat.horizon / self.step
         layers = round(exact)
         if layers == 0:
             raise ParameterError(
