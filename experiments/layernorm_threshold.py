@@ -121,7 +121,7 @@ def draw(results, dims, out: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--out", default="figures/layernorm_threshold.png")
     parser.add_argument("--trajectories", type=int, default=4000)
     parser.add_argument("--seed", type=int, default=0)
