@@ -81,15 +81,18 @@ _CHILD = textwrap.dedent(
         for chunk in (8, 90):
             ds = _run(route=route, chunk_size=chunk)
             out[f"{route}-{chunk}"] = [ds["count"].values.tolist(),
-                                       ds["mean_cosine"].values.tolist(), len(jax.devices())]
+                                       ds["mean_cosine"].values.tolist(), len(jax.devices()),
+                                       ds["pair_density"].values.tolist(),
+                                       ds["span_dim"].values.tolist()]
     print(json.dumps(out))
     """
 )
 
 
 def test_one_and_two_devices_and_any_chunk_give_identical_numbers():
-    # This process has 2 CPU devices (conftest); the child has 1. Counts and mean cosines
-    # must agree bit for bit, on both routes and for two chunk sizes.
+    # This process has 2 CPU devices (conftest); the child has 1. Counts, mean cosines,
+    # pair densities and span dimensions must agree bit for bit, on both routes and for two
+    # chunk sizes.
     env = dict(os.environ)
     env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=1"
     env["JAX_PLATFORMS"] = "cpu"
@@ -101,10 +104,12 @@ def test_one_and_two_devices_and_any_chunk_give_identical_numbers():
     for route in ("auto", "full"):
         for chunk in (8, 90):
             ds = _run(route=route, chunk_size=chunk)
-            counts, cosines, n_dev = one_device[f"{route}-{chunk}"]
+            counts, cosines, n_dev, densities, spans = one_device[f"{route}-{chunk}"]
             assert n_dev == 1
             np.testing.assert_array_equal(ds["count"].values, np.asarray(counts))
             np.testing.assert_array_equal(ds["mean_cosine"].values, np.asarray(cosines))
+            np.testing.assert_array_equal(ds["pair_density"].values, np.asarray(densities))
+            np.testing.assert_array_equal(ds["span_dim"].values, np.asarray(spans))
             reference = one_device[f"{route}-8"]
             np.testing.assert_array_equal(np.asarray(counts), np.asarray(reference[0]))
             np.testing.assert_array_equal(np.asarray(cosines), np.asarray(reference[1]))

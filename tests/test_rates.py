@@ -66,8 +66,10 @@ def test_noisy_fit_covers_truth():
     fit = fit_terminal_rate(ts, gap, kind="exponential")
     assert fit.contains(1.5)
     assert fit.stderr > 0
-    sq = fit_terminal_rate(ts, np.exp(-4 * np.sqrt(ts)), kind="sqrt-exponential")
+    # sqrt-scaling's exact law e^{−4√(t+1)} is a straight line in its variable √(t + 1).
+    sq = fit_terminal_rate(ts, np.exp(-4 * np.sqrt(ts + 1)), kind="sqrt-exponential")
     assert sq.value == pytest.approx(4.0, rel=1e-9)
+    assert sq.variable == "√(t+1)" and fit.variable == "t"
 
 
 def test_fit_needs_points_and_kind():
@@ -96,3 +98,23 @@ def test_cosine_gap():
     np.testing.assert_allclose(cosine_gap(same), 0.0, atol=1e-6)
     orth = jnp.eye(4, 5)
     assert float(cosine_gap(orth)) == pytest.approx(1.0)
+
+
+def test_every_law_states_its_variable():
+    assert terminal_rate_theory(PostLN()).variable == "t"
+    assert terminal_rate_theory(PreLN()).variable == "log t"
+    sqrt = terminal_rate_theory(SqrtScaling())
+    assert sqrt.variable == "√(t+1)" and sqrt.formula == "exp(-4 sqrt(t+1))"
+    assert fit_terminal_rate(np.geomspace(1, 100, 20), np.geomspace(1, 100, 20) ** -2.0,
+                             kind="power").as_dict()["variable"] == "log t"  # fmt: skip
+
+
+def test_sqrt_scaling_rate_in_the_right_variable_is_exact():
+    """The symmetric-start ODE of sqrt-scaling fitted in √(t + 1): 4 to 4 digits (in √t the
+    same window gives a biased local slope)."""
+    from attndyn.studies.schemes import terminal_fit
+
+    theory, fit, _ = terminal_fit(SqrtScaling(), beta=3.0, n_tokens=32, r0=1.0)
+    assert fit.variable == "√(t+1)"
+    assert fit.value == pytest.approx(theory.value, abs=2e-3), fit.value
+    assert fit.contains(4.0)

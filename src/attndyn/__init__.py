@@ -3,7 +3,8 @@
 The package reads from the bottom up:
 
 - the core (one configuration ``X`` of shape ``(N, d)``): :class:`Attention`, the value
-  operators, the normalization schemes, :class:`SaveAt`, sphere geometry and observables;
+  operators, the normalization schemes and their norms (RMS, centred LayerNorm), frozen
+  random weights, seed 002's step, :class:`SaveAt`, sphere geometry and observables;
 - the models, behind one batch-level interface (:class:`AbstractModel`): discrete layer
   maps, normalized-attention ODEs, common-noise SDEs, the two-token overlap diffusion, the
   symmetric-start ODE, and exact reduced forms;
@@ -20,10 +21,18 @@ from typing import TYPE_CHECKING
 from . import theory as theory
 from ._core.attention import (
     ATTENTION_KINDS as ATTENTION_KINDS,
+    LAPLACIAN_SIGNS as LAPLACIAN_SIGNS,
     Attention as Attention,
     AttentionKind as AttentionKind,
 )
+from ._core.eigenmaps import EigenmapsStep as EigenmapsStep
 from ._core.errors import NonFiniteError as NonFiniteError, ParameterError as ParameterError
+from ._core.norms import (
+    NORM_NAMES as NORM_NAMES,
+    AbstractNorm as AbstractNorm,
+    LayerNorm as LayerNorm,
+    RMSNorm as RMSNorm,
+)
 from ._core.observables import (
     OUTCOMES as OUTCOMES,
     cluster_classes as cluster_classes,
@@ -31,6 +40,8 @@ from ._core.observables import (
     n_clusters as n_clusters,
     numerically_merged as numerically_merged,
     overlaps as overlaps,
+    pair_density as pair_density,
+    span_dimension as span_dimension,
     variance as variance,
 )
 from ._core.saveat import SaveAt as SaveAt
@@ -58,6 +69,12 @@ from ._core.values import (
     MatrixValues as MatrixValues,
     ScalarValues as ScalarValues,
 )
+from ._core.weights import (
+    BILINEAR_LAWS as BILINEAR_LAWS,
+    VALUE_LAWS as VALUE_LAWS,
+    DrawnWeights as DrawnWeights,
+    RandomWeights as RandomWeights,
+)
 from ._estimate.dataset import provenance as provenance
 from ._estimate.distributed import initialize_distributed as initialize_distributed
 from ._estimate.estimator import estimate_probabilities as estimate_probabilities
@@ -75,7 +92,10 @@ from ._models.base import (
     Route as Route,
     select_route as select_route,
 )
-from ._models.discrete import DiscreteTransformer as DiscreteTransformer
+from ._models.discrete import (
+    DiscreteTransformer as DiscreteTransformer,
+    eigenmaps_transformer as eigenmaps_transformer,
+)
 from ._models.integrators import (
     SDE_SOLVERS as SDE_SOLVERS,
     ODEIntegrator as ODEIntegrator,

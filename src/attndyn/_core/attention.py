@@ -5,7 +5,8 @@ from typing import Literal
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+import numpy as np
+from jaxtyping import Array, Bool, Float
 
 from .errors import ParameterError, check_bound, check_choice, check_int, check_scalar
 
@@ -21,23 +22,47 @@ def as_float(x) -> Array:
     return x
 
 
+LAPLACIAN_SIGNS = ("P-I", "I-P")
+
+
+def optional_float(x) -> Array | None:
+    """Converter: ``None``, or a float array leaf."""
+    return None if x is None else as_float(x)
+
+
 class Attention(eqx.Module):
-    r"""Self-attention ``A_i(X)`` of spec §1.
+    r"""Self-attention ``A_i(X)`` of spec §1, with h heads.
 
-    Scores are ``s_ij = β ⟨Q x_i, K x_j⟩``, computed per head on a ``d/h`` block of
-    coordinates, and
+    Scores are ``s_ij = β ⟨q_i, k_j⟩`` per head and
 
-    - ``kind="softmax"`` (SA): ``A_i = Σ_j softmax_j(s_ij) x_j``, computed with a
+    - ``kind="softmax"`` (SA): ``A_i = Σ_j softmax_j(s_ij) v_j``, computed with a
       log-sum-exp shift so that it never overflows;
-    - ``kind="unnormalized"`` (USA): ``A_i = (1/N) Σ_j exp(s_ij) x_j``. This overflows
+    - ``kind="unnormalized"`` (USA): ``A_i = (1/N) Σ_j exp(s_ij) v_j``. This overflows
       float32 once ``β ≳ 88``: the result is then non-finite, which the estimators
       detect and report; float64 inputs (with ``jax_enable_x64``) reach β ≈ 709.
 
-    Options: ``laplacian=True`` replaces the attention matrix P by ``P − I`` (seeds 000,
-    002); ``n_laplacian_heads=k`` makes only the first k heads Laplacian (seed 000's
-    mixture); ``causal=True`` lets token i attend to ``j ≤ i`` only (USA keeps the 1/N
-    factor); ``query``/``key_matrix`` are ``(h, d/h, d/h)`` or, with one head, ``(d, d)``
-    matrices (identity when omitted).
+    Heads. With ``n_heads = h`` each head sees a d/h-dimensional query, key and value per
+    token and the h head outputs are concatenated (then mixed by ``output`` if given).
+    ``query``, ``key_matrix`` and ``value`` may each be
+
+    - omitted: the head's own block of d/h coordinates (today's coordinate blocks);
+    - ``(h, d/h, d/h)``: a matrix per head acting on its block (``(d, d)`` with one head;
+      a ``(d/h, d/h)`` matrix is shared by every head);
+    - ``(h, d/h, d)``: a per-head projection W^h: R^d → R^{d/h} of the whole token (the
+      general multi-head attention of seeds 000-001: q_i^h = W_Q^h x_i, …).
+
+    ``output`` is W_O, ``(d, d)``: ``A_i ← W_O A_i``. Shapes are checked against the tokens
+    when attention is first called (a :class:`ParameterError` names the argument).
+
+    Options: ``laplacian=True`` replaces every head's attention matrix P by the graph
+    Laplacian ``P − I`` (seeds 000, 002: ``A_i ← A_i − v_i``); ``n_laplacian_heads=k``
+    makes the first k heads Laplacian, ``laplacian_heads=(0, 3)`` any subset (seed 000's
+    mixture); ``laplacian_sign="I-P"`` uses ``I − P`` instead (seed 000 eq. 3 writes
+    L = I − P and adds it, which moves tokens away from their attention mean; its §6 and
+    seed 002 add P − I, graph diffusion). ``causal=True`` lets token i attend to
+    ``j ≤ i`` only (USA keeps the 1/N factor); ``self_mask=True`` forbids ``j = i`` (seed
+    002's mask M = ∞·I); ``diagonal_shift=c`` subtracts c from the self-scores s_ii (seed
+    002's −βI; an array leaf).
 
     ``beta`` is an array leaf: changing it reuses the compiled code.
     """
@@ -50,12 +75,37 @@ class Attention(eqx.Module):
     laplacian: bool = eqx.field(static=True, default=False)
     n_laplacian_heads: int | None = eqx.field(static=True, default=None)
     causal: bool = eqx.field(static=True, default=False)
+    value: Float[Array, "..."] | None = None
+    output: Float[Array, "..."] | None = None
+    laplacian_heads: tuple[int, ...] | None = eqx.field(static=True, default=None)
+    laplacian_sign: str = eqx.field(static=True, default="P-I")
+    self_mask: bool = eqx.field(static=True, default=False)
+    diagonal_shift: Float[Array, ""] | None = eqx.field(converter=optional_float, default=None)
 
     def __check_init__(self):
         check_choice("attention kind", self.kind, ATTENTION_KINDS)
         check_scalar("beta", self.beta)
         check_bound("beta", self.beta, lower=0.0)
         check_int("n_heads", self.n_heads, lower=1)
+        check_choice("laplacian_sign", self.laplacian_sign, LAPLACIAN_SIGNS)
+        self._check_laplacian_heads()
+        for name in ("query", "key_matrix", "value"):
+            _check_head_matrix(name, getattr(self, name), self.n_heads)
+        if self.output is not None and (
+            jnp.ndim(self.output) != 2 or self.output.shape[0] != self.output.shape[1]
+        ):
+            raise ParameterError(
+                f"output (W_O) must be a (d, d) matrix; got shape {jnp.shape(self.output)}."
+            )
+        if self.self_mask and self.causal:
+            raise ParameterError(
+                "self_mask=True with causal=True leaves token 0 nothing to attend to; "
+                "choose one of them."
+            )
+        if self.diagonal_shift is not None:
+            check_bound("diagonal_shift", self.diagonal_shift)
+
+    def _check_laplacian_heads(self) -> None:
         if self.n_laplacian_heads is not None:
             check_int("n_laplacian_heads", self.n_laplacian_heads, lower=0)
             if self.n_laplacian_heads > self.n_heads:
@@ -63,75 +113,148 @@ class Attention(eqx.Module):
                     f"n_laplacian_heads={self.n_laplacian_heads} must be at most "
                     f"n_heads={self.n_heads}."
                 )
-        for name, matrix in (("query", self.query), ("key_matrix", self.key_matrix)):
-            if matrix is not None:
-                self._check_matrix(name, matrix)
-
-    def _check_matrix(self, name: str, matrix: Array) -> None:
-        shape = jnp.shape(matrix)
-        square = len(shape) in (2, 3) and shape[-1] == shape[-2]
-        if not square or (len(shape) == 3 and shape[0] != self.n_heads):
+        if self.laplacian_heads is None:
+            return
+        if self.n_laplacian_heads is not None:
+            raise ParameterError("give n_laplacian_heads or laplacian_heads, not both.")
+        heads = tuple(self.laplacian_heads)
+        bad = [h for h in heads if isinstance(h, bool) or not isinstance(h, int | np.integer)] + [
+            h for h in heads if not 0 <= h < self.n_heads
+        ]
+        if bad or len(set(heads)) != len(heads):
             raise ParameterError(
-                f"{name} has shape {shape}; it must be (d/h, d/h) or (h, d/h, d/h) with "
-                f"h = n_heads = {self.n_heads}."
+                f"laplacian_heads={heads!r} must list distinct head indices in [0, {self.n_heads})."
             )
-        check_bound(name, matrix)  # finite entries (skipped when traced)
 
-    def check_dim(self, dim: int) -> None:
-        """Refuse a token dimension ``d`` that the heads or Q, K do not fit (a
-        :class:`ParameterError` naming them), before anything is traced."""
-        if dim % self.n_heads:
-            raise ParameterError(
-                f"n_heads={self.n_heads} must divide the dimension d={dim} (each head acts "
-                "on a d/h block of coordinates)."
-            )
-        block = dim // self.n_heads
-        for name, matrix in (("query", self.query), ("key_matrix", self.key_matrix)):
-            if matrix is not None and jnp.shape(matrix)[-1] != block:
-                raise ParameterError(
-                    f"{name} has shape {jnp.shape(matrix)}, which does not fit d={dim} with "
-                    f"n_heads={self.n_heads}: expected ({block}, {block})"
-                    + (f" or ({self.n_heads}, {block}, {block})." if self.n_heads > 1 else ".")
-                )
-
-    def scores(self, x: Float[Array, "N d"]) -> Float[Array, "h N N"]:
-        n_tokens, dim = x.shape
-        self.check_dim(dim)
-        blocks = x.reshape(n_tokens, self.n_heads, dim // self.n_heads).transpose(1, 0, 2)
-        queries = blocks if self.query is None else _apply_per_head(self.query, blocks)
-        keys = blocks if self.key_matrix is None else _apply_per_head(self.key_matrix, blocks)
-        return self.beta * matmul(queries, jnp.swapaxes(keys, -1, -2))
-
-    def matrix(self, x: Float[Array, "N d"]) -> Float[Array, "h N N"]:
-        """The attention matrix per head (``P``, or ``P − I`` for Laplacian heads)."""
-        n_tokens = x.shape[0]
-        s = self.scores(x)
-        if self.causal:
-            mask = jnp.tril(jnp.ones((n_tokens, n_tokens), dtype=bool))
-        else:
-            mask = None
-        if self.kind == "softmax":
-            p = jax.nn.softmax(s, axis=-1, where=mask)
-            if mask is not None:
-                p = jnp.where(mask, p, 0)
-        else:
-            p = jnp.exp(s) / n_tokens
-            if mask is not None:
-                p = jnp.where(mask, p, 0)
+    @property
+    def laplacian_flags(self) -> tuple[bool, ...]:
+        """Per head: whether its attention matrix is replaced by the Laplacian."""
+        if self.laplacian_heads is not None:
+            chosen = set(self.laplacian_heads)
+            return tuple(h in chosen for h in range(self.n_heads))
         n_lap = self.n_heads if self.laplacian else 0
         if self.n_laplacian_heads is not None:
             n_lap = self.n_laplacian_heads
-        if n_lap:
-            lap = (jnp.arange(self.n_heads) < n_lap).astype(p.dtype)[:, None, None]
-            p = p - lap * jnp.eye(n_tokens, dtype=p.dtype)[None]
+        return tuple(h < n_lap for h in range(self.n_heads))
+
+    @property
+    def rotation_invariant(self) -> bool:
+        """Whether ``A(XR) = A(X)R`` for every rotation R: true when the scores depend on
+        the Gram matrix only and the output mixes the tokens themselves (one head, no
+        matrices). Masks, the diagonal shift and Laplacian heads keep this."""
+        matrices = (self.query, self.key_matrix, self.value, self.output)
+        return self.n_heads == 1 and all(m is None for m in matrices)
+
+    def check_dim(self, dim: int) -> None:
+        """Refuse (ParameterError) a token dimension the heads or matrices do not fit,
+        before anything is traced (the estimator's plan calls it for every point)."""
+        self.check_shapes(dim)
+
+    def check_shapes(self, dim: int) -> None:
+        """Refuse (ParameterError) matrices that do not fit tokens of dimension ``dim``."""
+        if dim % self.n_heads:
+            raise ParameterError(
+                f"dim={dim} must be divisible by n_heads={self.n_heads} (each head sees "
+                "d/h coordinates)."
+            )
+        head_dim = dim // self.n_heads
+        allowed = {(head_dim, head_dim), (self.n_heads, head_dim, head_dim)}
+        allowed.add((self.n_heads, head_dim, dim))
+        for name in ("query", "key_matrix", "value"):
+            matrix = getattr(self, name)
+            if matrix is not None and tuple(matrix.shape) not in allowed:
+                raise ParameterError(
+                    f"{name} has shape {tuple(matrix.shape)}; for d = {dim} and n_heads = "
+                    f"{self.n_heads} it must be ({head_dim}, {head_dim}) (shared by the heads), "
+                    f"({self.n_heads}, {head_dim}, {head_dim}) (one matrix per head on its "
+                    f"d/h block) or ({self.n_heads}, {head_dim}, {dim}) (a per-head "
+                    "projection R^d → R^(d/h))."
+                )
+        if self.output is not None and tuple(self.output.shape) != (dim, dim):
+            raise ParameterError(
+                f"output (W_O) has shape {tuple(self.output.shape)}; for d = {dim} it must "
+                f"be ({dim}, {dim})."
+            )
+
+    def _blocks(self, x: Float[Array, "N d"]) -> Float[Array, "h N dh"]:
+        n_tokens, dim = x.shape
+        self.check_shapes(dim)
+        return x.reshape(n_tokens, self.n_heads, dim // self.n_heads).transpose(1, 0, 2)
+
+    def _project(self, matrix: Array | None, x: Float[Array, "N d"], blocks: Array) -> Array:
+        """The heads' queries, keys or values ``(h, N, d/h)``."""
+        if matrix is None:
+            return blocks
+        dim = x.shape[-1]
+        if matrix.ndim == 3 and matrix.shape[-1] == dim and matrix.shape[-2] != dim:
+            # A per-head projection of the whole token: W^h x_i.
+            tokens = jnp.broadcast_to(x[None], (self.n_heads, *x.shape))
+            return matmul(tokens, jnp.swapaxes(matrix, -1, -2))
+        return _apply_per_head(matrix, blocks)
+
+    def scores(self, x: Float[Array, "N d"]) -> Float[Array, "h N N"]:
+        blocks = self._blocks(x)
+        queries = self._project(self.query, x, blocks)
+        keys = self._project(self.key_matrix, x, blocks)
+        return self.beta * matmul(queries, jnp.swapaxes(keys, -1, -2))
+
+    def mask(self, n_tokens: int) -> Bool[Array, "N N"] | None:
+        """Which keys each query may attend to (``None``: all)."""
+        if self.causal:
+            return jnp.tril(jnp.ones((n_tokens, n_tokens), dtype=bool))
+        if self.self_mask:
+            if n_tokens == 1:
+                raise ParameterError("self_mask=True needs at least 2 tokens.")
+            return ~jnp.eye(n_tokens, dtype=bool)
+        return None
+
+    def matrix(self, x: Float[Array, "N d"]) -> Float[Array, "h N N"]:
+        """The attention matrix per head (``P``, or the Laplacian for Laplacian heads)."""
+        n_tokens = x.shape[0]
+        s = self.scores(x)
+        if self.diagonal_shift is not None:
+            shift = self.diagonal_shift.astype(s.dtype)
+            s = s - shift * jnp.eye(n_tokens, dtype=s.dtype)[None]
+        mask = self.mask(n_tokens)
+        if self.kind == "softmax":
+            p = jax.nn.softmax(s, axis=-1, where=None if mask is None else mask[None])
+        else:
+            p = jnp.exp(s) / n_tokens
+        if mask is not None:
+            p = jnp.where(mask[None], p, 0)
+        flags = self.laplacian_flags
+        if any(flags):
+            eye = jnp.eye(n_tokens, dtype=p.dtype)[None]
+            if self.laplacian_sign == "P-I":
+                p = p - jnp.asarray(flags, p.dtype)[:, None, None] * eye
+            else:
+                p = jnp.where(jnp.asarray(flags)[:, None, None], eye - p, p)
         return p
 
     def __call__(self, x: Float[Array, "N d"]) -> Float[Array, "N d"]:
         n_tokens, dim = x.shape
-        self.check_dim(dim)
-        blocks = x.reshape(n_tokens, self.n_heads, dim // self.n_heads).transpose(1, 0, 2)
-        out = matmul(self.matrix(x), blocks)
-        return out.transpose(1, 0, 2).reshape(n_tokens, dim)
+        values = self._project(self.value, x, self._blocks(x))
+        out = matmul(self.matrix(x), values)
+        out = out.transpose(1, 0, 2).reshape(n_tokens, dim)
+        if self.output is not None:
+            out = matmul(out, self.output.T.astype(out.dtype))
+        return out
+
+
+def _check_head_matrix(name: str, matrix, n_heads: int) -> None:
+    """What can be checked before the token dimension is known."""
+    if matrix is None:
+        return
+    shape = jnp.shape(matrix)
+    if len(shape) == 2 and shape[0] == shape[1]:
+        return
+    if len(shape) == 3 and shape[0] == n_heads:
+        return
+    raise ParameterError(
+        f"{name} has shape {shape}; it must be (d/h, d/h) (shared by the heads), "
+        f"(h, d/h, d/h) (one matrix per head) or (h, d/h, d) (a per-head projection), with "
+        f"h = n_heads = {n_heads}."
+    )
 
 
 #: Below this many multiply-adds per product, contractions are written as broadcast-and-sum.

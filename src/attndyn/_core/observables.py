@@ -83,3 +83,31 @@ def numerically_merged(x: Float[Array, "N d"]) -> Bool[Array, ""]:
     same = jnp.all(theta[:, None, :] == theta[None, :, :], axis=-1)
     opposite = jnp.all(theta[:, None, :] == -theta[None, :, :], axis=-1)
     return jnp.any((same | opposite) & _pair_mask(n_tokens))
+
+
+#: The peers' thresholds: a pair is "in one cluster" above this cosine, and a Gram
+#: eigenvalue counts towards the span above this value.
+PAIR_DENSITY_THRESHOLD = 0.999
+SPAN_THRESHOLD = 1e-3
+
+
+def pair_density(
+    x: Float[Array, "N d"], threshold: float | Array = PAIR_DENSITY_THRESHOLD
+) -> Float[Array, ""]:
+    """Fraction of pairs i < j with ⟨θ_i, θ_j⟩ > ``threshold`` (the peers' density of
+    clustered pairs); 1 when N = 1, like :func:`mean_cosine`."""
+    n_tokens = x.shape[0]
+    if n_tokens == 1:
+        return jnp.ones((), x.dtype)
+    pairs = _pair_mask(n_tokens)
+    close = pairs & (overlaps(x) > threshold)
+    return (jnp.sum(close) / (n_tokens * (n_tokens - 1) // 2)).astype(x.dtype)
+
+
+def span_dimension(
+    x: Float[Array, "N d"], threshold: float | Array = SPAN_THRESHOLD
+) -> Float[Array, ""]:
+    """The dimension of the tokens' span, counted as the eigenvalues of the Gram matrix
+    ⟨θ_i, θ_j⟩ above ``threshold`` (the peers' measure; between 1 and min(N, d))."""
+    eigenvalues = jnp.linalg.eigvalsh(overlaps(x))
+    return jnp.sum(eigenvalues > threshold).astype(x.dtype)

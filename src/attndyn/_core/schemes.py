@@ -17,6 +17,11 @@ Table 2; spec §3.1): ``dθ_i/dt = P_{θ_i}(A_i(Θ)) / s_i(t)`` and ``dr_i/dt = 
 :meth:`AbstractScheme.radial_rate` returns ρ_i, both from ``radial = ⟨θ_i, A_i⟩`` and
 ``attn_norm = |A_i|``. With deterministic values ``V_n = I/L`` the layer maps are Euler
 steps (step 1/L) of these ODEs.
+
+"normalize" in the tables is the scheme's :attr:`AbstractScheme.norm`: RMS (y/|y|, the
+default) or centred LayerNorm ((y − ȳ)/|y − ȳ|, tokens on the unit sphere of the mean-zero
+hyperplane; see :mod:`attndyn._core.norms`), e.g. ``PostLN(norm="layernorm")``. ``depth``
+is L = 1/η and may be a float (a real-valued step η, t = nη).
 """
 
 import abc
@@ -29,7 +34,7 @@ from jaxtyping import Array, Float
 
 from .attention import as_float
 from .errors import check_bound, check_scalar
-from .sphere import normalize
+from .norms import AbstractNorm, RMSNorm, as_norm
 
 Update = Callable[[Float[Array, "N d"]], Float[Array, "N d"]]
 
@@ -48,13 +53,19 @@ class AbstractScheme(eqx.Module):
         keeps_radius: eqx.AbstractClassVar[bool]
 
     #: Whether the layer map acts row by row through norms and linear combinations of x_i
-    #: and V_n A_i, so that it commutes with rotations (what the reduced route needs). The
-    #: six built-in schemes do; a user-defined scheme is not assumed to.
+    #: and V_n A_i, so that it commutes with rotations (what the reduced route needs) when
+    #: its :attr:`norm` does. The six built-in schemes do; a user-defined scheme is not
+    #: assumed to.
     rotation_equivariant: ClassVar[bool] = False
+
+    #: The token normalisation of every normalising step of the scheme: :class:`RMSNorm`
+    #: (the unit sphere, the default) or :class:`LayerNorm` (centred: the unit sphere of the
+    #: mean-zero hyperplane); a name (``"rms"``, ``"layernorm"``) is accepted.
+    norm: AbstractNorm = eqx.field(default=RMSNorm(), converter=as_norm, kw_only=True)
 
     @abc.abstractmethod
     def layer(
-        self, x: Float[Array, "N d"], update: Update, *, layer: Array, depth: int
+        self, x: Float[Array, "N d"], update: Update, *, layer: Array, depth: int | float
     ) -> Float[Array, "N d"]:
         """One layer. ``layer`` is the index n (time ``t = n/L``), ``depth`` is L."""
 
@@ -85,8 +96,8 @@ class PostLN(AbstractScheme):
     rotation_equivariant: ClassVar[bool] = True
 
     def layer(self, x, update, *, layer, depth):
-        theta = normalize(x)
-        return normalize(theta + update(theta))
+        theta = self.norm(x)
+        return self.norm(theta + update(theta))
 
     def speed(self, t, r, attn_norm):
         """s = 1."""
@@ -102,7 +113,7 @@ class PreLN(AbstractScheme):
     rotation_equivariant: ClassVar[bool] = True
 
     def layer(self, x, update, *, layer, depth):
-        return x + update(normalize(x))
+        return x + update(self.norm(x))
 
     def speed(self, t, r, attn_norm):
         """s = r: the growing magnitude damps the angular velocity."""
@@ -137,9 +148,9 @@ class MixLN(AbstractScheme):
         post = layer < switch
         # One attention evaluation: both branches feed attention the normalised rows
         # (Post-LN's rows are already on the sphere while it is active).
-        theta = normalize(x)
+        theta = self.norm(x)
         step = update(theta)
-        return jnp.where(post, normalize(theta + step), x + step)
+        return jnp.where(post, self.norm(theta + step), x + step)
 
     def speed(self, t, r, attn_norm):
         """s = 1 for t < τ, r after."""
@@ -152,22 +163,29 @@ class MixLN(AbstractScheme):
 
 @final
 class PeriLN(AbstractScheme):
-    """``x_i ← x_i + (1/L)·normalize(L·V_n A_i(Θ))``: unit-length steps of size 1/L."""
+    """``x_i ← x_i + (1/L)·normalize(L·V_n A_i(Θ))``: unit-length steps of size 1/L.
+
+    Where ``V_n A_i = 0`` (two antipodal tokens at β = 0, Laplacian attention on coincident
+    tokens) the step has no direction: the token does not move (in the ODE, dθ_i/dt = 0
+    and dr_i/dt = 0 there).
+    """
 
     name: ClassVar[str] = "peri-ln"
     keeps_radius: ClassVar[bool] = True
     rotation_equivariant: ClassVar[bool] = True
 
     def layer(self, x, update, *, layer, depth):
-        return x + normalize(depth * update(normalize(x))) / depth
+        return x + self.norm.safe(depth * update(self.norm(x))) / depth
 
     def speed(self, t, r, attn_norm):
-        """s = r·|A|: unit-speed steps in the ambient space."""
-        return r * attn_norm
+        """s = r·|A|: unit-speed steps in the ambient space (∞ where A = 0: no move)."""
+        s = r * attn_norm
+        return jnp.where(attn_norm == 0, jnp.full_like(s, jnp.inf), s)
 
     def radial_rate(self, t, r, radial, attn_norm):
-        """ρ = ⟨θ, A⟩/|A|."""
-        return radial / attn_norm
+        """ρ = ⟨θ, A⟩/|A| (0 where A = 0: no move)."""
+        rate = radial / attn_norm
+        return jnp.where(attn_norm == 0, jnp.zeros_like(rate), rate)
 
 
 @final
@@ -175,7 +193,8 @@ class NGPT(AbstractScheme):
     """``x_i ← normalize(x_i + α(t)(1/L)(normalize(L·V_n A_i(X)) − x_i))``.
 
     ``alpha`` is the constant α (array leaf); pass ``alpha_schedule`` (a function of
-    t = n/L returning an array) for a time-dependent α(t), which then replaces it.
+    t = n/L returning an array) for a time-dependent α(t), which then replaces it. Where
+    ``V_n A_i = 0`` the inner normalisation has no direction and the token does not move.
     """
 
     alpha: Float[Array, ""] = eqx.field(converter=as_float, default=1.0)
@@ -193,12 +212,17 @@ class NGPT(AbstractScheme):
 
     def layer(self, x, update, *, layer, depth):
         alpha = self.alpha_at(layer / depth)
-        theta = normalize(x)
-        return normalize(theta + alpha / depth * (normalize(depth * update(theta)) - theta))
+        theta = self.norm(x)
+        step = depth * update(theta)
+        out = self.norm(theta + alpha / depth * (self.norm(step) - theta))
+        # V_n A_i = 0 has no direction: no move (the NaN of 0/0 is replaced, nothing else).
+        still = jnp.all(self.norm.centre(step) == 0, axis=-1, keepdims=True)
+        return jnp.where(still, theta, out)
 
     def speed(self, t, r, attn_norm):
-        """s = |A|/α(t)."""
-        return attn_norm / self.alpha_at(t)
+        """s = |A|/α(t) (∞ where A = 0: no move)."""
+        still = jnp.where(attn_norm == 0, jnp.inf, 0.0).astype(attn_norm.dtype)
+        return attn_norm / self.alpha_at(t) + still
 
 
 @final
@@ -210,24 +234,27 @@ class SqrtScaling(AbstractScheme):
     rotation_equivariant: ClassVar[bool] = True
 
     def layer(self, x, update, *, layer, depth):
-        theta = normalize(x)
-        return normalize(theta + update(theta) / jnp.sqrt(layer / depth + 1.0))
+        theta = self.norm(x)
+        return self.norm(theta + update(theta) / jnp.sqrt(layer / depth + 1.0))
 
     def speed(self, t, r, attn_norm):
         """s = √(t + 1)."""
         return jnp.broadcast_to(jnp.sqrt(t + 1.0), r.shape).astype(r.dtype)
 
 
-def scheme_from_name(name: str, *, tau: float = 0.5, alpha: float = 1.0) -> AbstractScheme:
-    """The scheme called ``name`` (one of :data:`SCHEME_NAMES`)."""
+def scheme_from_name(
+    name: str, *, tau: float = 0.5, alpha: float = 1.0, norm: "AbstractNorm | str" = "rms"
+) -> AbstractScheme:
+    """The scheme called ``name`` (one of :data:`SCHEME_NAMES`) with the given ``norm``."""
     from .errors import check_choice
 
     check_choice("scheme", name, SCHEME_NAMES)
+    norm = as_norm(norm)
     return {
-        "post-ln": lambda: PostLN(),
-        "pre-ln": lambda: PreLN(),
-        "mix-ln": lambda: MixLN(tau=tau),
-        "peri-ln": lambda: PeriLN(),
-        "ngpt": lambda: NGPT(alpha=alpha),
-        "sqrt-scaling": lambda: SqrtScaling(),
+        "post-ln": lambda: PostLN(norm=norm),
+        "pre-ln": lambda: PreLN(norm=norm),
+        "mix-ln": lambda: MixLN(tau=tau, norm=norm),
+        "peri-ln": lambda: PeriLN(norm=norm),
+        "ngpt": lambda: NGPT(alpha=alpha, norm=norm),
+        "sqrt-scaling": lambda: SqrtScaling(norm=norm),
     }[name]()

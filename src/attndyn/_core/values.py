@@ -54,9 +54,10 @@ class AbstractValues(eqx.Module):
 
     @abc.abstractmethod
     def apply(
-        self, attention_out: Float[Array, "N d"], *, key: PRNGKeyArray, depth: int
+        self, attention_out: Float[Array, "N d"], *, key: PRNGKeyArray, depth: int | float
     ) -> Float[Array, "N d"]:
-        """Return the rows ``V_n A_i`` for one layer of a depth-``depth`` stack."""
+        """Return the rows ``V_n A_i`` for one layer of a depth-``depth`` stack (L = 1/η may
+        be a float)."""
 
     @property
     @abc.abstractmethod
@@ -70,7 +71,7 @@ class AbstractScalarValues(AbstractValues):
     uses)."""
 
     @abc.abstractmethod
-    def scale(self, *, key: PRNGKeyArray, depth: int, dtype) -> Float[Array, ""]:
+    def scale(self, *, key: PRNGKeyArray, depth: float, dtype) -> Float[Array, ""]:
         """The layer's multiplier s_n (one draw per layer and trajectory from ``key``)."""
 
     def apply(self, attention_out, *, key, depth):

@@ -102,6 +102,9 @@ def study_record(
         "early_absorption": plan.absorption_bound,
         "save_times": plan.save_times.tolist(),
         "process": list(process),
+        "x64": plan.x64,
+        # What is tallied (pair densities, span dimensions and merges joined in 0.2).
+        "tallies": list(Tallies.FIELDS),
         "points": [
             {
                 "point": {k: describe(canonical(v)) for k, v in p.point.items()},
@@ -135,17 +138,16 @@ def write_checkpoint(
     save_times,
 ) -> None:
     """Write the tallies atomically (a temporary file, flushed, then renamed)."""
-    arrays = dict(zip(Tallies.FIELDS, tallies.arrays()))
+    dims = {"counts": ("point", "time", "outcome"), "n_valid": ("point",)}
+    dims.update(n_nonfinite=("point",), n_done=("point",))
+    study = np.frombuffer(_json(record).encode(), dtype=np.uint8)
     ds = xr.Dataset(
         {
-            "counts": (("point", "time", "outcome"), arrays["counts"]),
-            "n_valid": ("point", arrays["n_valid"]),
-            "n_nonfinite": ("point", arrays["n_nonfinite"]),
-            "n_done": ("point", arrays["n_done"]),
-            "cosine_sum": (("point", "time"), arrays["cosine_sum"]),
-            "cosine_sumsq": (("point", "time"), arrays["cosine_sumsq"]),
-            "n_merged": (("point", "time"), arrays["n_merged"]),
-            "study": ("study_bytes", np.frombuffer(_json(record).encode(), dtype=np.uint8)),
+            **{
+                name: (dims.get(name, ("point", "time")), getattr(tallies, name))
+                for name in Tallies.FIELDS
+            },
+            "study": ("study_bytes", study),
         },
         coords={"time": save_times, "outcome": list(OUTCOMES), **coordinates(points)},
         attrs={
@@ -202,16 +204,12 @@ def _stored_record(path: Path, ds: xr.Dataset) -> dict[str, Any]:
 
 def _tallies(path: Path, ds: xr.Dataset) -> Tallies:
     try:
-        tallies = Tallies(
-            counts=ds["counts"].values.astype(np.int64),
-            n_valid=ds["n_valid"].values.astype(np.int64),
-            n_nonfinite=ds["n_nonfinite"].values.astype(np.int64),
-            n_done=ds["n_done"].values.astype(np.int64),
-            cosine_sum=ds["cosine_sum"].values.astype(np.float64),
-            cosine_sumsq=ds["cosine_sumsq"].values.astype(np.float64),
-            n_merged=ds["n_merged"].values.astype(np.int64),
-            seconds=float(ds.attrs.get("seconds", 0.0)),
-        )
+        integers = ("counts", "n_valid", "n_nonfinite", "n_done", "n_merged")
+        fields = {
+            name: ds[name].values.astype(np.int64 if name in integers else np.float64)
+            for name in Tallies.FIELDS
+        }
+        tallies = Tallies(**fields, seconds=float(ds.attrs.get("seconds", 0.0)))
     except KeyError as error:
         raise damaged(path, f"variable {error} is missing") from None
     if ds.attrs.get("checksum") != _checksum(tallies):

@@ -12,7 +12,7 @@ import xarray as xr
 from .._core.observables import OUTCOMES
 from .keys import canonical
 from .stats import wilson_interval
-from .tallies import Tallies
+from .tallies import MEANS, Tallies
 
 
 def package_version() -> str:
@@ -67,16 +67,37 @@ def coordinates(points: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return coords
 
 
+#: What each per-(point, time) mean is, for the dataset's attributes.
+MEAN_DESCRIPTIONS = {
+    "mean_cosine": "mean over trajectories of the mean pairwise cosine (seed 000's CosSim)",
+    "pair_density": "mean over trajectories of the fraction of pairs with cosine > 0.999",
+    "span_dim": "mean over trajectories of the number of Gram eigenvalues > 1e-3",
+}
+
+
+def mean_and_se(total: np.ndarray, total_sq: np.ndarray, n: np.ndarray):
+    """Sample mean and its standard error from Σ, Σ² over ``n`` (per point) trajectories."""
+    n = n[:, None]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = total / n
+        var = total_sq / n - mean**2
+        se = np.sqrt(np.maximum(var, 0) / np.maximum(n - 1, 1))
+    return mean, se
+
+
 def probabilities_dataset(
     tallies: Tallies, points: Sequence[Mapping[str, Any]], save_times: np.ndarray
 ) -> xr.Dataset:
-    """Counts, probabilities, Wilson 95 % bounds and mean cosines over (point, time, outcome)."""
+    """Counts, probabilities, Wilson 95 % bounds over (point, time, outcome), and the mean
+    cosine, pair density and span dimension (with standard errors) over (point, time)."""
     n_valid = tallies.n_valid[:, None, None]
     with np.errstate(invalid="ignore", divide="ignore"):
         probability = tallies.counts / n_valid
-        cos_mean = tallies.cosine_sum / tallies.n_valid[:, None]
-        cos_var = tallies.cosine_sumsq / tallies.n_valid[:, None] - cos_mean**2
-        cos_se = np.sqrt(np.maximum(cos_var, 0) / np.maximum(tallies.n_valid[:, None] - 1, 1))
+    means = {}
+    for name in MEANS:
+        mean, se = mean_and_se(*tallies.sums(name), tallies.n_valid)
+        means[name] = (("point", "time"), mean)
+        means[f"{name}_se"] = (("point", "time"), se)
     lower, upper = wilson_interval(tallies.counts, np.broadcast_to(n_valid, tallies.counts.shape))
     dims3 = ("point", "time", "outcome")
     ds = xr.Dataset(
@@ -87,8 +108,7 @@ def probabilities_dataset(
             "ci_upper": (dims3, upper),
             "n_valid": ("point", tallies.n_valid),
             "n_nonfinite": ("point", tallies.n_nonfinite),
-            "mean_cosine": (("point", "time"), cos_mean),
-            "mean_cosine_se": (("point", "time"), cos_se),
+            **means,
             "n_merged": (("point", "time"), tallies.n_merged),
         },
         coords={
@@ -100,6 +120,9 @@ def probabilities_dataset(
     )
     ds["ci_lower"].attrs["description"] = "Wilson score interval, 95 %"
     ds["ci_upper"].attrs["description"] = "Wilson score interval, 95 %"
+    for name, text in MEAN_DESCRIPTIONS.items():
+        ds[name].attrs["description"] = text
+        ds[f"{name}_se"].attrs["description"] = "standard error of " + name
     ds["n_merged"].attrs["description"] = (
         "valid trajectories whose tokens became numerically identical (or exactly "
         "antipodal): the arithmetic, not the dynamics, fixed their class"

@@ -12,7 +12,13 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Int, PRNGKeyArray
 
-from .._core.observables import cluster_classes, mean_cosine, numerically_merged
+from .._core.observables import (
+    cluster_classes,
+    mean_cosine,
+    numerically_merged,
+    pair_density,
+    span_dimension,
+)
 from .._core.sphere import uniform_sphere
 from .._models.base import AbstractModel
 
@@ -53,7 +59,8 @@ def round_up(n: int, multiple: int) -> int:
 
 
 def simulate_chunk(model: AbstractModel, point_key, indices, tol, radius, n_tokens, dim):
-    """Per-trajectory classes, mean cosines, merges and finiteness for a batch of indices.
+    """Per-trajectory classes, mean cosines, pair densities, span dimensions, merges and
+    finiteness for a batch of indices.
 
     Starts are drawn in the dtype of ``radius`` (float64 when the study runs in x64)."""
 
@@ -69,26 +76,31 @@ def simulate_chunk(model: AbstractModel, point_key, indices, tol, radius, n_toke
         finite = jnp.all(jnp.isfinite(saves))
         classes = jax.vmap(cluster_classes, in_axes=(0, None))(saves, tol)
         cosines = jax.vmap(mean_cosine)(saves)
+        densities = jax.vmap(pair_density)(saves)
+        spans = jax.vmap(span_dimension)(saves)
         merged = jax.vmap(numerically_merged)(saves)
-        return classes, cosines, merged, finite
+        return classes, cosines, densities, spans, merged, finite
 
     return jax.vmap(observe)(saves)
 
 
-def tally(classes, cosines, merged, finite, indices, n_total):
+def tally(classes, cosines, densities, spans, merged, finite, indices, n_total):
     """Counts over the valid trajectories of the chunk (in range and finite)."""
     in_range = indices < n_total
     valid = in_range & finite
     counts = jnp.sum(classes & valid[:, None, None], axis=0, dtype=jnp.int32)
     n_merged = jnp.sum(merged & valid[:, None], axis=0, dtype=jnp.int32)
-    # Per-trajectory cosines go back to the host, which sums them in fixed point: the
-    # totals are then exact and independent of chunk size, device and process count.
-    cosines = jnp.where(valid[:, None], cosines, 0)
+    # Per-trajectory means (cosine, pair density, span dimension) go back to the host,
+    # which sums them exactly (fixed point, or integers): the totals are then independent
+    # of chunk size, device and process count.
+    keep = valid[:, None]
     return (
         counts,
         jnp.sum(valid, dtype=jnp.int32),
         jnp.sum(in_range & ~finite, dtype=jnp.int32),
-        cosines,
+        jnp.where(keep, cosines, 0),
+        jnp.where(keep, densities, 0),
+        jnp.where(keep, spans, 0),
         n_merged,
     )
 
@@ -128,7 +140,7 @@ def chunk_statistics(
         local,
         mesh=mesh,
         in_specs=(replicated, replicated, batch, replicated, replicated),
-        out_specs=(batch, batch, batch, batch),
+        out_specs=(batch, batch, batch, batch, batch, batch),
         check_vma=False,
     )(dynamic, point_key, indices, tol, radius)
     return tally(*simulated, indices, n_total)

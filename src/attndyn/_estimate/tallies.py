@@ -1,4 +1,4 @@
-"""Exact running totals of one study: integer counts and fixed-point cosine sums.
+"""Exact running totals of one study: integer counts and fixed-point sums of the means.
 
 Everything is an integer (or a fixed-point sum of integers), so the totals do not depend
 on the order in which chunks, devices or processes add them.
@@ -15,18 +15,26 @@ from .._core.observables import OUTCOMES
 FIXED_POINT = 2.0**32
 
 
-def fixed_point_sums(cosines: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Σ cos and Σ cos² over the first axis, each rounded to 2⁻³² per term."""
-    values = np.asarray(cosines, np.float64)
-    first = np.rint(values * FIXED_POINT).astype(np.int64).sum(axis=0)
-    second = np.rint(values**2 * FIXED_POINT).astype(np.int64).sum(axis=0)
-    return first / FIXED_POINT, second / FIXED_POINT
+def fixed_point_sums(
+    values: np.ndarray, unit: float = FIXED_POINT
+) -> tuple[np.ndarray, np.ndarray]:
+    """Σ v and Σ v² over the first axis, each term rounded to 1/``unit`` (2⁻³²; 1 for
+    integer-valued observables such as the span dimension, summed exactly as integers)."""
+    values = np.asarray(values, np.float64)
+    first = np.rint(values * unit).astype(np.int64).sum(axis=0)
+    second = np.rint(values**2 * unit).astype(np.int64).sum(axis=0)
+    return first / unit, second / unit
+
+
+#: The per-(point, time) means besides the class counts, with the unit they are summed in.
+MEANS = {"mean_cosine": FIXED_POINT, "pair_density": FIXED_POINT, "span_dim": 1.0}
 
 
 @dataclasses.dataclass
 class Tallies:
     """Per point (P) and save time (S): class counts, trajectories valid, non-finite and
-    finished, and the cosine sums; ``seconds`` of simulation so far."""
+    finished, and the sums (and sums of squares) of the per-trajectory mean cosine, pair
+    density and span dimension; ``seconds`` of simulation so far."""
 
     counts: np.ndarray  # (P, S, 4)
     n_valid: np.ndarray  # (P,)
@@ -34,6 +42,10 @@ class Tallies:
     n_done: np.ndarray  # (P,)
     cosine_sum: np.ndarray  # (P, S)
     cosine_sumsq: np.ndarray  # (P, S)
+    pair_density_sum: np.ndarray  # (P, S)
+    pair_density_sumsq: np.ndarray  # (P, S)
+    span_dim_sum: np.ndarray  # (P, S)
+    span_dim_sumsq: np.ndarray  # (P, S)
     n_merged: np.ndarray  # (P, S): valid trajectories with numerically merged tokens
     seconds: float = 0.0
 
@@ -44,6 +56,10 @@ class Tallies:
         "n_done",
         "cosine_sum",
         "cosine_sumsq",
+        "pair_density_sum",
+        "pair_density_sumsq",
+        "span_dim_sum",
+        "span_dim_sumsq",
         "n_merged",
     )
 
@@ -51,24 +67,37 @@ class Tallies:
     def zeros(cls, n_points: int, n_saves: int) -> "Tallies":
         z = np.zeros
         return cls(
-            z((n_points, n_saves, len(OUTCOMES)), np.int64),
-            z(n_points, np.int64),
-            z(n_points, np.int64),
-            z(n_points, np.int64),
-            z((n_points, n_saves)),
-            z((n_points, n_saves)),
-            z((n_points, n_saves), np.int64),
+            counts=z((n_points, n_saves, len(OUTCOMES)), np.int64),
+            n_valid=z(n_points, np.int64),
+            n_nonfinite=z(n_points, np.int64),
+            n_done=z(n_points, np.int64),
+            cosine_sum=z((n_points, n_saves)),
+            cosine_sumsq=z((n_points, n_saves)),
+            pair_density_sum=z((n_points, n_saves)),
+            pair_density_sumsq=z((n_points, n_saves)),
+            span_dim_sum=z((n_points, n_saves)),
+            span_dim_sumsq=z((n_points, n_saves)),
+            n_merged=z((n_points, n_saves), np.int64),
         )
 
     def arrays(self) -> list[np.ndarray]:
         return [getattr(self, name) for name in self.FIELDS]
 
-    def add_chunk(self, p: int, counts, n_valid, n_nonfinite, cosines, n_merged) -> None:
+    def sums(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """(Σ, Σ²) of the mean called ``name`` (a key of :data:`MEANS`)."""
+        prefix = "cosine" if name == "mean_cosine" else name
+        return getattr(self, f"{prefix}_sum"), getattr(self, f"{prefix}_sumsq")
+
+    def add_chunk(
+        self, p: int, counts, n_valid, n_nonfinite, cosines, densities, spans, n_merged
+    ) -> None:
         """Add one chunk's device results to point ``p`` (its ``n_done`` is the caller's)."""
-        cos_sum, cos_sumsq = fixed_point_sums(np.asarray(cosines))
         self.n_merged[p] += np.asarray(n_merged)
         self.counts[p] += np.asarray(counts)
         self.n_valid[p] += int(n_valid)
         self.n_nonfinite[p] += int(n_nonfinite)
-        self.cosine_sum[p] += cos_sum
-        self.cosine_sumsq[p] += cos_sumsq
+        for (name, unit), values in zip(MEANS.items(), (cosines, densities, spans)):
+            total, total_sq = self.sums(name)
+            first, second = fixed_point_sums(np.asarray(values), unit)
+            total[p] += first
+            total_sq[p] += second

@@ -1,5 +1,8 @@
 """Discrete layer maps: deep transformers at initialization (spec §2), run with ``lax.scan``."""
 
+import math
+import sys
+import warnings
 from typing import final
 
 import equinox as eqx
@@ -8,17 +11,39 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from .._core.attention import Attention
-from .._core.errors import INT32_MAX, ParameterError, check_int
+from .._core.attention import Attention, matmul
+from .._core.eigenmaps import EigenmapsStep
+from .._core.errors import INT32_MAX, ParameterError, check_bound, check_int
+from .._core.norms import AbstractNorm
 from .._core.saveat import SaveAt
 from .._core.schemes import AbstractScheme, PostLN
-from .._core.values import AbstractValues, MatrixValues
+from .._core.values import AbstractValues, DeterministicValues, MatrixValues
+from .._core.weights import DrawnWeights, RandomWeights
 from .base import AbstractTrajectoryModel, Reduction
+
+#: The depth L when neither ``depth`` nor ``step`` is given.
+DEFAULT_DEPTH = 100
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning at the first frame outside attndyn and
+    equinox (model construction runs through equinox's ``__init__`` machinery)."""
+    level, frame = 1, sys._getframe(1)
+    while frame is not None and any(
+        part in frame.f_code.co_filename for part in ("/attndyn/", "/equinox/", "<frozen")
+    ):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def _optional_python_float(value) -> float | None:
+    """Converter for static numbers: a Python float (hashable), or ``None``."""
+    return None if value is None else float(value)
 
 
 @final
 class DiscreteTransformer(AbstractTrajectoryModel):
-    """A depth-``L·T`` transformer whose layer n acts at time t = n/L.
+    """A transformer whose layer n acts at time t = n/L (or t = nη with a real step η).
 
     Each layer draws its value operator from ``values`` with the key
     ``fold_in(key, n)``, so one trajectory's randomness does not depend on how many
@@ -31,10 +56,18 @@ class DiscreteTransformer(AbstractTrajectoryModel):
         attention: the attention core (β, kind, Q, K, options).
         values: the value operator; default full Gaussian matrix noise with σ = 1
             (003 eq. 4).
-        scheme: the normalization scheme; default Post-LN.
-        depth: L, the number of layers per unit time (the step is 1/L).
-        saveat: the horizon T (the stack has ``round(L·T)`` layers) and the save times,
-            rounded to layers.
+        scheme: the normalization scheme (and its norm); default Post-LN.
+        depth: L, the number of layers per unit time (the step is 1/L; default 100).
+        saveat: the horizon T (the stack has ``round(T/η)`` layers) and the save times,
+            rounded to layers. A horizon off the layer grid is rounded with a warning that
+            names the layer count; one shorter than half a layer is refused.
+        step: a real step η > 0 instead of ``depth`` (t = nη; L = 1/η in the layer maps
+            and the value operators, e.g. the peers' η = 0.1·e^{−β}).
+        weights: frozen random Q, K, V (:class:`RandomWeights`), drawn per trajectory or
+            shared, kept across depth or redrawn every k layers: scores β x_iᵀ B x_j and
+            attention output V A_i, on which ``values`` then acts (use
+            ``DeterministicValues()`` for the peers' x ← norm(x + η V A)). Needs one head
+            and no matrices of its own in ``attention``.
     """
 
     attention: Attention
@@ -42,38 +75,126 @@ class DiscreteTransformer(AbstractTrajectoryModel):
     # import time, which jax.distributed.initialize forbids.
     values: AbstractValues = eqx.field(default_factory=MatrixValues)
     scheme: AbstractScheme = PostLN()
-    depth: int = eqx.field(static=True, default=100)
+    depth: int | None = eqx.field(static=True, default=None)
     saveat: SaveAt = SaveAt(1.0)
+    step: float | None = eqx.field(
+        static=True, default=None, kw_only=True, converter=_optional_python_float
+    )
+    weights: RandomWeights | None = eqx.field(default=None, kw_only=True)
 
     def __check_init__(self):
-        check_int("depth", self.depth, lower=1, upper=INT32_MAX)
-        check_layer_count(self.depth, self.saveat.horizon)
+        if self.depth is not None and self.step is not None:
+            raise ParameterError("give depth (layers per unit time) or step (η), not both.")
+        if self.depth is not None:
+            check_int("depth", self.depth, lower=1, upper=INT32_MAX)
+        if self.step is not None:
+            check_bound("step", self.step, lower=0.0, lower_open=True)
+        self._check_weights()
+        self._check_horizon()
+
+    def _check_weights(self) -> None:
+        att = self.attention
+        if self.weights is not None and not att.rotation_invariant:
+            raise ParameterError(
+                "weights= draws Q, K and V itself: it needs one head and no query, key_matrix, "
+                "value or output in the attention."
+            )
+
+    def _check_horizon(self) -> None:
+        if self.step is None:
+            exact = self.layers_per_unit * self.saveat.horizon
+        else:
+            exact = self.saveat.horizon / self.step
+        if not exact < INT32_MAX + 0.5:
+            raise ParameterError(
+                f"horizon/step = {exact:.6g} layers is more than the {INT32_MAX} that int32 "
+                "layer indices hold; lower the depth or the horizon."
+            )
+        layers = round(exact)
+        if layers == 0:
+            raise ParameterError(
+                f"horizon={self.saveat.horizon:g} is shorter than half a layer (step "
+                f"{self.step_size:g}): it would run 0 layers; give a horizon of at least one "
+                "step or a smaller step."
+            )
+        # Within float32 rounding of the grid (a step given as a float32 array) is on it.
+        if not math.isclose(exact, layers, rel_tol=1e-6, abs_tol=1e-6):
+            warnings.warn(
+                f"horizon={self.saveat.horizon:g} is not a multiple of the layer step "
+                f"{self.step_size:g}: running {layers} layers, to t = "
+                f"{layers * self.step_size:g}.",
+                stacklevel=_user_stacklevel(),
+            )
+
+    @property
+    def layers_per_unit(self) -> int | float:
+        """L = 1/η: ``depth`` (an int), or ``1/step`` (a float)."""
+        if self.step is not None:
+            return 1.0 / self.step
+        return DEFAULT_DEPTH if self.depth is None else self.depth
+
+    @property
+    def step_size(self) -> float:
+        """η = 1/L, the time between layers."""
+        return self.step if self.step is not None else 1 / self.layers_per_unit
 
     @property
     def n_layers(self) -> int:
-        return round(self.depth * self.saveat.horizon)
+        if self.step is not None:
+            return round(self.saveat.horizon / self.step)
+        return round(self.layers_per_unit * self.saveat.horizon)
 
     @property
     def save_layers(self) -> np.ndarray:
-        return self.saveat.steps(1 / self.depth).astype(np.int32)
+        return self.saveat.steps(self.step_size).astype(np.int32)
 
     @property
     def save_times(self) -> np.ndarray:
-        return self.save_layers / self.depth
+        if self.step is not None:
+            return self.save_layers * self.step
+        return self.save_layers / self.layers_per_unit
 
-    def layer(self, x: Float[Array, "N d"], n: Array, *, key: PRNGKeyArray) -> Float[Array, "N d"]:
-        """Layer n (0-based): the state after it, given the state before it."""
+    def layer(
+        self,
+        x: Float[Array, "N d"],
+        n: Array,
+        *,
+        key: PRNGKeyArray,
+        drawn: DrawnWeights | None = None,
+    ) -> Float[Array, "N d"]:
+        """Layer n (0-based): the state after it, given the state before it.
+
+        ``drawn``: this layer's random weights when already drawn (frozen weights are
+        drawn once per trajectory); drawn here from ``key`` when omitted.
+        """
         layer_key = jax.random.fold_in(key, n)
+        depth = self.layers_per_unit
+        attention, value = self.attention, None
+        if self.weights is not None:
+            if drawn is None:
+                drawn = self.weights.at_layer(key, n, x.shape[-1], x.dtype)
+            attention, value = with_weights(attention, drawn), drawn.value
 
         def update(z):
-            return self.values.apply(self.attention(z), key=layer_key, depth=self.depth)
+            a = attention(z)
+            if value is not None:
+                a = matmul(a, value.T)
+            return self.values.apply(a, key=layer_key, depth=depth)
 
-        return self.scheme.layer(x, update, layer=n.astype(x.dtype), depth=self.depth)
+        return self.scheme.layer(x, update, layer=n.astype(x.dtype), depth=depth)
 
     def trajectory(self, x0, *, key):
+        drawn = None
+        if self.weights is not None and self.weights.frozen:
+            # Frozen: one draw for the whole trajectory (the same numbers as drawing it in
+            # every layer from the same key).
+            drawn = self.weights.at_layer(key, jnp.zeros((), jnp.int32), x0.shape[-1], x0.dtype)
+
         def segment(carry, stop):
             x, start = carry
-            x = jax.lax.fori_loop(start, stop, lambda n, y: self.layer(y, n, key=key), x)
+            x = jax.lax.fori_loop(
+                start, stop, lambda n, y: self.layer(y, n, key=key, drawn=drawn), x
+            )
             return (x, stop), x
 
         _, saves = jax.lax.scan(
@@ -88,17 +209,28 @@ class DiscreteTransformer(AbstractTrajectoryModel):
         return reduce_discrete(self, n_tokens, dim)
 
 
-def check_layer_count(depth: int, horizon: float) -> None:
-    """L·T must round to at least one layer and fit the int32 layer index."""
-    layers = depth * horizon
-    product = f"depth·horizon = {depth}·{horizon:g} = {layers:.6g}"
-    if not layers < INT32_MAX + 0.5:
-        raise ParameterError(
-            f"{product} layers is more than the {INT32_MAX} that int32 layer indices hold; "
-            "lower the depth or the horizon."
-        )
-    if round(layers) < 1:
-        raise ParameterError(
-            f"{product} rounds to 0 layers; the stack needs at least one: raise the depth or "
-            "the horizon."
-        )
+def with_weights(attention: Attention, drawn: DrawnWeights) -> Attention:
+    """``attention`` with the drawn query and key matrices (identity where ``None``)."""
+    if drawn.query is None and drawn.key_matrix is None:
+        return attention
+    return eqx.tree_at(
+        lambda a: (a.query, a.key_matrix),
+        attention,
+        (drawn.query, drawn.key_matrix),
+        is_leaf=lambda v: v is None,
+    )
+
+
+def eigenmaps_transformer(
+    step: EigenmapsStep, *, saveat: SaveAt, norm: "AbstractNorm | str" = "layernorm"
+) -> DiscreteTransformer:
+    """Seed 002's iteration ``X ← LayerNorm(X + 2η(softmax(κXXᵀ − βI − M) − I)X)`` as a
+    :class:`DiscreteTransformer`: Laplacian attention, deterministic values and Post-LN with
+    ``norm`` (centred LayerNorm by default) at step 2η, so that t = 2ηn."""
+    return DiscreteTransformer(
+        step.attention(),
+        DeterministicValues(),
+        PostLN(norm=norm),
+        saveat=saveat,
+        step=step.layer_step,
+    )

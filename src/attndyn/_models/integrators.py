@@ -246,8 +246,10 @@ def solve_with_switch(
     state0, r0 = y0
     y0 = (state0, jnp.where(tau > 0, jnp.ones_like(r0), r0))
     ts1 = jnp.concatenate([jnp.minimum(ts, tau), tau[None]])
-    (s1, r1), n1 = segment(PostLN(), t0, tau, y0, ts1)
-    (s2, r2), n2 = segment(PreLN(), tau, t_end, (s1[-1], r1[-1]), jnp.maximum(ts, tau))
+    (s1, r1), n1 = segment(PostLN(norm=scheme.norm), t0, tau, y0, ts1)
+    (s2, r2), n2 = segment(
+        PreLN(norm=scheme.norm), tau, t_end, (s1[-1], r1[-1]), jnp.maximum(ts, tau)
+    )
     first = ts <= tau
 
     def pick(a, b):

@@ -16,9 +16,10 @@ import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._core.attention import Attention
+from .._core.errors import ParameterError
 from .._core.saveat import SaveAt
 from .._core.schemes import AbstractScheme, PostLN
-from .._core.sphere import normalize, tangent_project
+from .._core.sphere import tangent_project
 from .base import AbstractTrajectoryModel
 from .integrators import ODEIntegrator, solve_with_switch
 
@@ -59,6 +60,11 @@ class NormalizedAttentionODE(AbstractTrajectoryModel):
     any start, as their first discrete layer normalises it away. Mix-LN is solved in two
     segments split exactly at τ (:func:`solve_with_switch`).
 
+    With a scheme whose ``norm`` is :class:`LayerNorm` (no gain or bias) the start is
+    centred, θ = (x0 − x̄0)/|x0 − x̄0| and r = |x0 − x̄0|, and the flow stays on the unit
+    sphere of the mean-zero hyperplane. Where the speed factor vanishes (Peri-LN and nGPT
+    at A_i = 0) the token does not move.
+
     Args:
         attention: the attention core (β, Q, K, kind); V = I.
         scheme: the normalization scheme (speed factors).
@@ -77,14 +83,22 @@ class NormalizedAttentionODE(AbstractTrajectoryModel):
     def save_times(self) -> np.ndarray:
         return self.saveat.times
 
+    def __check_init__(self):
+        if self.scheme.norm.affine:
+            raise ParameterError(
+                "the normalized-attention ODE needs a norm without gain or bias (tokens on a "
+                "sphere); use the discrete layer maps for an affine LayerNorm."
+            )
+
     def vector_field(self, t, state: State, scheme: AbstractScheme) -> State:
         """(dθ/dt, dr/dt) for ``scheme`` (Mix-LN is solved segment by segment)."""
         theta, r = state
         # Using the normalised rows makes d|θ|²/dt = 0 exactly for the continuous flow.
-        unit = normalize(theta)
+        unit = scheme.norm.direction(theta)
         attn = self.attention(unit)
         radial = jnp.sum(unit * attn, axis=-1)
         attn_norm = jnp.linalg.norm(attn, axis=-1)
+        # Peri-LN and nGPT give s_i = ∞ where A_i = 0: no direction to move in, dθ_i = 0.
         s = scheme.speed(t, r, attn_norm)
         dtheta = tangent_project(unit, attn) / s[:, None]
         return dtheta, scheme.radial_rate(t, r, radial, attn_norm)
@@ -97,8 +111,9 @@ class NormalizedAttentionODE(AbstractTrajectoryModel):
         """Solve from ``x0`` (θ = x0/|x0|, r = |x0|) and return the saves."""
         dtype = x0.dtype
         ts = jnp.asarray(self.save_times, dtype)
-        r0 = jnp.linalg.norm(x0, axis=-1)
-        y0 = (x0 / r0[:, None], r0)
+        centred = self.scheme.norm.centre(x0)
+        r0 = jnp.linalg.norm(centred, axis=-1)
+        y0 = (centred / r0[:, None], r0)
         if not self.scheme.keeps_radius:
             # Post-LN, nGPT and sqrt-scaling keep rows on the sphere: r = 1 throughout,
             # as after the first discrete layer.

@@ -21,7 +21,7 @@ never overflows.
 
 import abc
 import math
-from typing import ClassVar, final
+from typing import TYPE_CHECKING, ClassVar, final
 
 import diffrax as dfx
 import equinox as eqx
@@ -52,9 +52,21 @@ class AbstractOverlapSDE(AbstractModel):
 
     per_device: ClassVar[bool] = True
 
-    beta: eqx.AbstractVar[Float[Array, ""]]
-    saveat: eqx.AbstractVar[SaveAt]
-    integrator: eqx.AbstractVar[SDEIntegrator]
+    if TYPE_CHECKING:  # pyright reads AbstractVar as a field, first in __init__'s order
+
+        @property
+        def beta(self) -> Float[Array, ""]: ...
+
+        @property
+        def saveat(self) -> SaveAt: ...
+
+        @property
+        def integrator(self) -> SDEIntegrator: ...
+
+    else:
+        beta: eqx.AbstractVar[Float[Array, ""]]
+        saveat: eqx.AbstractVar[SaveAt]
+        integrator: eqx.AbstractVar[SDEIntegrator]
 
     @abc.abstractmethod
     def rates(self, z: Float[Array, "*b"]) -> tuple[Float[Array, "*b"], Float[Array, "*b"]]:
@@ -147,8 +159,8 @@ class OverlapSDE(AbstractOverlapSDE):
     sigma: Float[Array, ""] = eqx.field(converter=as_float, default=1.0)
     eps: Float[Array, ""] = eqx.field(converter=as_float, default=0.0)
     dim: int = eqx.field(static=True, default=3)
-    saveat: SaveAt = SaveAt(1.0)
-    integrator: SDEIntegrator = SDEIntegrator()
+    saveat: SaveAt = SaveAt(1.0)  # pyright: ignore[reportIncompatibleMethodOverride]
+    integrator: SDEIntegrator = SDEIntegrator()  # pyright: ignore[reportIncompatibleMethodOverride]
 
     def __check_init__(self):
         check_choice("attention", self.attention, ATTENTION_KINDS)

@@ -9,7 +9,7 @@ Z(γ) = e^β + (n−1)e^{βγ}:
     γ' = 2F/s(t, r, |A|),   r' = ρ(t, r, ⟨θ, A⟩, |A|)
 
 with the scheme's speed factors. The ODE is solved for ℓ = log(1 − γ) rather than γ:
-the terminal decay of 1 − γ (e^{−2t}, t^{−2}, e^{−4√t}) then never underflows or cancels,
+the terminal decay of 1 − γ (e^{−2t}, t^{−2}, e^{−4√(t+1)}) then never underflows or cancels,
 so terminal rates can be read off at any horizon. Dividing numerator and denominator by
 e^β, with u = 1 − γ:
 

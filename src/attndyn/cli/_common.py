@@ -13,6 +13,7 @@ import jax
 from click.core import ParameterSource
 
 from .._core.errors import NonFiniteError, ParameterError
+from .._core.norms import NORM_NAMES
 from .._core.serialize import plain
 from .._core.values import DISTRIBUTIONS
 from .._estimate.distributed import initialize_distributed
@@ -93,6 +94,22 @@ def study_options(func: Callable) -> Callable:
             "rademacher scalars v_n for hybrid noise (003 eq. 7 assumes them bounded)].",
         ),
         click.option("--sigma", default=1.0, show_default=True, type=float, help="σ > 0."),
+        click.option(
+            "--norm",
+            default="rms",
+            show_default=True,
+            type=click.Choice(NORM_NAMES),
+            help="Token normalisation of Post-LN: rms (the unit sphere) or layernorm "
+            "(centred: the unit sphere of the mean-zero hyperplane, d ≥ 3; its law is the "
+            "rms model in d − 1 dimensions). Discrete engine only.",
+        ),
+        click.option(
+            "--step",
+            default=None,
+            type=float,
+            help="Discrete engine: a real layer step η > 0 instead of --depth (t = nη; a "
+            "horizon off the layer grid is rounded with a warning).",
+        ),
         click.option(
             "--solver",
             default="euler",
@@ -246,6 +263,8 @@ def model_spec(options: dict[str, Any], *, noise: str, attention: str) -> ModelS
         horizon=options["horizon"],
         solver=options["solver"],
         dt=options["dt"],
+        norm=options.get("norm", "rms"),
+        step=options.get("step"),
     )
 
 

@@ -1,5 +1,6 @@
 """``attndyn evolution``: clustering fractions against time (seed 003 Figs. 7-9)."""
 
+import functools
 import time
 
 import click
@@ -15,6 +16,7 @@ from ._common import (
     ints,
     model_spec,
     monte_carlo,
+    save_png,
     start_processes,
     study_checkpoint,
     study_metadata,
@@ -53,8 +55,10 @@ def evolution(**options) -> None:
 
     Fig. 7: --beta 5 --dim 4 --tokens 50 --horizon 50. Fig. 8: --tokens 2 --dim 4,6,8,10
     --beta 0.25,1,3 --horizon 50 (and 100). Fig. 9: --model full,deterministic --beta 0.5
-    --horizon 15, and --beta 4.5 --horizon 30. Writes OUT/evolution.nc and
-    OUT/evolution.png.
+    --horizon 15, and --beta 4.5 --horizon 30. Writes OUT/evolution.nc,
+    OUT/evolution.png and OUT/evolution_pair_density.png (the (t, β) heatmap of the
+    fraction of pairs with cosine > 0.999). The --json series also give, at every time, the
+    mean pair density and span dimension (Gram eigenvalues > 1e-3) with standard errors.
     """
     options["started"] = time.perf_counter()
     writer = start_processes(options)  # jax.distributed must start before other JAX work
@@ -85,6 +89,18 @@ def evolution(**options) -> None:
             def draw(ds):
                 return plot.evolution(ds, label_keys=("model", "beta", "dim", "tokens", "eps"))
 
+            figure = plot.pair_density(ds)
+            heatmap = out.write(
+                "evolution_pair_density.png", functools.partial(save_png, figure, dpi=130)
+            )
             finish(
-                ds, "evolution", out, checkpoint, draw, options, kind="evolution", series=series(ds)
+                ds,
+                "evolution",
+                out,
+                checkpoint,
+                draw,
+                options,
+                kind="evolution",
+                series=series(ds),
+                pair_density_figure=str(heatmap),
             )

@@ -9,6 +9,8 @@ changed.
 - :func:`beta_eps`: the (β, ε) diagram (Fig. 4);
 - :func:`beta_n`: P(has an antipodal pair) against β per N (Fig. 6);
 - :func:`evolution`: class fractions against time (Figs. 7-9);
+- :func:`pair_density`: the peers' (t, β) heatmap of the fraction of clustered pairs (or
+  of the span dimension);
 - :func:`schemes`: the normalization-scheme figures (seed 004 Figs. 2-4, rates).
 
 Every figure's title says what to look for and states the parameters and sample sizes.
@@ -17,6 +19,7 @@ Colours are colour-blind safe: the Okabe–Ito palette (:data:`OKABE_ITO`,
 (:func:`ordered_colors`) for ordered values.
 """
 
+from ._density import plot_pair_density as pair_density
 from ._phase import plot_phase_diagram as phase_diagram
 from ._schemes import plot_schemes as schemes
 from ._sde import (
@@ -34,6 +37,7 @@ __all__ = [
     "category_colors",
     "evolution",
     "ordered_colors",
+    "pair_density",
     "phase_diagram",
     "schemes",
 ]

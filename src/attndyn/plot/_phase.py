@@ -21,10 +21,12 @@ def plot_phase_diagram(
     """P(outcome) at the last save time against β, one curve per d, with Wilson bands.
 
     With ``theory=True`` and two tokens, the exact t = ∞ probability is drawn for each d
-    and β_c(d) is marked with a dashed vertical line. Colours run along viridis with d.
+    and β_c(d) is marked with a dashed vertical line (for a centred-LayerNorm study, those
+    of d − 1 dimensions: the dataset's ``norm`` attribute). Colours run along viridis with d.
     The title says what to look for (``title`` replaces its first line); the second line
     gives N, the sample size, L and T.
     """
+    norm = str(ds.attrs.get("norm", "rms"))
     if ax is None:
         fig, ax = subplots(figsize=(7, 4.6))
     else:
@@ -42,12 +44,12 @@ def plot_phase_diagram(
         )
         ax.plot(beta, sel["probability"].values, "o", color=color, ms=4, label=f"d = {int(d)}")
         if exact:
-            bc = beta_critical(int(d))
+            bc = beta_critical(int(d), norm)
             # 61 points and the kink at β_c itself: the curve is smooth on either side; it
             # is computed up to EXACT_BETA_MAX (within 1e-3 of its limit 1/2).
             top = min(max(beta.max(), 0.1), EXACT_BETA_MAX)
             fine = np.union1d(np.linspace(0, top, 61), [min(bc, top)])
-            ax.plot(fine, p_antipodal_curve(fine, int(d)), "-", color=color, lw=1)
+            ax.plot(fine, p_antipodal_curve(fine, int(d), norm), "-", color=color, lw=1)
             if bc > 0:
                 ax.axvline(bc, color=color, ls="--", lw=0.8)
     name = outcome.replace("_", " ")
@@ -60,6 +62,8 @@ def plot_phase_diagram(
         headline = f"P({name}) against β, one colour per d"
         key = "dots: Monte Carlo, bands: Wilson 95 %"
     tokens_text = ", ".join(str(int(n)) for n in tokens)
+    if norm != "rms":
+        tokens_text += f" ({norm}: the curves of d − 1 dimensions)"
     text = f"{title or headline}\nN = {tokens_text}, {sample_line(ds)}\n{key}"
     ax.set_title(wrap(text, axes_width(ax) + 0.5), fontsize=9)
     ax.set_ylim(-0.02, max(0.55, float(np.nanmax(last["ci_upper"].values)) + 0.05))

@@ -101,12 +101,15 @@ def _rates(ds: xr.Dataset, names, colors):
         row = ds.sel(scheme=name)
         tt, lg = row["rate_time"].values, row["rate_log_gap"].values
         kind = str(row["terminal_rate_kind"].values)
+        variable = (
+            str(row["terminal_rate_variable"].values) if "terminal_rate_variable" in row else "t"
+        )
         ax.plot(tt, lg / np.log(10), color=colors[name])
         ax.set_xscale("log" if kind == "power" else "linear")
         ax.set(
             title=f"{name}\nfit {float(row['terminal_rate']):.4g} "
             f"[{float(row['terminal_rate_lower']):.4g}, "
-            f"{float(row['terminal_rate_upper']):.4g}]\n"
+            f"{float(row['terminal_rate_upper']):.4g}] per unit of {variable}\n"
             f"theory {row['terminal_law'].values}",
             xlabel="t",
         )

@@ -27,7 +27,9 @@ from .._core.errors import (
     check_int,
     check_seed,
 )
+from .._core.norms import NORM_NAMES
 from .._core.saveat import SaveAt
+from .._core.schemes import PostLN
 from .._core.sphere import uniform_sphere
 from .._core.values import DISTRIBUTIONS, MatrixValues, ScalarValues
 from .._estimate.estimator import estimate_probabilities
@@ -77,6 +79,8 @@ def phase_model(
     solver: str = "euler",
     dt: float = 0.01,
     save_at: tuple[float, ...] | None = None,
+    norm: str = "rms",
+    step: float | None = None,
 ) -> AbstractModel:
     """The model of one phase-diagram point.
 
@@ -87,8 +91,14 @@ def phase_model(
 
     ``values`` is the law of the value noise: by default Gaussian matrix entries (eq. 4, as
     in the paper's experiments) and Rademacher scalars v_n (eq. 7 assumes them bounded).
+    ``norm="layernorm"``: Post-LN with centred LayerNorm (discrete engine; d ≥ 3), whose
+    law is the RMS model's in d − 1 dimensions. ``step``: a real layer step η instead of
+    ``depth`` (t = nη).
     """
-    del dim, tokens
+    del tokens
+    check_choice("norm", norm, NORM_NAMES)
+    if norm != "rms":
+        check_int("dim", dim, lower=3)
     att = Attention(beta, kind=attention)  # type: ignore[arg-type]
     saveat = SaveAt(horizon, save_at)
     if engine == "discrete":
@@ -98,7 +108,15 @@ def phase_model(
             vals = ScalarValues(eps, distribution=values or "rademacher")
         else:
             vals = ScalarValues(0.0)
-        return DiscreteTransformer(att, vals, depth=depth, saveat=saveat)
+        if step is not None:
+            return DiscreteTransformer(att, vals, PostLN(norm=norm), saveat=saveat, step=step)
+        scheme = PostLN() if norm == "rms" else PostLN(norm=norm)
+        return DiscreteTransformer(att, vals, scheme, depth=depth, saveat=saveat)
+    if norm != "rms":
+        raise ParameterError(
+            f"norm={norm!r} is defined for the discrete engine; its SDE limit is the RMS SDE "
+            "in d − 1 dimensions (use engine='sde' with dim − 1)."
+        )
     integrator = SDEIntegrator(solver, dt)
     if noise == "full":
         return TransformerSDE(att, sigma=sigma, saveat=saveat, integrator=integrator)
@@ -121,10 +139,24 @@ class ModelSpec:
     solver: str = "euler"
     dt: float = 0.01
     save_at: tuple[float, ...] | None = None
+    norm: str = "rms"
+    step: float | None = None
 
     def __post_init__(self):
         check_choice("noise", self.noise, NOISES)
         check_choice("engine", self.engine, ENGINES)
+        check_choice("norm", self.norm, NORM_NAMES)
+        if self.norm != "rms" and self.engine != "discrete":
+            raise ParameterError(
+                f"norm={self.norm!r} is defined for the discrete engine; its SDE limit is "
+                "the RMS SDE in d − 1 dimensions (use the sde engine with dim − 1)."
+            )
+        if self.step is not None:
+            check_bound("step", self.step, lower=0.0, lower_open=True)
+            if self.engine != "discrete":
+                raise ParameterError(
+                    "step is the layer step of the discrete engine; the sde engine takes dt."
+                )
         check_choice("attention", self.attention, ATTENTION_KINDS)
         if self.values is not None:
             check_choice("values", self.values, DISTRIBUTIONS)
@@ -159,10 +191,13 @@ class ModelSpec:
             "attention": self.attention,
             "values": self.values or {"full": "gaussian", "hybrid": "rademacher"}.get(self.noise),
             "horizon": self.horizon,
+            "norm": self.norm,
         }
         if self.noise == "full":
             record["sigma"] = self.sigma
-        if self.engine == "discrete":
+        if self.engine == "discrete" and self.step is not None:
+            record["step"] = self.step
+        elif self.engine == "discrete":
             record["depth"] = self.depth
         else:
             record.update(
@@ -263,7 +298,7 @@ def phase_diagram_study(
         warn_hybrid_step(points, spec)
     # Exact references first: a failure there must not waste the simulation.
     if kind == "beta-d":
-        exact = exact_curve(points)
+        exact = exact_curve(points, norm=spec.norm)
     elif kind == "beta-eps":
         exact = exact_hybrid_curve(points, spec.attention)
     else:
@@ -276,7 +311,7 @@ def phase_diagram_study(
         metadata={"kind": kind, **spec.metadata(), **(metadata or {})},
     )
     if exact is not None:
-        add_exact_curve(ds, exact, hybrid=kind == "beta-eps")
+        add_exact_curve(ds, exact, hybrid=kind == "beta-eps", norm=spec.norm)
     if spec.engine == "sde":
         add_sphere_drift(ds, model_fn, points, seed=mc.seed)
     return ds
@@ -286,8 +321,9 @@ def warn_hybrid_step(points: Sequence[Mapping[str, Any]], spec: ModelSpec) -> No
     """Warn once when 003 eq. 7's layer step exceeds 0.1 somewhere on the grid (there the
     discrete model at this depth is far from the SDE limit, and its answer depends on the
     law of v_n), naming the depth that would bring every point under it."""
+    depth = spec.depth if spec.step is None else 1 / spec.step
     steps = [
-        (hybrid_layer_step(p["beta"], p["eps"], spec.depth, spec.attention), p)
+        (hybrid_layer_step(p["beta"], p["eps"], depth, spec.attention), p)
         for p in points
         if p.get("eps")
     ]
@@ -295,13 +331,13 @@ def warn_hybrid_step(points: Sequence[Mapping[str, Any]], spec: ModelSpec) -> No
     if not big:
         return
     step, worst = max(big, key=lambda item: item[0])
-    depth = max(depth_for_step(p["beta"], p["eps"], spec.attention) for _, p in big)
+    needed = max(depth_for_step(p["beta"], p["eps"], spec.attention) for _, p in big)
     formula = "ε·e^β/(2√L)" if spec.attention == "unnormalized" else "ε/(2√L)"
     warnings.warn(
         f"the hybrid layer step {formula} exceeds {STEP_WARNING} at {len(big)} of "
         f"{len(points)} points (largest {step:.3g} at β = {worst['beta']}, ε = {worst['eps']}, "
-        f"L = {spec.depth}): there the discrete model is far from the SDE limit and depends "
-        f"on the law of v_n; depth ≥ {depth} would bring every point under {STEP_WARNING}.",
+        f"L = {depth:g}): there the discrete model is far from the SDE limit and depends "
+        f"on the law of v_n; depth ≥ {needed} would bring every point under {STEP_WARNING}.",
         stacklevel=3,
     )
 
@@ -323,12 +359,13 @@ def exact_hybrid_curve(points: Sequence[Mapping[str, Any]], attention: str) -> n
     )
 
 
-def exact_curve(points: Sequence[Mapping[str, Any]]) -> np.ndarray:
+def exact_curve(points: Sequence[Mapping[str, Any]], *, norm: str = "rms") -> np.ndarray:
     """The t = ∞ two-token probability per point: NaN for N ≠ 2, and for β above
-    :data:`attndyn.theory.EXACT_BETA_MAX` (where it is within 10⁻³ of its limit 1/2)."""
+    :data:`attndyn.theory.EXACT_BETA_MAX` (where it is within 10⁻³ of its limit 1/2); with
+    ``norm="layernorm"`` the RMS one of d − 1 dimensions."""
     return np.asarray(
         [
-            p_antipodal_uniform(p["beta"], p["dim"])
+            p_antipodal_uniform(p["beta"], p["dim"], norm)
             if p["tokens"] == 2 and p["beta"] <= EXACT_BETA_MAX
             else float("nan")
             for p in points
@@ -336,16 +373,19 @@ def exact_curve(points: Sequence[Mapping[str, Any]]) -> np.ndarray:
     )
 
 
-def add_exact_curve(ds: xr.Dataset, exact: np.ndarray, *, hybrid: bool = False) -> None:
+def add_exact_curve(
+    ds: xr.Dataset, exact: np.ndarray, *, hybrid: bool = False, norm: str = "rms"
+) -> None:
     """``p_antipodal_exact`` (from :func:`exact_curve` or :func:`exact_hybrid_curve`)."""
     ds["p_antipodal_exact"] = ("point", exact)
     ds["p_antipodal_exact"].attrs["description"] = (
         "exact t = ∞ probability of the hybrid overlap diffusion for two uniform tokens "
         "(closed-form scale function); NaN for N ≠ 2"
         if hybrid
-        else "exact t = ∞ probability for two uniform tokens (scale-function quadrature); "
-        f"NaN for N ≠ 2 and for β > {EXACT_BETA_MAX:g}, beyond the quadrature's range (it "
-        "tends to 1/2 as β → ∞)"
+        else "exact t = ∞ probability for two uniform tokens (scale-function quadrature"
+        + (", RMS model in d − 1 dimensions" if norm == "layernorm" else "")
+        + f"); NaN for N ≠ 2 and for β > {EXACT_BETA_MAX:g}, beyond the quadrature's range "
+        "(it tends to 1/2 as β → ∞)"
     )
 
 

@@ -34,6 +34,7 @@ from .._core.observables import mean_cosine
 from .._core.saveat import SaveAt
 from .._core.schemes import NGPT, SCHEME_NAMES, AbstractScheme, MixLN, scheme_from_name
 from .._core.sphere import uniform_sphere
+from .._core.weights import RandomWeights
 from .._estimate.dataset import attach_provenance, provenance, provenance_record
 from .._models.integrators import ODEIntegrator
 from .._models.ode import NormalizedAttentionODE
@@ -53,33 +54,45 @@ def random_weights_cosine(
     beta: float | Array,
     n_layers: int,
     key: PRNGKeyArray,
+    weights: RandomWeights | None = None,
 ) -> Float[Array, " n_layers_plus_1"]:
     """Mean pairwise cosine after each layer of a random-weight stack (seed 004 Fig. 4).
 
-    One head. Layer n draws Q_n, K_n, V_n with i.i.d. N(0, 1/d) entries (Kaiming scale
-    for a linear layer: |V x| ≈ |x|) and applies the scheme's map with update
-    ``V_n A(Z; Q_n, K_n)`` and L = 1: a plain residual stack, updates of size O(1) as in
-    a transformer at initialisation, t = n the layer index (sqrt-scaling divides by
-    √(n + 1)). Mix-LN's τ is read as a fraction of the depth (Post-LN for the first
-    ⌈τ·n_layers⌉ layers). Tokens start uniform on the sphere. Returns n_layers + 1 values
-    (the start included).
+    One head. By default layer n draws fresh Q_n, K_n, V_n with i.i.d. N(0, 1/d) entries
+    (Kaiming scale for a linear layer: |V x| ≈ |x|; ``RandomWeights("kaiming", "gaussian",
+    redraw_every=1)``) and applies the scheme's map with update ``V_n A(Z; Q_n, K_n)`` and
+    L = 1: a plain residual stack, updates of size O(1) as in a transformer at
+    initialisation, t = n the layer index (sqrt-scaling divides by √(n + 1)). Mix-LN's τ is
+    read as a fraction of the depth (Post-LN for the first ⌈τ·n_layers⌉ layers). Tokens
+    start uniform on the sphere. Returns n_layers + 1 values (the start included).
+
+    ``weights`` changes how the weights are drawn: ``redraw_every=None`` draws them once
+    and keeps them for every layer (frozen, as in a real network), ``redraw_every=k``
+    every k layers; a ``key`` in ``weights`` makes every call share the same draws (runs
+    then differ only by their starts). Draw b uses ``fold_in(base, b)`` with base that key
+    or this run's own layer key.
     """
     check_int("n_tokens", n_tokens, lower=2)
     check_int("dim", dim, lower=2)
     check_int("n_layers", n_layers, lower=1)
+    if weights is None:
+        weights = RandomWeights("kaiming", "gaussian", redraw_every=1)
     if isinstance(scheme, MixLN):
-        scheme = MixLN(tau=scheme.tau * n_layers)
+        scheme = MixLN(tau=scheme.tau * n_layers, norm=scheme.norm)
     start_key, layers_key = jax.random.split(key)
     x0 = uniform_sphere(key=start_key, n_tokens=n_tokens, dim=dim)
-    scale = 1.0 / math.sqrt(dim)
+    base = layers_key if weights.key is None else weights.key
 
     def layer(x, n):
-        kq, kk, kv = jax.random.split(jax.random.fold_in(layers_key, n), 3)
-        q, k, v = (scale * jax.random.normal(kk_, (dim, dim), x.dtype) for kk_ in (kq, kk, kv))
-        attention = Attention(beta, query=q, key_matrix=k)
+        block = n if weights.redraw_every is None else n // weights.redraw_every
+        if weights.frozen:
+            block = jnp.zeros_like(n)
+        drawn = weights.sample(jax.random.fold_in(base, block), dim, x.dtype)
+        attention = Attention(beta, query=drawn.query, key_matrix=drawn.key_matrix)
 
         def update(z):
-            return attention(z) @ v.T
+            out = attention(z)
+            return out if drawn.value is None else out @ drawn.value.T
 
         x = scheme.layer(x, update, layer=n.astype(x.dtype), depth=1)
         return x, mean_cosine(x)
@@ -102,8 +115,9 @@ def _rate_window(kind: str, t_start: float, value: float) -> tuple[np.ndarray, t
         end = 1000.0 * t_start
         return np.geomspace(t_start, end, 160), (10.0 * t_start, end)
     if kind == "sqrt-exponential":
-        root_end = math.sqrt(t_start) + 40.0 / value
-        ts = np.linspace(math.sqrt(t_start), root_end, 160) ** 2
+        # Evenly spaced in the law's variable √(t + 1).
+        root = math.sqrt(t_start + 1.0)
+        ts = np.linspace(root, root + 40.0 / value, 160) ** 2 - 1.0
         return ts, (float(ts[40]), float(ts[-1]))
     end = t_start + 40.0 / value
     ts = np.linspace(t_start, end, 160)
@@ -192,6 +206,7 @@ def _scheme_part(scheme, x0, *, beta, tokens, r0, horizon, ts) -> dict[str, Any]
         "terminal_rate_upper": fit.interval[1],
         "terminal_rate_theory": theory.value,
         "terminal_rate_kind": fit.kind,
+        "terminal_rate_variable": fit.variable,
         "terminal_law": theory.formula,
         "curve": curve,
     }
@@ -240,6 +255,7 @@ _SCHEME_VARIABLES = (
     "terminal_rate_upper",
     "terminal_rate_theory",
     "terminal_rate_kind",
+    "terminal_rate_variable",
     "terminal_law",
 )
 
@@ -355,6 +371,8 @@ def schemes_summary(ds: xr.Dataset) -> dict[str, Any]:
             "initial_slope_theory": float(row["initial_slope_theory"]),
             "terminal_rate": {
                 "kind": str(row["terminal_rate_kind"].values),
+                "variable": str(row["terminal_rate_variable"].values),
+                "law": str(row["terminal_law"].values),
                 "value": float(row["terminal_rate"]),
                 "interval": [float(row["terminal_rate_lower"]), float(row["terminal_rate_upper"])],
             },

@@ -55,7 +55,8 @@ def json_points(ds: xr.Dataset) -> list[dict[str, Any]]:
 
 
 def series(ds: xr.Dataset) -> list[dict[str, Any]]:
-    """Per point: the save times and each outcome's fraction at every time."""
+    """Per point: the save times, each outcome's fraction at every time, and the means of
+    the pair density and span dimension (with standard errors) at every time."""
     out = []
     for i in range(ds.sizes["point"]):
         row = ds.isel(point=i)
@@ -68,5 +69,9 @@ def series(ds: xr.Dataset) -> list[dict[str, Any]]:
         for outcome in OUTCOMES:
             probs = row["probability"].sel(outcome=outcome).values
             record[f"p_{outcome}"] = [plain(float(v)) for v in probs]
+        for name in ("mean_cosine", "pair_density", "span_dim"):
+            if name in row:
+                record[name] = [plain(float(v)) for v in row[name].values]
+                record[f"{name}_se"] = [plain(float(v)) for v in row[f"{name}_se"].values]
         out.append(record)
     return out

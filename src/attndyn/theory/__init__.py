@@ -2,7 +2,8 @@
 
 Plain NumPy/SciPy: nothing here shares code with the simulations it checks.
 
-- Two tokens, full value noise (seed 003 Thm 2, App. C): :func:`beta_critical`,
+- Two tokens, full value noise (seed 003 Thm 2, App. C), for RMS or centred LayerNorm
+  tokens (``norm=``, :func:`effective_dim`): :func:`beta_critical`,
   :func:`scale_density`, :func:`p_antipodal_given_overlap`, :func:`p_antipodal_uniform`,
   :func:`p_antipodal_curve`, :func:`overlap_start_cdf`, :func:`antipodal_reachable`.
 - Hybrid noise (seed 003 Prop. 1 and its softmax analogue): :func:`eps_critical`,
@@ -24,6 +25,7 @@ from ._phase import (
     EXACT_BETA_MAX as EXACT_BETA_MAX,
     antipodal_reachable as antipodal_reachable,
     beta_critical as beta_critical,
+    effective_dim as effective_dim,
     eps_critical as eps_critical,
     overlap_start_cdf as overlap_start_cdf,
     p_antipodal_curve as p_antipodal_curve,

@@ -192,14 +192,14 @@ STEP_WARNING = 0.1
 
 
 def hybrid_layer_step(
-    beta: float, eps: float, depth: int, attention: str = "unnormalized"
+    beta: float, eps: float, depth: float, attention: str = "unnormalized"
 ) -> float:
     """The largest tangential move of one layer of 003 eq. 7 with |v_n| = 1: ε·e^β/(2√L)
     for USA (the self-weight e^β/2 times ε/√L), ε/(2√L) for SA (softmax weights are ≤ 1 and
     the tangential part of A is at most ½). When it is not small, L is far from the SDE
     limit of Prop. 1 and the answer depends on the law of v_n."""
     _check(beta, eps if eps > 0 else 1.0, attention)
-    check_int("depth", depth, lower=1)
+    check_bound("depth", depth, lower=0.0, lower_open=True)
     weight = math.exp(beta) / 2 if attention == "unnormalized" else 0.5
     return eps * weight / math.sqrt(depth)
 

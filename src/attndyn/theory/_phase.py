@@ -2,6 +2,11 @@
 
 These are plain NumPy/SciPy functions: they are the reference the simulations are
 checked against, so they share no code with them.
+
+``norm="layernorm"`` (centred LayerNorm, spec §0) gives the same quantities for tokens in
+R^d normalised by a centred LayerNorm: *(derived)* Post-LN is then the RMS model in d − 1
+dimensions at the same β, so every formula is evaluated at d − 1 (threshold
+d − 3 < cosh 2β).
 """
 
 import math
@@ -10,14 +15,28 @@ import numpy as np
 from scipy import integrate, special
 
 from .._core.errors import ParameterError, check_bound, check_int
+from .._core.norms import AbstractNorm, as_norm
 
 
-def beta_critical(dim: int) -> float:
+def effective_dim(dim: int, norm: "AbstractNorm | str" = "rms") -> int:
+    """The dimension of the RMS model whose two-token law is that of tokens in R^``dim``
+    under ``norm``: d for RMS, d − 1 for centred LayerNorm (at least 2 either way)."""
+    norm = as_norm(norm)
+    if norm.affine:
+        raise ParameterError(
+            "the two-token theory needs a norm without gain or bias (tokens on a sphere)."
+        )
+    check_int("dim", dim, lower=2 + norm.codimension)
+    return norm.effective_dim(dim)
+
+
+def beta_critical(dim: int, norm: "AbstractNorm | str" = "rms") -> float:
     """β_c(d) = ½ arccosh(d − 2) (003 Thm 2): P(antipodal) > 0 iff β > β_c(d), for d ≥ 3.
 
     For d = 2 both ±1 attract at every β, and β_c(2) is returned as 0. For d = 3 it is 0.
+    With ``norm="layernorm"``: ½ arccosh(d − 3), the RMS threshold of d − 1 dimensions.
     """
-    check_int("dim", dim, lower=2)
+    dim = effective_dim(dim, norm)
     if dim <= 3:
         return 0.0
     return 0.5 * math.acosh(dim - 2)
@@ -125,8 +144,10 @@ def _validate_quadrature(beta: float, dim: int) -> None:
         )
 
 
-def antipodal_reachable(beta: float, dim: int) -> bool:
-    """Whether ∫ s converges at −1, i.e. d − 2 < cosh 2β: P(antipodal) > 0 iff it does."""
+def antipodal_reachable(beta: float, dim: int, norm: "AbstractNorm | str" = "rms") -> bool:
+    """Whether ∫ s converges at −1, i.e. d − 2 < cosh 2β: P(antipodal) > 0 iff it does
+    (d − 3 < cosh 2β with ``norm="layernorm"``)."""
+    dim = effective_dim(dim, norm)
     _validate(beta, dim)
     return dim - 2 < _cosh(2 * beta)
 
@@ -176,12 +197,15 @@ def _weighted_integral(f, beta: float, dim: int, lower: float = -1.0) -> float:
     return value
 
 
-def p_antipodal_given_overlap(z: float, beta: float, dim: int) -> float:
-    """``P(antipodal at t = ∞ | Z_0 = z) = ∫_z^1 s / ∫_{−1}^1 s``, or 0 when ∫ s diverges at −1.
+def p_antipodal_given_overlap(
+    z: float, beta: float, dim: int, norm: "AbstractNorm | str" = "rms"
+) -> float:
+    """P(antipodal at t = ∞ | Z_0 = z) = ∫_z^1 s / ∫_{−1}^1 s, or 0 when ∫ s diverges at −1.
 
     Two tokens, full value noise, Q = K = I (003 Thm 2, App. C). For d = 2 this is
-    arccos(z)/π.
+    arccos(z)/π. With ``norm="layernorm"`` z is the overlap of the centred tokens.
     """
+    dim = effective_dim(dim, norm)
     _validate_quadrature(beta, dim)
     check_bound("z", z, lower=-1.0, upper=1.0)
     if not antipodal_reachable(beta, dim):
@@ -199,13 +223,17 @@ def overlap_start_cdf(z: float | np.ndarray, dim: int) -> np.ndarray:
     return np.asarray(special.betainc(a, a, (1 + np.asarray(z, dtype=np.float64)) / 2))
 
 
-def p_antipodal_uniform(beta: float, dim: int) -> float:
+def p_antipodal_uniform(beta: float, dim: int, norm: "AbstractNorm | str" = "rms") -> float:
     """P(antipodal at t = ∞) for two tokens started uniformly and independently on S^{d−1}.
 
     By Fubini, ``E[∫_{Z_0}^1 s] = ∫_{−1}^1 s(x) P(Z_0 ≤ x) dx``, so one weighted quadrature
     against the start CDF gives the average; the (1 + x) singularity of s is integrable
     exactly when β > β_c(d), and is handled by the algebraic-weight rule.
+
+    With ``norm="layernorm"`` the first centring maps the uniform start on S^{d−1} to the
+    uniform law on the unit sphere of the hyperplane, and the answer is the RMS one at d − 1.
     """
+    dim = effective_dim(dim, norm)
     _validate_quadrature(beta, dim)
     if not antipodal_reachable(beta, dim):
         return 0.0
@@ -213,6 +241,6 @@ def p_antipodal_uniform(beta: float, dim: int) -> float:
     return _weighted_integral(lambda v: float(overlap_start_cdf(v, dim)), beta, dim) / total
 
 
-def p_antipodal_curve(betas, dim: int) -> np.ndarray:
+def p_antipodal_curve(betas, dim: int, norm: "AbstractNorm | str" = "rms") -> np.ndarray:
     """:func:`p_antipodal_uniform` over an array of β."""
-    return np.array([p_antipodal_uniform(float(b), dim) for b in np.asarray(betas).ravel()])
+    return np.array([p_antipodal_uniform(float(b), dim, norm) for b in np.asarray(betas).ravel()])

@@ -41,22 +41,32 @@ def initial_slope(scheme: AbstractScheme, *, beta: float, n_tokens: int, r0: flo
     raise ParameterError(f"no closed-form slope for scheme {scheme.name!r}.")
 
 
+#: The variable each law is exponential in (the rate is per unit of it).
+VARIABLES = {"exponential": "t", "power": "log t", "sqrt-exponential": "√(t+1)"}
+
+
 @final
 class RateTheory(eqx.Module):
     """The predicted terminal law of 1 − γ: ``kind`` and ``value`` c in
 
-    - exponential: 1 − γ ~ e^{−c t};
-    - power: 1 − γ ~ t^{−c};
-    - sqrt-exponential: 1 − γ ~ e^{−c √t}.
+    - exponential: 1 − γ ~ e^{−c t} (variable t);
+    - power: 1 − γ ~ t^{−c} (variable log t);
+    - sqrt-exponential: 1 − γ ~ e^{−c √(t+1)} (variable √(t + 1)).
     """
 
     kind: RateKind = eqx.field(static=True)
     value: float = eqx.field(static=True)
     formula: str = eqx.field(static=True)
 
+    @property
+    def variable(self) -> str:
+        """The variable of the law: c is per unit of t, log t or √(t + 1)."""
+        return VARIABLES[self.kind]
+
 
 def terminal_rate_theory(scheme: AbstractScheme) -> RateTheory:
-    """Thm 4.1: e^{−2t} Post-LN; t^{−2} Pre/Mix/Peri-LN; e^{−4√t} sqrt-scaling; e^{−2αt} nGPT.
+    """Thm 4.1: e^{−2t} Post-LN; t^{−2} Pre/Mix/Peri-LN; e^{−4√(t+1)} sqrt-scaling;
+    e^{−2αt} nGPT. Each rate is per unit of its own variable (:attr:`RateTheory.variable`).
 
     nGPT's law is e^{−2∫α}: a rate in t exists for a constant α only, so a schedule is
     refused.
@@ -66,7 +76,7 @@ def terminal_rate_theory(scheme: AbstractScheme) -> RateTheory:
     if isinstance(scheme, PreLN | MixLN | PeriLN):
         return RateTheory("power", 2.0, "t^-2")
     if isinstance(scheme, SqrtScaling):
-        return RateTheory("sqrt-exponential", 4.0, "exp(-4 sqrt(t))")
+        return RateTheory("sqrt-exponential", 4.0, "exp(-4 sqrt(t+1))")
     if isinstance(scheme, NGPT):
         if scheme.alpha_schedule is not None:
             raise ParameterError(

@@ -102,8 +102,10 @@ def absorption_applies(model: "DiscreteTransformer", n_tokens: int) -> str | Non
     if not isinstance(model.scheme, PostLN):
         return "it needs the Post-LN scheme"
     att = model.attention
-    if att.laplacian or att.causal or att.n_laplacian_heads:
-        return "Laplacian or causal attention changes the overlap diffusion"
+    if any(att.laplacian_flags) or att.causal or att.self_mask:
+        return "Laplacian, causal or self-masked attention changes the overlap diffusion"
+    if att.diagonal_shift is not None:
+        return "a diagonal shift of the scores changes the overlap diffusion"
     values = model.values
     if not isinstance(values, MatrixValues) or float(values.drift) != 0.0:
         return "it needs full value noise without drift"

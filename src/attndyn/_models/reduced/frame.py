@@ -22,23 +22,33 @@ def two_token_frame(cz: Array, sz: Array) -> Float[Array, "2 2"]:
 
 
 def two_token_attention(attention: Attention, z: Array) -> tuple[Array, Array, Array, Array]:
-    """The 2 × 2 attention matrix of two unit tokens with overlap z, entry by entry."""
+    """The 2 × 2 attention matrix of two unit tokens with overlap z, entry by entry.
+
+    Every rotation-invariant option is here: causal or self mask, the diagonal shift c
+    (self-scores β − c) and a Laplacian of either sign.
+    """
     beta = attention.beta
+    shift = attention.diagonal_shift
     if attention.kind == "softmax":
-        # softmax of (β, βz): the off-diagonal weight is σ(−β(1 − z)), with no overflow.
-        off = jax.nn.sigmoid(-beta * (1 - z))
+        # softmax of (β − c, βz): the off-diagonal weight is σ(−β(1 − z) + c), no overflow.
+        gap = -beta * (1 - z)
+        off = jax.nn.sigmoid(gap if shift is None else gap + shift)
         diag = 1 - off
         first_row = (jnp.ones_like(z), jnp.zeros_like(z))  # causal: token 1 sees itself
     else:
-        diag = jnp.exp(beta) / 2 * jnp.ones_like(z)
+        self_score = beta if shift is None else beta - shift
+        diag = jnp.exp(self_score) / 2 * jnp.ones_like(z)
         off = jnp.exp(beta * z) / 2
         first_row = (diag, jnp.zeros_like(z))
+    if attention.self_mask:
+        diag = jnp.zeros_like(z)
+        if attention.kind == "softmax":
+            off = jnp.ones_like(z)
     p11, p12, p21, p22 = diag, off, off, diag
     if attention.causal:
         p11, p12 = first_row
-    laplacian = attention.laplacian
-    if attention.n_laplacian_heads is not None:
-        laplacian = attention.n_laplacian_heads >= 1
-    if laplacian:
+    if attention.laplacian_flags[0]:
         p11, p22 = p11 - 1, p22 - 1
+        if attention.laplacian_sign == "I-P":
+            p11, p12, p21, p22 = -p11, -p12, -p21, -p22
     return p11, p12, p21, p22

@@ -66,6 +66,15 @@ def reduction_blocker(model: DiscreteTransformer, n_tokens: int, dim: int) -> st
         return "Q or K is not the identity"
     if att.n_heads != 1:
         return "multi-head attention acts on coordinate blocks (not rotation-invariant)"
+    if not att.rotation_invariant:
+        return "W_V or W_O is not the identity (not rotation-invariant)"
+    if model.weights is not None:
+        return "random weights Q, K, V are not rotation-invariant once drawn"
+    if not model.scheme.norm.rotation_invariant:
+        return (
+            f"the {model.scheme.norm.name} norm centres the tokens (not rotation-invariant; "
+            "without gain or bias its law is the RMS model in d − 1 dimensions)"
+        )
     values = model.values
     gaussian = isinstance(values, MatrixValues) and values.distribution == "gaussian"
     if not (gaussian or isinstance(values, AbstractScalarValues)):
@@ -176,7 +185,7 @@ class ReducedTransformer(AbstractModel):
         width = noise.shape[1]
         x = jnp.pad(c, ((0, 0), (0, width - n_tokens)))
         attention: Attention = model.attention
-        depth = model.depth
+        depth = model.layers_per_unit
         scale = values.sigma / math.sqrt(depth)
 
         def update(z):
@@ -208,7 +217,7 @@ class ReducedTransformer(AbstractModel):
         values = model.values
         assert isinstance(values, MatrixValues)
         dtype = cz.dtype
-        depth = model.depth
+        depth = model.layers_per_unit
         # Row i of G = [B | L]: the value noise acting on frame direction i.
         g1 = (z[0], z[1], chi[0], jnp.zeros((), dtype))
         g2 = (z[2], z[3], z[4], chi[1])

@@ -70,7 +70,7 @@ class SpanTransformer(AbstractModel):
         values = self.model.values
         assert isinstance(values, AbstractScalarValues)
         layer_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, n)
-        depth = self.model.depth
+        depth = self.model.layers_per_unit
         return jax.vmap(lambda k: values.scale(key=k, depth=depth, dtype=dtype))(layer_keys)
 
     def chain_layer(self, cz: Array, log_sz: Array, s: Array) -> tuple[Array, Array]:
