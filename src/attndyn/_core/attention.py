@@ -158,17 +158,19 @@ class Attention(eqx.Module):
                 "d/h coordinates)."
             )
         head_dim = dim // self.n_heads
-        allowed = {(head_dim, head_dim), (self.n_heads, head_dim, head_dim)}
-        allowed.add((self.n_heads, head_dim, dim))
+        forms = {
+            (head_dim, head_dim): "shared by the heads",
+            (self.n_heads, head_dim, head_dim): "one matrix per head on its d/h block",
+        }
+        # With one head, (h, d/h, d) is the per-head-block shape: name it once.
+        forms.setdefault((self.n_heads, head_dim, dim), "a per-head projection R^d → R^(d/h)")
         for name in ("query", "key_matrix", "value"):
             matrix = getattr(self, name)
-            if matrix is not None and tuple(matrix.shape) not in allowed:
+            if matrix is not None and tuple(matrix.shape) not in forms:
+                listed = ", ".join(f"{shape} ({what})" for shape, what in forms.items())
                 raise ParameterError(
                     f"{name} has shape {tuple(matrix.shape)}; for d = {dim} and n_heads = "
-                    f"{self.n_heads} it must be ({head_dim}, {head_dim}) (shared by the heads), "
-                    f"({self.n_heads}, {head_dim}, {head_dim}) (one matrix per head on its "
-                    f"d/h block) or ({self.n_heads}, {head_dim}, {dim}) (a per-head "
-                    "projection R^d → R^(d/h))."
+                    f"{self.n_heads} it must be one of {listed}."
                 )
         if self.output is not None and tuple(self.output.shape) != (dim, dim):
             raise ParameterError(

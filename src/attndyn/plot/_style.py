@@ -20,7 +20,7 @@ import matplotlib
 import numpy as np
 import xarray as xr
 
-from .._models.discrete import DiscreteTransformer
+from .._models.discrete import DEFAULT_DEPTH, DiscreteTransformer
 
 #: Okabe & Ito (2008), "Color Universal Design", in the order used for categories:
 #: blue, vermillion, bluish green, reddish purple, orange, sky blue, black, yellow.
@@ -76,8 +76,8 @@ def _depth_from_repr(model: str) -> int | None:
     match = re.search(r"\bdepth=(\d+)", model)
     if match:
         return int(match.group(1))
-    if model.startswith(f"{DiscreteTransformer.__name__}("):
-        return DiscreteTransformer.__dataclass_fields__["depth"].default
+    if model.startswith(f"{DiscreteTransformer.__name__}(") and not re.search(r"\bstep=", model):
+        return DEFAULT_DEPTH  # depth=None means the default L
     return None
 
 

@@ -78,7 +78,7 @@ def phase_model(
     horizon: float = 40.0,
     solver: str = "euler",
     dt: float = 0.01,
-    save_at: tuple[float, ...] | None = None,
+    save_at: tuple[float | int, ...] | None = None,
     norm: str = "rms",
     step: float | None = None,
 ) -> AbstractModel:
@@ -138,7 +138,7 @@ class ModelSpec:
     horizon: float = 60.0
     solver: str = "euler"
     dt: float = 0.01
-    save_at: tuple[float, ...] | None = None
+    save_at: tuple[float | int, ...] | None = None
     norm: str = "rms"
     step: float | None = None
 

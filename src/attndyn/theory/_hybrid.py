@@ -192,7 +192,7 @@ STEP_WARNING = 0.1
 
 
 def hybrid_layer_step(
-    beta: float, eps: float, depth: float, attention: str = "unnormalized"
+    beta: float, eps: float, depth: float | int, attention: str = "unnormalized"
 ) -> float:
     """The largest tangential move of one layer of 003 eq. 7 with |v_n| = 1: ε·e^β/(2√L)
     for USA (the self-weight e^β/2 times ε/√L), ε/(2√L) for SA (softmax weights are ≤ 1 and
