@@ -137,18 +137,7 @@ def test_vmap_over_starts_and_parameters():
     for i in range(3):
         single = jax.jit(solve)(betas[i], alphas[i], x0[i])
         np.testing.assert_allclose(batched[i], single, atol=1e-5)
-    taus = jnp.array([0.0, 0.5, 1.0])
-
-    def solve_mix(tau):
-        return (
-            NormalizedAttentionODE(Attention(1.0), MixLN(tau=tau), saveat=SaveAt(2.0))
-            .solve(x0[0])
-            .r
-        )
-
-    radii = jax.vmap(solve_mix)(taus)
-    for i in range(3):
-        np.testing.assert_allclose(radii[i], jax.jit(solve_mix)(taus[i]), rtol=1e-5)
+    # vmap over Mix-LN's τ: test_mix_ln_extremes_and_vmap_over_tau.
 
 
 @pytest.mark.parametrize(
