@@ -50,6 +50,9 @@ def test_phase_diagram_round_trip(tmp_path):
     prov = ad.provenance(ds)
     assert prov["seed"] == 0 and prov["depth"] == 5 and "attndyn_version" in prov
     assert prov["command"].startswith("attndyn")
+    # Early absorption is on by default where it is quantified (two tokens, reduced route).
+    assert prov["early_absorption"]["bound"] == 1e-7
+    assert all(gaps is not None for gaps in prov["early_absorption"]["gaps"])
     assert (tmp_path / "phase_diagram.png").stat().st_size > 10_000
     assert not (tmp_path / "phase_diagram.checkpoint.nc").exists()
     ds.close()

@@ -88,7 +88,7 @@ COMMON = {
     "solver": ["euler", "heun"],
     "dt": ["0.5", "0.25"],
     "route": ["auto", "full"],
-    "early-absorption": ["1e-7", "0.5"],  # valid on the reduced route only
+    "early-absorption": ["1e-7", "0.5", "auto", "off"],  # a bound: reduced route only
     "eps": ["0", "0.5", "0,1"],
     "attention": list(ATTENTION_KINDS),
 }

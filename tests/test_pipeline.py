@@ -77,6 +77,18 @@ def test_plan_refuses_absorption_where_it_is_not_quantified():
     assert gaps[1] is not None and gaps[1][0] == pytest.approx(1e-3 * (5e-8) ** (2 / 3), rel=1e-6)
 
 
+def test_auto_absorption_applies_where_quantified_and_nowhere_else():
+    # "auto" (the CLI's default): the default bound where the route supports it, nothing
+    # (and no error) where it does not; an unknown word is refused.
+    plan = _plan(early_absorption="auto")
+    assert plan.absorption_bound == 1e-7
+    assert all(p.model.absorption_gaps() is not None for p in plan.points)
+    full = _plan(early_absorption="auto", route="full")
+    assert all(p.model.absorption_gaps() is None for p in full.points)
+    with pytest.raises(ad.ParameterError, match="early_absorption"):
+        _plan(early_absorption="always")
+
+
 def test_fixed_point_sums_are_exact_and_order_free():
     rng = np.random.default_rng(0)
     cosines = rng.uniform(-1, 1, size=(1000, 3))

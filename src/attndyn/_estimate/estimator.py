@@ -6,7 +6,7 @@ import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -46,7 +46,7 @@ def estimate_probabilities(
     progress: bool = True,
     metadata: Mapping[str, Any] | None = None,
     route: str = "auto",
-    early_absorption: bool | float = False,
+    early_absorption: bool | float | Literal["auto"] = False,
     x64: bool = False,
 ) -> xr.Dataset:
     """Estimate the probability of each clustering class at each save time, per point.
@@ -86,7 +86,9 @@ def estimate_probabilities(
             function so that an absorbed trajectory changes class later with probability
             ≤ ε (see :mod:`attndyn._models.reduced.absorption`). Needs a model that
             supports it (the reduced two-token Post-LN route with drift-free Gaussian
-            values); δ± per point go to provenance.
+            values); ``"auto"`` (the CLI's default): bound 10⁻⁷ at the points that
+            support it, none elsewhere. δ± per point (``None`` where not absorbed) go to
+            provenance.
         x64: run in float64 (starts, states and the model's parameters), for the full
             routes where float32 coordinates merge tokens closer than ~10⁻⁷; recorded in
             provenance as ``dtype``. Either way, trajectories whose tokens became

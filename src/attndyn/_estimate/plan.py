@@ -71,8 +71,12 @@ class Plan:
         return [p.route for p in self.points]
 
 
-def absorption_bound_of(early_absorption: bool | float) -> float | None:
-    """``True`` → the default bound, ``False`` → none, a float → itself (checked)."""
+def absorption_bound_of(early_absorption: bool | float | str) -> float | None:
+    """``True`` or ``"auto"`` → the default bound, ``False`` → none, a float → itself
+    (checked)."""
+    if isinstance(early_absorption, str):
+        check_choice("early_absorption", early_absorption, ("auto",))
+        return DEFAULT_BOUND
     if isinstance(early_absorption, bool):
         return DEFAULT_BOUND if early_absorption else None
     check_bound("early_absorption", early_absorption, lower=0.0, upper=1.0, lower_open=True)
@@ -110,8 +114,10 @@ def plan_point(
     route: str,
     tol: float,
     absorption_bound: float | None,
+    absorption_required: bool = True,
 ) -> PointPlan:
-    """Build the point's model, take its reduced form where allowed, make it absorbing."""
+    """Build the point's model, take its reduced form where allowed, make it absorbing
+    (where it can be, when ``absorption_required`` is false)."""
     n_tokens, dim = int(point["tokens"]), int(point["dim"])
     user_model = model_fn(**point)
     if not isinstance(user_model, AbstractModel):
@@ -125,8 +131,9 @@ def plan_point(
         try:
             model = model.with_absorption(tol=tol, bound=absorption_bound, dim=dim)
         except ParameterError as error:
-            why = f" It runs on the full route: {reason}." if route_name == "full" else ""
-            raise ParameterError(f"at {point}: {error}{why}") from None
+            if absorption_required:
+                why = f" It runs on the full route: {reason}." if route_name == "full" else ""
+                raise ParameterError(f"at {point}: {error}{why}") from None
     return PointPlan(point, n_tokens, dim, model, route_name, user_model)
 
 
@@ -151,7 +158,7 @@ def make_plan(
     radius: float,
     chunk_size: int | None,
     route: str,
-    early_absorption: bool | float,
+    early_absorption: bool | float | str,
     on_nonfinite: str,
     x64: bool = False,
 ) -> Plan:
@@ -166,7 +173,14 @@ def make_plan(
     )
     bound = absorption_bound_of(early_absorption)
     planned = [
-        plan_point(model_fn, p, route=route, tol=tol, absorption_bound=bound)
+        plan_point(
+            model_fn,
+            p,
+            route=route,
+            tol=tol,
+            absorption_bound=bound,
+            absorption_required=early_absorption != "auto",
+        )
         for p in check_points(points)
     ]
     save_times = np.asarray(planned[0].model.save_times, dtype=np.float64)

@@ -193,6 +193,23 @@ class AbstractSphereSDE(AbstractTrajectoryModel):
             return f"the overlap diffusion has no {self.integrator.solver!r} solver"
         return None
 
+    def _overlap_reduction(self, n_tokens: int, dim: int, **noise) -> Reduction:
+        """The two-token overlap diffusion of this SDE (``noise``: its noise fields)."""
+        from .overlap import OverlapSDE
+
+        blocker = self._overlap_blocker(n_tokens)
+        if blocker is not None:
+            return Reduction(None, blocker)
+        overlap = OverlapSDE(
+            beta=self.attention.beta,
+            attention=self.attention.kind,
+            dim=dim,
+            saveat=self.saveat,
+            integrator=self.integrator,
+            **noise,
+        )
+        return Reduction(overlap, "")
+
 
 def _drift(t, y, model: AbstractSphereSDE):
     del t
@@ -239,22 +256,7 @@ class TransformerSDE(AbstractSphereSDE):
 
     def reduction(self, n_tokens: int, dim: int) -> Reduction:
         """For two tokens: the overlap diffusion (003 Lemma 4), exact in law."""
-        from .overlap import OverlapSDE
-
-        blocker = self._overlap_blocker(n_tokens)
-        if blocker is not None:
-            return Reduction(None, blocker)
-        att = self.attention
-        overlap = OverlapSDE(
-            beta=att.beta,
-            attention=att.kind,
-            noise="full",
-            sigma=self.sigma,
-            dim=dim,
-            saveat=self.saveat,
-            integrator=self.integrator,
-        )
-        return Reduction(overlap, "")
+        return self._overlap_reduction(n_tokens, dim, noise="full", sigma=self.sigma)
 
     def ito_drift(self, y):
         dim = y.shape[-1]
@@ -303,22 +305,7 @@ class HybridSDE(AbstractSphereSDE):
 
     def reduction(self, n_tokens: int, dim: int) -> Reduction:
         """For two tokens: the overlap diffusion (spec §3.4), exact in law."""
-        from .overlap import OverlapSDE
-
-        blocker = self._overlap_blocker(n_tokens)
-        if blocker is not None:
-            return Reduction(None, blocker)
-        att = self.attention
-        overlap = OverlapSDE(
-            beta=att.beta,
-            attention=att.kind,
-            noise="hybrid",
-            eps=self.eps,
-            dim=dim,
-            saveat=self.saveat,
-            integrator=self.integrator,
-        )
-        return Reduction(overlap, "")
+        return self._overlap_reduction(n_tokens, dim, noise="hybrid", eps=self.eps)
 
     def ito_drift(self, y):
         theta = normalize(y)

@@ -150,6 +150,24 @@ def study_options(func: Callable) -> Callable:
     return scale_options(_apply(func, options))
 
 
+class AbsorptionBound(click.ParamType):
+    """``auto``, ``off`` or a bound in (0, 1] (checked by :class:`MonteCarlo`)."""
+
+    name = "auto|off|BOUND"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and value.strip().lower() in ("auto", "off"):
+            return None if value.strip().lower() == "off" else "auto"
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            self.fail(
+                f"early-absorption={value!r} must be auto, off or a bound in (0, 1].",
+                param,
+                ctx,
+            )
+
+
 def scale_options(func: Callable) -> Callable:
     """``--route``, ``--early-absorption``, ``--exclude-nonfinite`` and the multi-host flags."""
     options = [
@@ -163,10 +181,12 @@ def scale_options(func: Callable) -> Callable:
         ),
         click.option(
             "--early-absorption",
-            type=float,
-            default=None,
-            help="Stop a chunk once every two-token trajectory is within δ of ±1, δ from "
-            "the scale function for this per-trajectory bound (e.g. 1e-7).",
+            type=AbsorptionBound(),
+            default="auto",
+            show_default=True,
+            help="Stop each two-token trajectory once it is within δ of ±1, δ from the "
+            "scale function for this per-trajectory bound on a changed class (e.g. 1e-7); "
+            "auto: 1e-7 where the route supports it; off: simulate every layer.",
         ),
         click.option(
             "--x64",

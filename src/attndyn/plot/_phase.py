@@ -66,6 +66,8 @@ def plot_phase_diagram(
         tokens_text += f" ({norm}: the curves of d − 1 dimensions)"
     text = f"{title or headline}\nN = {tokens_text}, {sample_line(ds)}\n{key}"
     ax.set_title(wrap(text, axes_width(ax) + 0.5), fontsize=9)
-    ax.set_ylim(-0.02, max(0.55, float(np.nanmax(last["ci_upper"].values)) + 0.05))
+    upper = last["ci_upper"].values
+    top = float(np.nanmax(upper)) if np.isfinite(upper).any() else 0.0  # all excluded: NaN
+    ax.set_ylim(-0.02, max(0.55, top + 0.05))
     ax.legend(fontsize=8, ncols=2, title="dimension", title_fontsize=8)
     return fig  # type: ignore[return-value]

@@ -215,7 +215,9 @@ class MonteCarlo:
     tol: float = 1e-3
     chunk_size: int | None = None
     route: str = "auto"
-    early_absorption: float | None = None
+    #: A per-trajectory bound, ``"auto"`` (10⁻⁷ where the route supports it: the CLI's
+    #: default) or ``None`` (off).
+    early_absorption: float | str | None = None
     exclude_nonfinite: bool = False
     x64: bool = False
 
@@ -225,7 +227,9 @@ class MonteCarlo:
         check_bound("tol", self.tol, lower=0.0, upper=1.0, lower_open=True, upper_open=True)
         if self.chunk_size is not None:
             check_int("chunk-size", self.chunk_size, lower=1, upper=MAX_TRAJECTORIES)
-        if self.early_absorption is not None:
+        if isinstance(self.early_absorption, str):
+            check_choice("early-absorption", self.early_absorption, ("auto",))
+        elif self.early_absorption is not None:
             check_bound(
                 "early-absorption", self.early_absorption, lower=0.0, upper=1.0, lower_open=True
             )
