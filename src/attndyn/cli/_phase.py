@@ -74,7 +74,8 @@ def phase_diagram(**options) -> None:
 
     Two-token points with Gaussian values run on the exact-in-law reduced route unless
     --route full; there, trajectories whose class can change later only with probability
-    below 1e-7 stop early (--early-absorption auto, the default; a bound EPS, or off). Several hosts: --coordinator HOST:PORT --process-count P --process-id p (or
+    below 1e-7 stop early (--early-absorption auto, the default; a bound EPS, or off).
+    Several hosts: --coordinator HOST:PORT --process-count P --process-id p (or
     ATTNDYN_COORDINATOR, ATTNDYN_PROCESS_COUNT, ATTNDYN_PROCESS_ID); process 0 writes the
     outputs.
     """

@@ -11,7 +11,7 @@ import functools
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import equinox as eqx
 import jax
@@ -217,7 +217,7 @@ class MonteCarlo:
     route: str = "auto"
     #: A per-trajectory bound, ``"auto"`` (10⁻⁷ where the route supports it: the CLI's
     #: default) or ``None`` (off).
-    early_absorption: float | str | None = None
+    early_absorption: float | Literal["auto"] | None = None
     exclude_nonfinite: bool = False
     x64: bool = False
 
