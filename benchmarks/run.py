@@ -48,6 +48,7 @@ import numpy as np
 import xarray as xr
 
 import attndyn as ad
+from attndyn._core import random as core_random
 from attndyn._models.reduced import samplers
 
 WORKLOADS = {
@@ -114,12 +115,32 @@ def numpy_rate(w: dict, batch: int = 512, layers: int = 200, repeats: int = 3) -
     return batch * layers / best
 
 
+def _best_seconds(f, *args) -> float:
+    """Best of two timed calls of ``f`` (compiled by a first call)."""
+    jax.block_until_ready(f(*args))
+    best = math.inf
+    for _ in range(2):
+        start = time.perf_counter()
+        jax.block_until_ready(f(*args))
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def _sharded_keys(n: int):
+    keys = jax.random.split(jax.random.key(1, impl=PRNG_IMPL[0]), n)
+    mesh = jax.sharding.Mesh(np.array(jax.local_devices()), ("traj",))
+    return jax.device_put(
+        keys, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("traj"))
+    )
+
+
 def rng_seconds(w: dict, route: str, n: int) -> float:
     """Seconds the PRNG alone needs for the run's draws (same keys, batch and layer count).
 
-    It calls the engine's own samplers: ``normal((d, d))`` per layer for the full route;
-    for the reduced route the block-of-layers Gaussians and chi variates of the two-token
-    chain (N = 2, one key per LAYER_BLOCK layers) or the ``[B | L_W]`` noise block (N > 2).
+    It calls the engine's own samplers: the value operator's ``draw_noise`` per layer for
+    the full route (N × d Gaussians when N < d, d × d otherwise); for the reduced route the
+    block-of-layers Gaussians and chi variates of the two-token chain (N = 2, one key per
+    LAYER_BLOCK layers) or the ``[B | L_W]`` noise block (N > 2).
     """
     n_layers = round(w["depth"] * w["horizon"])
     n_tok, dim = w["tokens"], w["dim"]
@@ -129,12 +150,12 @@ def rng_seconds(w: dict, route: str, n: int) -> float:
 
     def draw(k):
         if reduced is None:
-            return jnp.sum(jax.random.normal(k, (dim, dim), dtype))
+            return jnp.sum(base.values.draw_noise(k, n_tok, dim, dtype))
         return jnp.sum(reduced._noise(k, n_tok, dtype))
 
     def one(key):
         def body(i, acc):
-            return acc + draw(jax.random.fold_in(key, i))
+            return acc + draw(core_random.fold_in(key, i))
 
         return jax.lax.fori_loop(0, n_layers, body, jnp.zeros((), dtype))
 
@@ -143,27 +164,36 @@ def rng_seconds(w: dict, route: str, n: int) -> float:
         block = samplers.LAYER_BLOCK
 
         def body(b, acc):
-            block_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, b)
+            block_keys = jax.vmap(core_random.fold_in, in_axes=(0, None))(keys, b)
             z, chi = samplers.two_token_block(block_keys, dim, dtype)
             return acc + jnp.sum(z, axis=(0, 1)) + jnp.sum(chi, axis=(0, 1))
 
         n_blocks = -(-n_layers // block)
         return jax.lax.fori_loop(0, n_blocks, body, jnp.zeros(keys.shape, dtype))
 
-    keys = jax.random.split(jax.random.key(1, impl=PRNG_IMPL[0]), n)
-    devices = jax.local_devices()
-    mesh = jax.sharding.Mesh(np.array(devices), ("traj",))
-    keys = jax.device_put(
-        keys, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("traj"))
-    )
     f = jax.jit(chain if route != "full" and n_tok == 2 else jax.vmap(one))
-    f(keys).block_until_ready()
-    best = math.inf
-    for _ in range(2):
-        start = time.perf_counter()
-        f(keys).block_until_ready()
-        best = min(best, time.perf_counter() - start)
-    return best
+    return _best_seconds(f, _sharded_keys(n))
+
+
+def arithmetic_seconds(w: dict, n: int) -> float:
+    """Seconds of the full route's layers with the random numbers left out: the same layer
+    maps (attention, value product, norms) on one fixed draw of each layer's noise, same
+    batch and layer count. With :func:`rng_seconds` this splits the engine's time into its
+    arithmetic and its hashing, each at the speed XLA reaches on it alone."""
+    n_layers = round(w["depth"] * w["horizon"])
+    n_tok, dim = w["tokens"], w["dim"]
+    model = make_model(w["beta"], dim, n_tok, depth=w["depth"], horizon=w["horizon"])
+
+    def one(key):
+        x0 = ad.uniform_sphere(key=key, n_tokens=n_tok, dim=dim)
+        noise = model.layer_noise(x0, jnp.asarray(0), key=key)
+
+        def body(i, x):
+            return model.layer(x, i, key=key, noise=noise)
+
+        return jax.lax.fori_loop(0, n_layers, body, x0)
+
+    return _best_seconds(jax.jit(jax.vmap(one)), _sharded_keys(n))
 
 
 def peak_memory_mb() -> float:
@@ -205,6 +235,7 @@ def bench(name: str, route: str) -> dict:
     rate = steps / t_second
     numpy = numpy_rate(w)
     rng = rng_seconds(w, chosen, w["n"])
+    arithmetic = arithmetic_seconds(w, w["n"]) if chosen == "full" else None
     return {
         "workload": name,
         "traj_steps_per_s": rate,
@@ -214,6 +245,14 @@ def bench(name: str, route: str) -> dict:
         "peak_mem_mb": mem,
         "device": device_name(),
         "rng_bound_efficiency": rng / t_second,
+        # (seconds of the draws alone + seconds of the arithmetic alone) / engine seconds:
+        # near 1, the engine runs at the speed of its parts; below 1, it loses time
+        # between them.
+        "arithmetic_bound_efficiency": None
+        if arithmetic is None
+        else (rng + arithmetic) / t_second,
+        "arithmetic_s": arithmetic,
+        "rng_s": rng,
         "route": chosen,
         "prng_impl": PRNG_IMPL[0],
         "seconds": t_second,

@@ -3,12 +3,12 @@
 from typing import Literal
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float
 
 from .errors import ParameterError, check_bound, check_choice, check_int, check_scalar
+from .linalg import small_max, small_sum
 
 ATTENTION_KINDS = ("softmax", "unnormalized")
 AttentionKind = Literal["softmax", "unnormalized"]
@@ -219,7 +219,7 @@ class Attention(eqx.Module):
             s = s - shift * jnp.eye(n_tokens, dtype=s.dtype)[None]
         mask = self.mask(n_tokens)
         if self.kind == "softmax":
-            p = jax.nn.softmax(s, axis=-1, where=None if mask is None else mask[None])
+            p = _softmax(s, None if mask is None else mask[None])
         else:
             p = jnp.exp(s) / n_tokens
         if mask is not None:
@@ -241,6 +241,16 @@ class Attention(eqx.Module):
         if self.output is not None:
             out = matmul(out, self.output.T.astype(out.dtype))
         return out
+
+
+def _softmax(s: Float[Array, "*b n"], mask: Bool[Array, "..."] | None) -> Float[Array, "*b n"]:
+    """Softmax over the last axis (keys), shifted by the row maximum so that it never
+    overflows; masked keys get weight 0 (every row keeps at least one key). The short
+    reductions are unrolled (:func:`small_sum`)."""
+    if mask is not None:
+        s = jnp.where(mask, s, -jnp.inf)
+    e = jnp.exp(s - small_max(s, -1, keepdims=True))
+    return e / small_sum(e, -1, keepdims=True)
 
 
 def _check_head_matrix(name: str, matrix, n_heads: int) -> None:
@@ -271,7 +281,7 @@ def matmul(a: Float[Array, "*b m k"], b: Float[Array, "*b k n"]) -> Float[Array,
     m, k = a.shape[-2:]
     n = b.shape[-1]
     if m * k * n <= SMALL_PRODUCT:
-        return jnp.sum(a[..., :, :, None] * b[..., None, :, :], axis=-2)
+        return small_sum(a[..., :, :, None] * b[..., None, :, :], axis=-2)
     return a @ b
 
 

@@ -1,7 +1,41 @@
 """Small dense linear algebra on one configuration, written for vmap."""
 
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
+
+#: Sums over an axis at most this long are written as a tree of adds of its slices. Under
+#: ``vmap`` the trajectory axis comes first, so a reduction over a tiny minor axis (d = 4
+#: coordinates, N = 2 keys) is a loop XLA's CPU backend runs a few elements at a time;
+#: adds of slices are elementwise over the whole batch and fuse with their neighbours
+#: (the attention of N = 2, d = 4 runs 2x faster). Longer axes keep ``jnp.sum``.
+SMALL_AXIS = 8
+
+
+def small_sum(x: Array, axis: int = -1, *, keepdims: bool = False) -> Array:
+    """``jnp.sum(x, axis, keepdims=keepdims)``, unrolled (pairwise) for short axes."""
+    axis = axis % x.ndim
+    n = x.shape[axis]
+    if n == 0 or n > SMALL_AXIS:
+        return jnp.sum(x, axis=axis, keepdims=keepdims)
+    parts = [jax.lax.index_in_dim(x, i, axis, keepdims=keepdims) for i in range(n)]
+    while len(parts) > 1:
+        pairs = [a + b for a, b in zip(parts[::2], parts[1::2], strict=False)]
+        parts = pairs + parts[len(pairs) * 2 :]
+    return parts[0]
+
+
+def small_max(x: Array, axis: int = -1, *, keepdims: bool = False) -> Array:
+    """``jnp.max``, unrolled for short axes like :func:`small_sum`."""
+    axis = axis % x.ndim
+    n = x.shape[axis]
+    if n == 0 or n > SMALL_AXIS:
+        return jnp.max(x, axis=axis, keepdims=keepdims)
+    parts = [jax.lax.index_in_dim(x, i, axis, keepdims=keepdims) for i in range(n)]
+    while len(parts) > 1:
+        pairs = [jnp.maximum(a, b) for a, b in zip(parts[::2], parts[1::2], strict=False)]
+        parts = pairs + parts[len(pairs) * 2 :]
+    return parts[0]
 
 
 def lq(x: Float[Array, "N w"]) -> Float[Array, "N N"]:
@@ -27,13 +61,13 @@ def lq(x: Float[Array, "N w"]) -> Float[Array, "N N"]:
     r = x
     for k in range(n_tokens):
         a = r[k, k:]
-        norm = jnp.sqrt(jnp.sum(a * a))
+        norm = jnp.sqrt(small_sum(a * a))
         sign = jnp.where(a[0] < 0, -1.0, 1.0).astype(x.dtype)
         v = a.at[0].add(sign * norm)
         vv = norm * (norm + jnp.abs(a[0]))  # vᵀv / 2, without cancellation
         scale = jnp.where(vv > 0, 1 / jnp.where(vv > 0, vv, 1), 0)
         tail = r[k:, k:]
-        tail = tail - (scale * jnp.sum(tail * v[None, :], axis=1))[:, None] * v[None, :]
+        tail = tail - (scale * small_sum(tail * v[None, :], axis=1))[:, None] * v[None, :]
         # Row k itself is exactly (−sign·|a|, 0, …, 0) after its reflection.
         pivot = jnp.zeros((width - k,), x.dtype).at[0].set(-sign * norm)
         r = r.at[k:, k:].set(tail.at[0].set(pivot))

@@ -4,10 +4,12 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from .linalg import small_sum
+
 
 def normalize(y: Float[Array, "*batch d"]) -> Float[Array, "*batch d"]:
     """``y / |y|`` along the last axis (RMSNorm up to the constant √d)."""
-    return y / jnp.linalg.norm(y, axis=-1, keepdims=True)
+    return y / jnp.sqrt(small_sum(y * y, -1, keepdims=True))
 
 
 def tangent_project(

@@ -11,8 +11,9 @@ from typing import Literal, final
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float, PRNGKeyArray
+from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
+from . import random
 from .attention import as_float, matmul
 from .errors import check_bound, check_choice, check_scalar
 from .linalg import lq
@@ -39,7 +40,7 @@ def sample_entries(
     """
     check_choice("distribution", distribution, DISTRIBUTIONS)
     if distribution == "gaussian":
-        return jax.random.normal(key, shape, dtype)
+        return random.normal(key, shape, dtype)
     if distribution == "uniform":
         s = math.sqrt(3.0)
         return jax.random.uniform(key, shape, dtype, minval=-s, maxval=s)
@@ -50,14 +51,39 @@ def sample_entries(
 
 
 class AbstractValues(eqx.Module):
-    """How layer n's value operator acts on the attention output ``A`` (shape ``(N, d)``)."""
+    """How layer n's value operator acts on the attention output ``A`` (shape ``(N, d)``).
 
-    @abc.abstractmethod
+    A layer runs in two stages: :meth:`draw_noise` draws the layer's random numbers from
+    its key (they never depend on the state), then :meth:`apply_noise` applies the operator
+    they define to ``A``. The layer loop draws layer n + 1's numbers while it runs layer n
+    and carries them: XLA then materialises them once instead of fusing (and so repeating)
+    the hash into each of their uses. A subclass may implement :meth:`apply` only; its
+    "noise" is then the layer key itself.
+    """
+
+    def draw_noise(self, key: PRNGKeyArray, n_tokens: int, dim: int, dtype) -> PyTree:
+        """The layer's random numbers (a pytree of arrays; the key itself by default)."""
+        del n_tokens, dim, dtype
+        return key
+
+    def apply_noise(
+        self, attention_out: Float[Array, "N d"], noise: PyTree, *, depth: int | float
+    ) -> Float[Array, "N d"]:
+        """The rows ``V_n A_i`` given the layer's :meth:`draw_noise`."""
+        return self.apply(attention_out, key=noise, depth=depth)
+
     def apply(
         self, attention_out: Float[Array, "N d"], *, key: PRNGKeyArray, depth: int | float
     ) -> Float[Array, "N d"]:
         """Return the rows ``V_n A_i`` for one layer of a depth-``depth`` stack (L = 1/η may
-        be a float)."""
+        be a float), drawing the layer's numbers from ``key``."""
+        n_tokens, dim = attention_out.shape[-2:]
+        noise = self.draw_noise(key, n_tokens, dim, attention_out.dtype)
+        if noise is key and type(self).apply_noise is AbstractValues.apply_noise:
+            raise NotImplementedError(
+                f"{type(self).__name__} must implement apply, or draw_noise and apply_noise."
+            )
+        return self.apply_noise(attention_out, noise, depth=depth)
 
     @property
     @abc.abstractmethod
@@ -74,8 +100,11 @@ class AbstractScalarValues(AbstractValues):
     def scale(self, *, key: PRNGKeyArray, depth: float, dtype) -> Float[Array, ""]:
         """The layer's multiplier s_n (one draw per layer and trajectory from ``key``)."""
 
-    def apply(self, attention_out, *, key, depth):
-        return self.scale(key=key, depth=depth, dtype=attention_out.dtype) * attention_out
+    def draw_noise(self, key, n_tokens, dim, dtype):
+        return key
+
+    def apply_noise(self, attention_out, noise, *, depth):
+        return self.scale(key=noise, depth=depth, dtype=attention_out.dtype) * attention_out
 
 
 @final
@@ -86,8 +115,10 @@ class DeterministicValues(AbstractScalarValues):
         del key
         return jnp.asarray(1.0 / depth, dtype)
 
-    def apply(self, attention_out, *, key, depth):
-        del key
+    def draw_noise(self, key, n_tokens, dim, dtype):
+        return None
+
+    def apply_noise(self, attention_out, noise, *, depth):
         return attention_out / depth
 
     @property
@@ -114,18 +145,23 @@ class MatrixValues(AbstractValues):
         check_scalar("drift", self.drift)
         check_bound("drift", self.drift)  # any finite value
 
-    def apply(self, attention_out, *, key, depth):
-        n_tokens, dim = attention_out.shape[-2:]
-        if self.distribution == "gaussian" and n_tokens < dim:
+    def _on_span(self, n_tokens: int, dim: int) -> bool:
+        return self.distribution == "gaussian" and n_tokens < dim
+
+    def draw_noise(self, key, n_tokens, dim, dtype):
+        if self._on_span(n_tokens, dim):
             # Rows are tokens, so V x becomes x Vᵀ. A Gaussian M is rotation-invariant:
             # with A = C Q (LQ, Q orthonormal rows spanning A's rows), A Mᵀ = C (Q Mᵀ) and
             # Q Mᵀ is N × d i.i.d. N(0, 1), independent of the state. So N·d Gaussians
             # replace d², exactly in law, whatever the attention (any Q, K, heads).
-            y = jax.random.normal(key, (n_tokens, dim), attention_out.dtype)
-            noisy = matmul(lq(attention_out), y)
+            return random.normal(key, (n_tokens, dim), dtype)
+        return sample_entries(key, (dim, dim), self.distribution, dtype)
+
+    def apply_noise(self, attention_out, noise, *, depth):
+        if self._on_span(*attention_out.shape[-2:]):
+            noisy = matmul(lq(attention_out), noise)
         else:
-            m = sample_entries(key, (dim, dim), self.distribution, attention_out.dtype)
-            noisy = matmul(attention_out, m.T)
+            noisy = matmul(attention_out, noise.T)
         return (self.drift / depth) * attention_out + (self.sigma / math.sqrt(depth)) * noisy
 
     @property
@@ -155,9 +191,11 @@ class ScalarValues(AbstractScalarValues):
         v = sample_entries(key, (), self.distribution, dtype)
         return 1.0 / depth + self.eps * v / math.sqrt(depth)
 
-    def apply(self, attention_out, *, key, depth):
-        v = sample_entries(key, (), self.distribution, attention_out.dtype)
-        return (1.0 / depth + self.eps * v / math.sqrt(depth)) * attention_out
+    def draw_noise(self, key, n_tokens, dim, dtype):
+        return sample_entries(key, (), self.distribution, dtype)
+
+    def apply_noise(self, attention_out, noise, *, depth):
+        return (1.0 / depth + self.eps * noise / math.sqrt(depth)) * attention_out
 
     @property
     def noise(self) -> str:

@@ -9,12 +9,13 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, PRNGKeyArray
+from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
 from .._core.attention import Attention, matmul
 from .._core.eigenmaps import EigenmapsStep
 from .._core.errors import INT32_MAX, ParameterError, check_bound, check_int
 from .._core.norms import AbstractNorm
+from .._core.random import fold_in
 from .._core.saveat import SaveAt
 from .._core.schemes import AbstractScheme, PostLN
 from .._core.values import AbstractValues, DeterministicValues, MatrixValues
@@ -161,14 +162,17 @@ class DiscreteTransformer(AbstractTrajectoryModel):
         *,
         key: PRNGKeyArray,
         drawn: DrawnWeights | None = None,
+        noise: PyTree = None,
     ) -> Float[Array, "N d"]:
         """Layer n (0-based): the state after it, given the state before it.
 
         ``drawn``: this layer's random weights when already drawn (frozen weights are
-        drawn once per trajectory); drawn here from ``key`` when omitted.
+        drawn once per trajectory); drawn here from ``key`` when omitted. ``noise``: the
+        value operator's numbers for this layer (:meth:`layer_noise`) when already drawn.
         """
-        layer_key = jax.random.fold_in(key, n)
         depth = self.layers_per_unit
+        if noise is None:
+            noise = self.layer_noise(x, n, key=key)
         attention, value = self.attention, None
         if self.weights is not None:
             if drawn is None:
@@ -179,9 +183,14 @@ class DiscreteTransformer(AbstractTrajectoryModel):
             a = attention(z)
             if value is not None:
                 a = matmul(a, value.T)
-            return self.values.apply(a, key=layer_key, depth=depth)
+            return self.values.apply_noise(a, noise, depth=depth)
 
         return self.scheme.layer(x, update, layer=n.astype(x.dtype), depth=depth)
+
+    def layer_noise(self, x: Float[Array, "N d"], n: Array, *, key: PRNGKeyArray) -> PyTree:
+        """Layer n's value-operator numbers, from the key ``fold_in(key, n)``."""
+        n_tokens, dim = x.shape[-2:]
+        return self.values.draw_noise(fold_in(key, n), n_tokens, dim, x.dtype)
 
     def trajectory(self, x0, *, key):
         drawn = None
@@ -190,16 +199,23 @@ class DiscreteTransformer(AbstractTrajectoryModel):
             # every layer from the same key).
             drawn = self.weights.at_layer(key, jnp.zeros((), jnp.int32), x0.shape[-1], x0.dtype)
 
-        def segment(carry, stop):
-            x, start = carry
-            x = jax.lax.fori_loop(
-                start, stop, lambda n, y: self.layer(y, n, key=key, drawn=drawn), x
-            )
-            return (x, stop), x
+        def step(n, carry):
+            # Layer n + 1's numbers are drawn while layer n runs and carried: a loop-carried
+            # array is materialised once, where a draw inside the layer would be fused, and
+            # so recomputed, into each of its uses (XLA duplicates the integer hash into
+            # every consumer: 2-3x the cost of the draw at N = 2, d = 4).
+            x, noise = carry
+            new = self.layer(x, n, key=key, drawn=drawn, noise=noise)
+            return new, self.layer_noise(x, n + 1, key=key)
 
-        _, saves = jax.lax.scan(
-            segment, (x0, jnp.asarray(0, jnp.int32)), jnp.asarray(self.save_layers)
-        )
+        def segment(carry, stop):
+            x, noise, start = carry
+            x, noise = jax.lax.fori_loop(start, stop, step, (x, noise))
+            return (x, noise, stop), x
+
+        start = jnp.asarray(0, jnp.int32)
+        first = self.layer_noise(x0, start, key=key)
+        _, saves = jax.lax.scan(segment, (x0, first, start), jnp.asarray(self.save_layers))
         return saves
 
     def reduction(self, n_tokens: int, dim: int) -> Reduction:

@@ -43,6 +43,7 @@ from jaxtyping import Array, Float, Key, PRNGKeyArray
 
 from ..._core.attention import Attention, matmul
 from ..._core.errors import ParameterError, check_int
+from ..._core.random import fold_in
 from ..._core.schemes import PostLN
 from ..._core.values import AbstractScalarValues, MatrixValues
 from ..base import AbstractModel, Reduction
@@ -168,20 +169,24 @@ class ReducedTransformer(AbstractModel):
         if self._two_token_post_ln:
             # The chain's layers draw their numbers by blocks (see LAYER_BLOCK): row
             # n mod LAYER_BLOCK of block n // LAYER_BLOCK, as in :meth:`simulate`.
-            block_key = jax.random.fold_in(key, n // LAYER_BLOCK)
+            block_key = fold_in(key, n // LAYER_BLOCK)
             z, chi = two_token_block(block_key[None], self.dim, c.dtype)
             row = n % LAYER_BLOCK
             cz, sz = self._layer_two(c[1, 0], c[1, 1], z[row, :, 0], chi[row, :, 0])
             return two_token_frame(cz, sz)
         return self._layer_frame(c, n, key=key)
 
-    def _layer_frame(self, c: Float[Array, "N N"], n: Array, *, key: PRNGKeyArray):
-        """Any N and scheme: the scheme's map on ``[C, 0]`` with the noise ``[B | L_W]``."""
+    def _layer_frame(
+        self, c: Float[Array, "N N"], n: Array, *, key: PRNGKeyArray, noise: Array | None = None
+    ):
+        """Any N and scheme: the scheme's map on ``[C, 0]`` with the noise ``[B | L_W]``
+        (drawn from ``fold_in(key, n)`` unless given)."""
         n_tokens = c.shape[0]
         model = self.model
         values = model.values
         assert isinstance(values, MatrixValues)
-        noise = self._noise(jax.random.fold_in(key, n), n_tokens, c.dtype)
+        if noise is None:
+            noise = self._noise(fold_in(key, n), n_tokens, c.dtype)
         width = noise.shape[1]
         x = jnp.pad(c, ((0, 0), (0, width - n_tokens)))
         attention: Attention = model.attention
@@ -275,18 +280,36 @@ class ReducedTransformer(AbstractModel):
         )
         return jnp.swapaxes(saves, 0, 1)
 
+    def _run_frame(self, c: Array, start: Array, stop: Array, keys: Key[Array, " batch"]) -> Array:
+        """Layers [start, stop) of :meth:`_layer_frame`; layer n + 1's noise is drawn while
+        layer n runs and carried, so XLA materialises it once instead of fusing (and so
+        repeating) the hash into each of its uses (as in the full model's trajectory)."""
+        n_tokens = c.shape[1]
+
+        def draw(n):
+            return jax.vmap(lambda k: self._noise(fold_in(k, n), n_tokens, c.dtype))(keys)
+
+        step = jax.vmap(
+            lambda c, n, k, z: self._layer_frame(c, n, key=k, noise=z), in_axes=(0, None, 0, 0)
+        )
+
+        def body(n, carry):
+            y, z = carry
+            return step(y, n, keys, z), draw(n + 1)
+
+        return jax.lax.fori_loop(start, stop, body, (c, draw(start)))[0]
+
     def _run(self, c: Array, start: Array, stop: Array, keys: Key[Array, " batch"]) -> Array:
         """Layers [start, stop) of the whole batch."""
         if not self._two_token_post_ln:
-            step = jax.vmap(lambda c, n, k: self.layer(c, n, key=k), in_axes=(0, None, 0))
-            return jax.lax.fori_loop(start, stop, lambda n, y: step(y, n, keys), c)
+            return self._run_frame(c, start, stop, keys)
         block = LAYER_BLOCK
 
         def block_two(b, y):
             # Layers b·LAYER_BLOCK + j from the block key; those outside [start, stop) (a
             # segment that starts or stops inside a block) leave the state as it is.
             cz, sz = y
-            block_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, b)
+            block_keys = jax.vmap(fold_in, in_axes=(0, None))(keys, b)
             z, chi = two_token_block(block_keys, self.dim, c.dtype)
 
             def layer(j, y):

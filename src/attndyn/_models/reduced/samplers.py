@@ -10,8 +10,15 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.extend.random import threefry2x32_p
 from jaxtyping import Array, Key, PRNGKeyArray
+
+from ..._core.random import (
+    fold_in,
+    symmetric_from_words as symmetric_words,
+    symmetric_uniform,
+    threefry2x32,
+    unit_from_words as unit_uniform,
+)
 
 #: Chi-square variates with at most this many degrees of freedom are sums of exponentials
 #: (k/2 logarithms, plus one squared Gaussian if k is odd); larger ones use
@@ -37,7 +44,6 @@ CHAIN_SMALL_DOF_MAX = 4
 #: Low bits of a 32-bit word that a float32 uniform leaves unused (it keeps the top 23).
 _SPARE_BITS = 9
 _SPARE = 2**_SPARE_BITS
-_LOW = np.nextafter(np.float32(-1), np.float32(0))
 
 
 def normals_uniforms(key: PRNGKeyArray, n: int, dtype) -> tuple[Array, Array]:
@@ -47,7 +53,7 @@ def normals_uniforms(key: PRNGKeyArray, n: int, dtype) -> tuple[Array, Array]:
     the matching uniform (v + 1)/2 lies in (0, 1) and is used, for other variates, only
     where the Gaussian is not.
     """
-    v = jax.random.uniform(key, (n,), dtype, minval=np.nextafter(np.float32(-1), 0), maxval=1)
+    v = symmetric_uniform(key, (n,), dtype)
     return math.sqrt(2) * jax.lax.erf_inv(v), 0.5 * (v + 1)
 
 
@@ -77,7 +83,7 @@ def gamma_mt(key: PRNGKeyArray, alpha: float, shape: tuple[int, ...], dtype) -> 
 
     def body(state):
         i, done, value = state
-        ok2, val2 = candidates(jax.random.fold_in(key, i), 1)
+        ok2, val2 = candidates(fold_in(key, i), 1)
         take = ~done & ok2[0]
         return i + 1, done | take, jnp.where(take, val2[0], value)
 
@@ -111,7 +117,7 @@ def variates(key: PRNGKeyArray, n_normal: int, dofs: tuple[int, ...], dtype) -> 
                 value = value + gauss[i_odd] ** 2
                 i_odd += 1
         else:
-            value = 2 * gamma_mt(jax.random.fold_in(key, i + 1), k / 2, (), dtype)
+            value = 2 * gamma_mt(fold_in(key, i + 1), k / 2, (), dtype)
         chi2.append(value)
     return normals, jnp.sqrt(jnp.stack(chi2))
 
@@ -132,7 +138,7 @@ def random_words(keys: Key[Array, " batch"], n: int, stream: int | Array = 0) ->
         shape = (half, batch)
         k = jax.random.key_data(keys)
         streams = jnp.broadcast_to(jnp.asarray(stream, jnp.uint32), (batch,))
-        out = threefry2x32_p.bind(
+        out = threefry2x32(
             jnp.broadcast_to(k[:, 0], shape),
             jnp.broadcast_to(k[:, 1], shape),
             jnp.broadcast_to(jnp.arange(half, dtype=jnp.uint32)[:, None], shape),
@@ -143,21 +149,8 @@ def random_words(keys: Key[Array, " batch"], n: int, stream: int | Array = 0) ->
         sub = keys
     else:
         streams = jnp.broadcast_to(jnp.asarray(stream, jnp.uint32), (batch,))
-        sub = jax.vmap(jax.random.fold_in)(keys, streams)
+        sub = jax.vmap(fold_in)(keys, streams)
     return jax.vmap(lambda k: jax.random.bits(k, (n,), jnp.uint32), out_axes=1)(sub)
-
-
-def symmetric_uniform(words: Array) -> Array:
-    """``jax.random.uniform(minval=nextafter(−1, 0), maxval=1)`` (float32) of these words."""
-    mantissa = jnp.right_shift(words, jnp.uint32(32 - 23)) | jnp.uint32(0x3F800000)
-    floats = jax.lax.bitcast_convert_type(mantissa, jnp.float32) - np.float32(1)
-    return jnp.maximum(_LOW, floats * (np.float32(1) - _LOW) + _LOW)
-
-
-def unit_uniform(words: Array) -> Array:
-    """``jax.random.uniform`` on [0, 1) (float32) of these words."""
-    mantissa = jnp.right_shift(words, jnp.uint32(32 - 23)) | jnp.uint32(0x3F800000)
-    return jax.lax.bitcast_convert_type(mantissa, jnp.float32) - np.float32(1)
 
 
 def mt_candidate(words: Array, d: Array) -> tuple[Array, Array, Array]:
@@ -171,7 +164,7 @@ def mt_candidate(words: Array, d: Array) -> tuple[Array, Array, Array]:
     status 2); the rest (q ≤ g < q + 1, status 1) need r: accepted iff r > g − q.
     """
     c = jax.lax.rsqrt(9 * d)
-    x = math.sqrt(2) * jax.lax.erf_inv(symmetric_uniform(words))
+    x = math.sqrt(2) * jax.lax.erf_inv(symmetric_words(words))
     q = (words & jnp.uint32(_SPARE - 1)).astype(jnp.float32)
     v = (1 + c * x) ** 3
     positive = v > 0
@@ -242,8 +235,8 @@ def two_token_block(
     width = n_gauss + len(large) + n_log
     batch = keys.shape[0]
     words = random_words(keys, n_layers * width).reshape(n_layers, width, batch)
-    gauss = math.sqrt(2) * jax.lax.erf_inv(symmetric_uniform(words[:, :n_gauss]))
-    logs = jnp.log1p(symmetric_uniform(words[:, n_gauss + len(large) :])) - math.log(2)
+    gauss = math.sqrt(2) * jax.lax.erf_inv(symmetric_words(words[:, :n_gauss]))
+    logs = jnp.log1p(symmetric_words(words[:, n_gauss + len(large) :])) - math.log(2)
     gamma = None
     if large:
         d = np.asarray([k / 2 - 1 / 3 for k in large], np.float32)

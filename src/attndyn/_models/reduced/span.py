@@ -24,6 +24,7 @@ import numpy as np
 from jaxtyping import Array, Float, Key
 
 from ..._core.errors import ParameterError, check_int
+from ..._core.random import fold_in
 from ..._core.schemes import PostLN
 from ..._core.values import AbstractScalarValues
 from ..base import AbstractModel
@@ -69,7 +70,7 @@ class SpanTransformer(AbstractModel):
     def _scales(self, keys: Key[Array, " batch"], n: Array, dtype) -> Float[Array, " batch"]:
         values = self.model.values
         assert isinstance(values, AbstractScalarValues)
-        layer_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, n)
+        layer_keys = jax.vmap(fold_in, in_axes=(0, None))(keys, n)
         depth = self.model.layers_per_unit
         return jax.vmap(lambda k: values.scale(key=k, depth=depth, dtype=dtype))(layer_keys)
 

@@ -1,0 +1,103 @@
+"""``jax.random.fold_in`` and ``jax.random.normal``, bit for bit, with the hash unrolled.
+
+JAX lowers its Threefry-2x32 hash on CPU as a rolled loop of 5 iterations (to keep compile
+times short). Inside a layer loop that loop cannot fuse with its neighbours: every
+iteration is a separate kernel over the whole batch, and the per-layer draw of a few
+Gaussians costs more than the layer's arithmetic (262 ns of a 620 ns layer at N = 2,
+d = 4). :func:`threefry2x32` is the same hash written out (20 rounds), so XLA fuses it with
+the key derivation before and the Gaussian transform after. The functions here return
+exactly what JAX's do (the tests compare them bit for bit), so the numbers of a seed do not
+change; keys of another implementation (``rbg``, ``unsafe_rbg``), non-float32 dtypes and
+``jax_threefry_partitionable=False`` fall back to ``jax.random`` itself.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, PRNGKeyArray
+
+_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+_PARITY = np.uint32(0x1BD11BDA)
+#: The largest float32 above −1: ``jax.random.normal`` draws its uniform on [this, 1).
+_LOW = np.nextafter(np.float32(-1), np.float32(0))
+
+
+def _rotate_left(v: Array, r: int) -> Array:
+    return (v << np.uint32(r)) | (v >> np.uint32(32 - r))
+
+
+def threefry2x32(k1: Array, k2: Array, x1: Array, x2: Array) -> tuple[Array, Array]:
+    """Threefry-2x32 (20 rounds) of the counter pair (x1, x2) under the key (k1, k2), all
+    uint32 and broadcast together: the function of ``jax.extend.random.threefry2x32_p``."""
+    ks = (k1, k2, k1 ^ k2 ^ _PARITY)
+    x1, x2 = x1 + ks[0], x2 + ks[1]
+    for i in range(5):
+        for r in _ROTATIONS[i % 2]:
+            x1 = x1 + x2
+            x2 = x1 ^ _rotate_left(x2, r)
+        x1 = x1 + ks[(i + 1) % 3]
+        x2 = x2 + ks[(i + 2) % 3] + np.uint32(i + 1)
+    return x1, x2
+
+
+def _is_threefry(key: PRNGKeyArray) -> bool:
+    """Whether ``key`` is a typed Threefry key under the partitionable bit layout (the
+    only case the unrolled functions reproduce)."""
+    return (
+        jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+        and str(jax.random.key_impl(key)) == "threefry2x32"
+        and bool(jax.config.jax_threefry_partitionable)  # pyright: ignore[reportAttributeAccessIssue]
+    )
+
+
+def fold_in(key: PRNGKeyArray, data: Array | int) -> PRNGKeyArray:
+    """``jax.random.fold_in(key, data)`` for one key and a 32-bit ``data``."""
+    if not _is_threefry(key) or jnp.ndim(key):
+        return jax.random.fold_in(key, data)
+    k = jax.random.key_data(key)
+    # fold_in hashes the counter pair (high, low) = (0, data) of a 32-bit datum.
+    a, b = threefry2x32(k[0], k[1], jnp.uint32(0), jnp.asarray(data).astype(jnp.uint32))
+    return jax.random.wrap_key_data(jnp.stack([a, b]), impl="threefry2x32")
+
+
+def bits(key: PRNGKeyArray, shape: tuple[int, ...]) -> Array:
+    """``jax.random.bits(key, shape)`` (uint32) of a Threefry key: word i (row-major) is
+    the xor of both outputs of the block with counters (0, i)."""
+    k = jax.random.key_data(key)
+    count = jnp.arange(math.prod(shape), dtype=jnp.uint32).reshape(shape)
+    b1, b2 = threefry2x32(k[0], k[1], jnp.zeros_like(count), count)
+    return b1 ^ b2
+
+
+def symmetric_uniform(key: PRNGKeyArray, shape: tuple[int, ...], dtype=jnp.float32) -> Array:
+    """``jax.random.uniform(key, shape, dtype, minval=−1 + ulp, maxval=1)``: the uniform
+    that ``jax.random.normal`` transforms."""
+    if not _fast(key, dtype):
+        return jax.random.uniform(key, shape, dtype, minval=_LOW, maxval=1)
+    return symmetric_from_words(bits(key, shape))
+
+
+def unit_from_words(words: Array) -> Array:
+    """``jax.random.uniform`` on [0, 1) (float32) of these uint32 words (their top 23 bits)."""
+    mantissa = (words >> np.uint32(32 - 23)) | np.uint32(0x3F800000)
+    return jax.lax.bitcast_convert_type(mantissa, jnp.float32) - np.float32(1)
+
+
+def symmetric_from_words(words: Array) -> Array:
+    """``jax.random.uniform(minval=−1 + ulp, maxval=1)`` (float32) of these uint32 words."""
+    return jnp.maximum(_LOW, unit_from_words(words) * (np.float32(1) - _LOW) + _LOW)
+
+
+def normal(key: PRNGKeyArray, shape: tuple[int, ...], dtype=jnp.float32) -> Array:
+    """``jax.random.normal(key, shape, dtype)``: √2·erfinv of :func:`symmetric_uniform`."""
+    if not _fast(key, dtype):
+        return jax.random.normal(key, shape, dtype)
+    return np.float32(math.sqrt(2)) * jax.lax.erf_inv(symmetric_uniform(key, shape, dtype))
+
+
+def _fast(key: PRNGKeyArray, dtype) -> bool:
+    """Whether the unrolled route reproduces ``jax.random`` here: one Threefry key
+    (vmap for batches) and float32."""
+    return _is_threefry(key) and not jnp.ndim(key) and jnp.dtype(dtype) == jnp.float32

@@ -1,0 +1,109 @@
+"""The unrolled Threefry functions return exactly what ``jax.random`` returns, and the
+layer loop that carries each layer's noise runs the same map as drawing it in the layer."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from jax.extend.random import threefry2x32_p
+
+import attndyn as ad
+from attndyn._core import random as core_random
+from attndyn._core.linalg import small_max, small_sum
+
+words = st.integers(min_value=0, max_value=2**32 - 1)
+
+
+@settings(max_examples=30, deadline=None)
+@given(words, words, words, words)
+def test_hash_is_jaxs_threefry(k1, k2, x1, x2):
+    args = [jnp.asarray([v], jnp.uint32) for v in (k1, k2, x1, x2)]
+    ours = jax.jit(core_random.threefry2x32)(*args)
+    theirs = threefry2x32_p.bind(*args)
+    for a, b in zip(ours, theirs, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("data", [0, 1, 77, 2**31 + 5, 2**32 - 1])
+def test_fold_in_is_bit_exact(data):
+    key = jax.random.key(12345)
+    ours = jax.jit(core_random.fold_in)(key, jnp.asarray(data, jnp.uint32))
+    theirs = jax.random.fold_in(key, jnp.asarray(data, jnp.uint32))
+    np.testing.assert_array_equal(jax.random.key_data(ours), jax.random.key_data(theirs))
+
+
+@pytest.mark.parametrize("shape", [(1,), (3,), (2, 4), (16, 16), (3, 5, 7)])
+def test_bits_uniform_and_normal_are_bit_exact(shape):
+    keys = jax.random.split(jax.random.key(7), 5)
+    low = np.nextafter(np.float32(-1), np.float32(0))
+    pairs = [
+        (lambda k: core_random.bits(k, shape), lambda k: jax.random.bits(k, shape)),
+        (
+            lambda k: core_random.symmetric_uniform(k, shape),
+            lambda k: jax.random.uniform(k, shape, minval=low, maxval=1),
+        ),
+        (lambda k: core_random.normal(k, shape), lambda k: jax.random.normal(k, shape)),
+    ]
+    for ours, theirs in pairs:
+        np.testing.assert_array_equal(jax.jit(jax.vmap(ours))(keys), jax.vmap(theirs)(keys))
+
+
+def test_other_implementations_fall_back_to_jax():
+    key = jax.random.key(3, impl="rbg")
+    np.testing.assert_array_equal(
+        core_random.normal(key, (2, 4)), jax.random.normal(key, (2, 4))
+    )
+    folded = core_random.fold_in(key, 5)
+    np.testing.assert_array_equal(
+        jax.random.key_data(folded), jax.random.key_data(jax.random.fold_in(key, 5))
+    )
+    # Raw uint32 keys (the legacy form) are not typed keys: jax.random handles them.
+    raw = jax.random.PRNGKey(3)
+    np.testing.assert_array_equal(core_random.normal(raw, (3,)), jax.random.normal(raw, (3,)))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 9, 33])
+def test_small_reductions_match_jnp(n):
+    x = jax.random.normal(jax.random.key(n), (4, n, 3))
+    np.testing.assert_allclose(small_sum(x, 1), jnp.sum(x, 1), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        small_sum(x, -2, keepdims=True), jnp.sum(x, -2, keepdims=True), rtol=1e-6, atol=1e-6
+    )
+    np.testing.assert_array_equal(small_max(x, 1), jnp.max(x, 1))
+
+
+@pytest.mark.parametrize(
+    "values",
+    [ad.MatrixValues(1.0), ad.MatrixValues(0.5, "rademacher"), ad.ScalarValues(0.7)],
+    ids=["gaussian-span", "rademacher-matrix", "scalar"],
+)
+@pytest.mark.parametrize("n_tokens", [2, 6])
+def test_carried_noise_is_the_layer_drawn_noise(values, n_tokens):
+    """The trajectory draws layer n + 1's noise while running layer n; running the layers
+    one by one (each drawing its own from fold_in(key, n)) gives the same path."""
+    model = ad.DiscreteTransformer(
+        ad.Attention(2.0), values, depth=10, saveat=ad.SaveAt(3.0, ts=(0.0, 1.0, 2.5, 3.0))
+    )
+    key = jax.random.key(11)
+    x = ad.uniform_sphere(key=jax.random.key(2), n_tokens=n_tokens, dim=4)
+    saves = jax.jit(lambda x: model.trajectory(x, key=key))(x)
+    layer = jax.jit(lambda x, n: model.layer(x, n, key=key))
+    manual, done = [], 0
+    for stop in model.save_layers:
+        for n in range(done, int(stop)):
+            x = layer(x, jnp.asarray(n, jnp.int32))
+        done = int(stop)
+        manual.append(x)
+    # Same numbers, possibly fused differently by XLA: equal to float32 rounding.
+    np.testing.assert_allclose(saves, np.stack(manual), rtol=0, atol=2e-5)
+
+
+def test_values_apply_is_draw_then_apply():
+    key = jax.random.key(4)
+    a = jax.random.normal(jax.random.key(5), (3, 5))
+    for values in (ad.MatrixValues(1.3, drift=0.2), ad.ScalarValues(0.4), ad.DeterministicValues()):
+        noise = values.draw_noise(key, 3, 5, a.dtype)
+        np.testing.assert_array_equal(
+            values.apply(a, key=key, depth=7), values.apply_noise(a, noise, depth=7)
+        )
