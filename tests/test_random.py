@@ -51,9 +51,7 @@ def test_bits_uniform_and_normal_are_bit_exact(shape):
 
 def test_other_implementations_fall_back_to_jax():
     key = jax.random.key(3, impl="rbg")
-    np.testing.assert_array_equal(
-        core_random.normal(key, (2, 4)), jax.random.normal(key, (2, 4))
-    )
+    np.testing.assert_array_equal(core_random.normal(key, (2, 4)), jax.random.normal(key, (2, 4)))
     folded = core_random.fold_in(key, 5)
     np.testing.assert_array_equal(
         jax.random.key_data(folded), jax.random.key_data(jax.random.fold_in(key, 5))

@@ -12,30 +12,28 @@ from jaxtyping import Array, Float
 SMALL_AXIS = 8
 
 
-def small_sum(x: Array, axis: int = -1, *, keepdims: bool = False) -> Array:
-    """``jnp.sum(x, axis, keepdims=keepdims)``, unrolled (pairwise) for short axes."""
+def _small_reduce(x: Array, axis: int, keepdims: bool, combine, reduce) -> Array:
+    """``reduce(x, axis)``, as a pairwise tree of ``combine`` over the slices when the axis
+    is at most :data:`SMALL_AXIS` long."""
     axis = axis % x.ndim
     n = x.shape[axis]
     if n == 0 or n > SMALL_AXIS:
-        return jnp.sum(x, axis=axis, keepdims=keepdims)
+        return reduce(x, axis=axis, keepdims=keepdims)
     parts = [jax.lax.index_in_dim(x, i, axis, keepdims=keepdims) for i in range(n)]
     while len(parts) > 1:
-        pairs = [a + b for a, b in zip(parts[::2], parts[1::2], strict=False)]
+        pairs = [combine(a, b) for a, b in zip(parts[::2], parts[1::2], strict=False)]
         parts = pairs + parts[len(pairs) * 2 :]
     return parts[0]
+
+
+def small_sum(x: Array, axis: int = -1, *, keepdims: bool = False) -> Array:
+    """``jnp.sum(x, axis, keepdims=keepdims)``, unrolled (pairwise) for short axes."""
+    return _small_reduce(x, axis, keepdims, jnp.add, jnp.sum)
 
 
 def small_max(x: Array, axis: int = -1, *, keepdims: bool = False) -> Array:
     """``jnp.max``, unrolled for short axes like :func:`small_sum`."""
-    axis = axis % x.ndim
-    n = x.shape[axis]
-    if n == 0 or n > SMALL_AXIS:
-        return jnp.max(x, axis=axis, keepdims=keepdims)
-    parts = [jax.lax.index_in_dim(x, i, axis, keepdims=keepdims) for i in range(n)]
-    while len(parts) > 1:
-        pairs = [jnp.maximum(a, b) for a, b in zip(parts[::2], parts[1::2], strict=False)]
-        parts = pairs + parts[len(pairs) * 2 :]
-    return parts[0]
+    return _small_reduce(x, axis, keepdims, jnp.maximum, jnp.max)
 
 
 def lq(x: Float[Array, "N w"]) -> Float[Array, "N N"]:

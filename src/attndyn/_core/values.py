@@ -100,10 +100,8 @@ class AbstractScalarValues(AbstractValues):
     def scale(self, *, key: PRNGKeyArray, depth: float, dtype) -> Float[Array, ""]:
         """The layer's multiplier s_n (one draw per layer and trajectory from ``key``)."""
 
-    def draw_noise(self, key, n_tokens, dim, dtype):
-        return key
-
     def apply_noise(self, attention_out, noise, *, depth):
+        # The default noise is the layer key: ``scale`` draws from it.
         return self.scale(key=noise, depth=depth, dtype=attention_out.dtype) * attention_out
 
 
