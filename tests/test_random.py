@@ -31,10 +31,13 @@ def test_fold_in_is_bit_exact(data):
     ours = jax.jit(core_random.fold_in)(key, jnp.asarray(data, jnp.uint32))
     theirs = jax.random.fold_in(key, jnp.asarray(data, jnp.uint32))
     np.testing.assert_array_equal(jax.random.key_data(ours), jax.random.key_data(theirs))
+    # A Python int, as the stream constants are (up to 2³² − 1).
+    plain = core_random.fold_in(key, data)
+    np.testing.assert_array_equal(jax.random.key_data(plain), jax.random.key_data(theirs))
 
 
 @pytest.mark.parametrize("shape", [(1,), (3,), (2, 4), (16, 16), (3, 5, 7)])
-def test_bits_uniform_and_normal_are_bit_exact(shape):
+def test_samplers_are_bit_exact(shape):
     keys = jax.random.split(jax.random.key(7), 5)
     low = np.nextafter(np.float32(-1), np.float32(0))
     pairs = [
@@ -44,6 +47,11 @@ def test_bits_uniform_and_normal_are_bit_exact(shape):
             lambda k: jax.random.uniform(k, shape, minval=low, maxval=1),
         ),
         (lambda k: core_random.normal(k, shape), lambda k: jax.random.normal(k, shape)),
+        (
+            lambda k: core_random.uniform(k, shape, minval=-1.7, maxval=1.7),
+            lambda k: jax.random.uniform(k, shape, minval=-1.7, maxval=1.7),
+        ),
+        (lambda k: core_random.rademacher(k, shape), lambda k: jax.random.rademacher(k, shape)),
     ]
     for ours, theirs in pairs:
         np.testing.assert_array_equal(jax.jit(jax.vmap(ours))(keys), jax.vmap(theirs)(keys))
@@ -105,3 +113,40 @@ def test_values_apply_is_draw_then_apply():
         np.testing.assert_array_equal(
             values.apply(a, key=key, depth=7), values.apply_noise(a, noise, depth=7)
         )
+
+
+class _HalfValues(ad.AbstractValues):
+    """A user's value operator that implements ``apply`` only: V_n = I/(2L)."""
+
+    def apply(self, attention_out, *, key, depth):
+        del key
+        return attention_out / (2 * depth)
+
+    @property
+    def noise(self) -> str:
+        return "none"
+
+
+class _NoValues(ad.AbstractValues):
+    @property
+    def noise(self) -> str:
+        return "none"
+
+
+def test_a_value_operator_with_apply_only_runs_in_the_layer_loop():
+    x = ad.uniform_sphere(key=jax.random.key(2), n_tokens=3, dim=4)
+    custom = ad.DiscreteTransformer(ad.Attention(1.0), _HalfValues(), depth=20)
+    # I/(2L) at depth L is I/L' at depth L' = 2L over half the horizon per layer: compare
+    # with the deterministic model's layer at depth 2L, applied the same number of times.
+    reference = ad.DiscreteTransformer(ad.Attention(1.0), ad.DeterministicValues(), depth=40)
+    key = jax.random.key(0)
+    a = jax.jit(lambda x: custom.trajectory(x, key=key))(x)[-1]
+    b = x
+    for n in range(custom.n_layers):
+        b = reference.layer(b, jnp.asarray(n), key=key)
+    np.testing.assert_allclose(a, b, atol=2e-6)
+
+
+def test_a_value_operator_without_apply_is_refused():
+    with pytest.raises(NotImplementedError, match="must implement apply"):
+        _NoValues().apply(jnp.ones((2, 3)), key=jax.random.key(0), depth=10)

@@ -58,7 +58,13 @@ def fold_in(key: PRNGKeyArray, data: Array | int) -> PRNGKeyArray:
         return jax.random.fold_in(key, data)
     k = jax.random.key_data(key)
     # fold_in hashes the counter pair (high, low) = (0, data) of a 32-bit datum.
-    a, b = threefry2x32(k[0], k[1], jnp.uint32(0), jnp.asarray(data).astype(jnp.uint32))
+    # A Python int may exceed int32 (stream constants up to 2³² − 1): take it as uint32.
+    word = (
+        jnp.asarray(np.uint32(data))
+        if isinstance(data, int)
+        else jnp.asarray(data).astype(jnp.uint32)
+    )
+    a, b = threefry2x32(k[0], k[1], jnp.zeros((), jnp.uint32), word)
     return jax.random.wrap_key_data(jnp.stack([a, b]), impl="threefry2x32")
 
 
@@ -71,12 +77,28 @@ def bits(key: PRNGKeyArray, shape: tuple[int, ...]) -> Array:
     return b1 ^ b2
 
 
+def uniform(
+    key: PRNGKeyArray, shape: tuple[int, ...], dtype=jnp.float32, minval=0.0, maxval=1.0
+) -> Array:
+    """``jax.random.uniform(key, shape, dtype, minval, maxval)`` (Python-number bounds)."""
+    if not _fast(key, dtype):
+        return jax.random.uniform(key, shape, dtype, minval=minval, maxval=maxval)
+    low, high = np.float32(minval), np.float32(maxval)
+    return jnp.maximum(low, unit_from_words(bits(key, shape)) * (high - low) + low)
+
+
 def symmetric_uniform(key: PRNGKeyArray, shape: tuple[int, ...], dtype=jnp.float32) -> Array:
     """``jax.random.uniform(key, shape, dtype, minval=−1 + ulp, maxval=1)``: the uniform
     that ``jax.random.normal`` transforms."""
+    return uniform(key, shape, dtype, _LOW, 1.0)
+
+
+def rademacher(key: PRNGKeyArray, shape: tuple[int, ...], dtype=jnp.float32) -> Array:
+    """``jax.random.rademacher(key, shape, dtype)``: ±1 from ``uniform < ½``."""
     if not _fast(key, dtype):
-        return jax.random.uniform(key, shape, dtype, minval=_LOW, maxval=1)
-    return symmetric_from_words(bits(key, shape))
+        return jax.random.rademacher(key, shape, dtype)
+    heads = uniform(key, shape) < np.float32(0.5)
+    return (2 * heads.astype(dtype) - 1).astype(dtype)
 
 
 def unit_from_words(words: Array) -> Array:

@@ -43,9 +43,9 @@ def sample_entries(
         return random.normal(key, shape, dtype)
     if distribution == "uniform":
         s = math.sqrt(3.0)
-        return jax.random.uniform(key, shape, dtype, minval=-s, maxval=s)
+        return random.uniform(key, shape, dtype, minval=-s, maxval=s)
     if distribution == "rademacher":
-        return jax.random.rademacher(key, shape, dtype)
+        return random.rademacher(key, shape, dtype)
     z = jax.random.truncated_normal(key, -TRUNCATION, TRUNCATION, shape, dtype)
     return z / _TRUNCNORMAL_STD
 

@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from . import random
 from .errors import ParameterError, check_choice, check_int
 
 BILINEAR_LAWS = ("identity", "kaiming", "gaussian-product", "goe", "wigner", "gpt2")
@@ -95,11 +96,9 @@ class RandomWeights(eqx.Module):
 
     def block_key(self, trajectory_key: PRNGKeyArray, layer: Array) -> PRNGKeyArray:
         """The key of the draw that layer ``layer`` uses."""
-        base = (
-            self.key if self.key is not None else jax.random.fold_in(trajectory_key, WEIGHTS_STREAM)
-        )
+        base = self.key if self.key is not None else random.fold_in(trajectory_key, WEIGHTS_STREAM)
         block = 0 if self.redraw_every is None else layer // self.redraw_every
-        return jax.random.fold_in(base, block)
+        return random.fold_in(base, block)
 
     def at_layer(self, trajectory_key: PRNGKeyArray, layer: Array, dim: int, dtype) -> DrawnWeights:
         """The weights of layer ``layer`` of the trajectory with ``trajectory_key``."""
@@ -116,7 +115,7 @@ class RandomWeights(eqx.Module):
 
 
 def _normal(key: PRNGKeyArray, dim: int, dtype) -> Matrix:
-    return jax.random.normal(key, (dim, dim), dtype)
+    return random.normal(key, (dim, dim), dtype)
 
 
 def _bilinear(law: str, kq, kk, dim: int, dtype):
