@@ -210,3 +210,43 @@ def test_two_processes_on_localhost_with_jax_distributed(tmp_path):
             assert a[key] == b[key]
     assert (tmp_path / "p0" / "phase_diagram.nc").exists()
     assert not (tmp_path / "p1" / "phase_diagram.nc").exists()
+
+
+_MANY_TOKENS_CHILD = textwrap.dedent(
+    """
+    import jax
+    import attndyn as ad
+
+    assert len(jax.devices()) == 2
+    ds = ad.estimate_probabilities(
+        lambda beta, dim, tokens: ad.DiscreteTransformer(
+            ad.Attention(beta), ad.MatrixValues(1.0), depth=100, saveat=ad.SaveAt(1.0)
+        ),
+        [{"dim": 16, "tokens": 32, "beta": 1.0}],
+        key=jax.random.key(0),
+        n_trajectories=512,
+        progress=False,
+    )
+    print(float(ds["span_dim"].values.ravel()[0]))
+    """
+)
+
+
+def test_many_tokens_on_two_devices_do_not_deadlock():
+    # jaxlib 0.10's batched eigvalsh (the span dimension of N ≥ 3 tokens) splits its batch
+    # over the intra-op thread pool and waits; with both devices inside it at once every
+    # pool thread waited and this run hung every time (XLA then aborts the process after
+    # 40 s). The estimator now takes one matrix at a time when several devices run.
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    env["JAX_PLATFORMS"] = "cpu"
+    child = subprocess.run(
+        [sys.executable, "-c", _MANY_TOKENS_CHILD],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert child.returncode == 0, child.stderr[-2000:]
+    # A mean span dimension: between one cluster and all of R^16.
+    assert 1.0 <= float(child.stdout.strip().splitlines()[-1]) <= 16.0

@@ -108,6 +108,17 @@ def span_dimension(
     x: Float[Array, "N d"], threshold: float | Array = SPAN_THRESHOLD
 ) -> Float[Array, ""]:
     """The dimension of the tokens' span, counted as the eigenvalues of the Gram matrix
-    ⟨θ_i, θ_j⟩ above ``threshold`` (the peers' measure; between 1 and min(N, d))."""
-    eigenvalues = jnp.linalg.eigvalsh(overlaps(x))
+    ⟨θ_i, θ_j⟩ above ``threshold`` (the peers' measure; between 1 and min(N, d)).
+
+    For N ≤ 2 the eigenvalues are written out (1 and 1 ± ⟨θ_1, θ_2⟩): no LAPACK call, which
+    matters because jaxlib's batched LAPACK kernels can deadlock when several devices run
+    them at once (see :func:`attndyn._estimate.runner.span_dimensions`)."""
+    n_tokens = x.shape[0]
+    if n_tokens == 1:
+        eigenvalues = jnp.ones((1,), x.dtype)
+    elif n_tokens == 2:
+        cosine = overlaps(x)[0, 1]
+        eigenvalues = jnp.stack([1 - cosine, 1 + cosine])
+    else:
+        eigenvalues = jnp.linalg.eigvalsh(overlaps(x))
     return jnp.sum(eigenvalues > threshold).astype(x.dtype)

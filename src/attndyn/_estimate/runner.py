@@ -58,11 +58,29 @@ def round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
-def simulate_chunk(model: AbstractModel, point_key, indices, tol, radius, n_tokens, dim):
+def span_dimensions(saves: Array, serial: bool) -> Array:
+    """:func:`span_dimension` of every trajectory and save, ``(batch, saves)``.
+
+    ``serial``: one Gram matrix at a time, for a computation that several devices run at
+    once. jaxlib 0.10's batched LAPACK kernels (``eigvalsh`` of a batch) split the batch
+    over the intra-op thread pool and block until it is done; with every device inside
+    such a call, every pool thread waits and the run deadlocks (seen: 512 trajectories of
+    N = 32 tokens on 2 CPU devices hung every time). One matrix at a time runs inline.
+    """
+    if not serial or saves.shape[-2] <= 2:  # N ≤ 2 is written out: no LAPACK.
+        return jax.vmap(jax.vmap(span_dimension))(saves)
+    flat = saves.reshape(-1, *saves.shape[-2:])
+    return jax.lax.map(span_dimension, flat).reshape(saves.shape[:2])
+
+
+def simulate_chunk(
+    model: AbstractModel, point_key, indices, tol, radius, n_tokens, dim, serial=False
+):
     """Per-trajectory classes, mean cosines, pair densities, span dimensions, merges and
     finiteness for a batch of indices.
 
-    Starts are drawn in the dtype of ``radius`` (float64 when the study runs in x64)."""
+    Starts are drawn in the dtype of ``radius`` (float64 when the study runs in x64);
+    ``serial``: see :func:`span_dimensions`."""
 
     def start(index):
         start_key, noise_key = jax.random.split(jax.random.fold_in(point_key, index))
@@ -77,11 +95,12 @@ def simulate_chunk(model: AbstractModel, point_key, indices, tol, radius, n_toke
         classes = jax.vmap(cluster_classes, in_axes=(0, None))(saves, tol)
         cosines = jax.vmap(mean_cosine)(saves)
         densities = jax.vmap(pair_density)(saves)
-        spans = jax.vmap(span_dimension)(saves)
         merged = jax.vmap(numerically_merged)(saves)
-        return classes, cosines, densities, spans, merged, finite
+        return classes, cosines, densities, merged, finite
 
-    return jax.vmap(observe)(saves)
+    classes, cosines, densities, merged, finite = jax.vmap(observe)(saves)
+    spans = span_dimensions(saves, serial)
+    return classes, cosines, densities, spans, merged, finite
 
 
 def tally(classes, cosines, densities, spans, merged, finite, indices, n_total):
@@ -124,14 +143,15 @@ def chunk_statistics(
     trajectory's numbers stay those of its key alone."""
     # diffrax's closure-converted solver internals reject the per-device array types that
     # shard_map gives their inputs, and GSPMD shards them well: those models opt out.
+    serial = mesh is not None and mesh.size > 1
     if mesh is None or mesh.size == 1 or not model.per_device:
-        simulated = simulate_chunk(model, point_key, indices, tol, radius, n_tokens, dim)
+        simulated = simulate_chunk(model, point_key, indices, tol, radius, n_tokens, dim, serial)
         return tally(*simulated, indices, n_total)
     dynamic, static = eqx.partition(model, eqx.is_array)
 
     def local(dynamic, point_key, indices, tol, radius):
         return simulate_chunk(
-            eqx.combine(dynamic, static), point_key, indices, tol, radius, n_tokens, dim
+            eqx.combine(dynamic, static), point_key, indices, tol, radius, n_tokens, dim, True
         )
 
     replicated = jax.sharding.PartitionSpec()
