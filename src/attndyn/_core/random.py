@@ -83,8 +83,7 @@ def uniform(
     """``jax.random.uniform(key, shape, dtype, minval, maxval)`` (Python-number bounds)."""
     if not _fast(key, dtype):
         return jax.random.uniform(key, shape, dtype, minval=minval, maxval=maxval)
-    low, high = np.float32(minval), np.float32(maxval)
-    return jnp.maximum(low, unit_from_words(bits(key, shape)) * (high - low) + low)
+    return uniform_from_words(bits(key, shape), minval, maxval)
 
 
 def symmetric_uniform(key: PRNGKeyArray, shape: tuple[int, ...], dtype=jnp.float32) -> Array:
@@ -107,9 +106,17 @@ def unit_from_words(words: Array) -> Array:
     return jax.lax.bitcast_convert_type(mantissa, jnp.float32) - np.float32(1)
 
 
+def uniform_from_words(
+    words: Array, minval: float | np.floating, maxval: float | np.floating
+) -> Array:
+    """``jax.random.uniform(minval=, maxval=)`` (float32) of these uint32 words."""
+    low, high = np.float32(minval), np.float32(maxval)
+    return jnp.maximum(low, unit_from_words(words) * (high - low) + low)
+
+
 def symmetric_from_words(words: Array) -> Array:
     """``jax.random.uniform(minval=−1 + ulp, maxval=1)`` (float32) of these uint32 words."""
-    return jnp.maximum(_LOW, unit_from_words(words) * (np.float32(1) - _LOW) + _LOW)
+    return uniform_from_words(words, _LOW, 1.0)
 
 
 def normal(key: PRNGKeyArray, shape: tuple[int, ...], dtype=jnp.float32) -> Array:

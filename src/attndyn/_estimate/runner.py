@@ -73,14 +73,29 @@ def span_dimensions(saves: Array, serial: bool) -> Array:
     return jax.lax.map(span_dimension, flat).reshape(saves.shape[:2])
 
 
+def _span_dimensions_per_device(saves: Array, mesh: jax.sharding.Mesh) -> Array:
+    """:func:`span_dimensions` of a batch GSPMD shards over ``mesh``: each device takes its
+    own slice one matrix at a time (a sequential map over the sharded axis would gather the
+    whole batch onto every device and repeat the work there)."""
+    batch = jax.sharding.PartitionSpec("traj")
+    return jax.shard_map(
+        lambda s: span_dimensions(s, True),
+        mesh=mesh,
+        in_specs=batch,
+        out_specs=batch,
+        check_vma=False,
+    )(saves)
+
+
 def simulate_chunk(
-    model: AbstractModel, point_key, indices, tol, radius, n_tokens, dim, serial=False
+    model: AbstractModel, point_key, indices, tol, radius, n_tokens, dim, serial=False, mesh=None
 ):
     """Per-trajectory classes, mean cosines, pair densities, span dimensions, merges and
     finiteness for a batch of indices.
 
     Starts are drawn in the dtype of ``radius`` (float64 when the study runs in x64);
-    ``serial``: see :func:`span_dimensions`."""
+    ``serial``: see :func:`span_dimensions`; ``mesh``: the devices GSPMD shards the batch
+    over, when this runs outside ``shard_map`` on several devices."""
 
     def start(index):
         start_key, noise_key = jax.random.split(jax.random.fold_in(point_key, index))
@@ -99,7 +114,10 @@ def simulate_chunk(
         return classes, cosines, densities, merged, finite
 
     classes, cosines, densities, merged, finite = jax.vmap(observe)(saves)
-    spans = span_dimensions(saves, serial)
+    if mesh is not None and mesh.size > 1 and saves.shape[-2] > 2:
+        spans = _span_dimensions_per_device(saves, mesh)
+    else:
+        spans = span_dimensions(saves, serial)
     return classes, cosines, densities, spans, merged, finite
 
 
@@ -143,9 +161,8 @@ def chunk_statistics(
     trajectory's numbers stay those of its key alone."""
     # diffrax's closure-converted solver internals reject the per-device array types that
     # shard_map gives their inputs, and GSPMD shards them well: those models opt out.
-    serial = mesh is not None and mesh.size > 1
     if mesh is None or mesh.size == 1 or not model.per_device:
-        simulated = simulate_chunk(model, point_key, indices, tol, radius, n_tokens, dim, serial)
+        simulated = simulate_chunk(model, point_key, indices, tol, radius, n_tokens, dim, mesh=mesh)
         return tally(*simulated, indices, n_total)
     dynamic, static = eqx.partition(model, eqx.is_array)
 
