@@ -9,6 +9,7 @@ import math
 import re
 import warnings
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -229,6 +230,67 @@ def test_overflow_messages_name_the_cause_and_the_threshold():
     assert "β·‖Q‖‖K‖ = 60" in overflow_message(ad.DiscreteTransformer(scaled))
     quiet = overflow_message(ad.DiscreteTransformer(ad.Attention(30.0, kind="unnormalized")))
     assert "No parameter" in quiet
+
+
+def _lone_token_turns_nan(model) -> bool:
+    """Whether 64 one-token trajectories of ``model`` hit a NaN (each layer draws v_n = ±1,
+    so a singular multiplier is met by some trajectory with probability 1 − 2⁻⁶⁴ in each
+    layer where it is singular)."""
+    x0 = ad.uniform_sphere(key=jax.random.key(0), n_tokens=64, dim=3)[:, None, :]
+    states = model.simulate(x0, jax.random.split(jax.random.key(1), 64))
+    return bool(jnp.any(jnp.isnan(states)))
+
+
+@pytest.mark.parametrize(
+    ("scheme", "eps", "depth", "horizon", "singular"),
+    [
+        # Post-LN: V_n = (1/L − ε/√L)·I = −I at ε = (L + 1)/√L, and nowhere else.
+        (ad.PostLN(), 2.0, 1, 4.0, True),
+        (ad.PostLN(), 2.5, 4, 1.0, True),
+        (ad.PostLN(), 2.4, 4, 1.0, False),
+        (ad.MixLN(tau=0.5), 2.5, 4, 1.0, True),
+        # Pre-LN from the start: x + s·θ vanishes only if the radius walk 1 + Σ s_k hits 0,
+        # which 1 − 0.95a + 1.45b never does in 4 layers (not covered by the predicate).
+        (ad.MixLN(tau=0.0), 2.4, 4, 1.0, False),
+        # sqrt-scaling: θ(1 + s/√(t + 1)) = 0 at t = 3 for s = 1 − ε = −2 (exact in float32);
+        # the stack must reach t = 3.
+        (ad.SqrtScaling(), 3.0, 1, 4.0, True),
+        (ad.SqrtScaling(), 3.0, 1, 3.0, False),
+        (ad.PeriLN(), 0.5, 4, 1.0, False),  # normalises V_n A_i itself, guarding its zero
+    ],
+)
+def test_undefined_layer_maps_are_named_where_and_only_where_they_turn_nan(
+    scheme, eps, depth, horizon, singular
+):
+    # Two routes: the predicate on the parameters, and the map run on one token (whose
+    # attention output is itself) in float32.
+    model = ad.DiscreteTransformer(
+        ad.Attention(0.5), ad.ScalarValues(eps), scheme, depth=depth, saveat=ad.SaveAt(horizon)
+    )
+    causes = model.undefined_maps()
+    assert bool(causes) == singular, causes
+    assert _lone_token_turns_nan(model) == singular
+    if singular:
+        assert "V_n = " in causes[0] and scheme.name in causes[0]
+        assert causes[0] in overflow_message(model)
+    # Continuous laws have no atoms: nothing is undefined with positive probability.
+    gaussian = eqx.tree_at(lambda m: m.values, model, ad.ScalarValues(eps, "gaussian"))
+    assert gaussian.undefined_maps() == []
+
+
+def test_an_undefined_map_is_warned_before_the_run_and_named_after_it():
+    def make(dim, tokens, eps):
+        del dim, tokens
+        return ad.DiscreteTransformer(
+            ad.Attention(0.0), ad.ScalarValues(eps), depth=1, saveat=ad.SaveAt(4.0)
+        )
+
+    points = [{"dim": 2, "tokens": 1, "eps": 2.0}, {"dim": 2, "tokens": 1, "eps": 0.5}]
+    with pytest.warns(UserWarning, match=r"at 1 of 2 points the model's map is undefined"):
+        with pytest.raises(ad.NonFiniteError, match=r"became NaN or infinite\. Cause: the value"):
+            ad.estimate_probabilities(
+                make, points, key=jax.random.key(0), n_trajectories=8, progress=False
+            )
 
 
 def test_overflow_from_beta_46_is_explained_and_its_advice_exists():

@@ -25,11 +25,13 @@ is L = 1/η and may be a float (a real-valued step η, t = nη).
 """
 
 import abc
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar, final
 
 import equinox as eqx
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float
 
 from .attention import as_float
@@ -37,6 +39,14 @@ from .errors import check_bound, check_scalar
 from .norms import AbstractNorm, RMSNorm, as_norm
 
 Update = Callable[[Float[Array, "N d"]], Float[Array, "N d"]]
+
+#: Multipliers within this many float32 ulp of a singular value count as equal to it.
+_ULPS = 4
+
+
+def _near(value: float, target: float, *, scale: float = 1.0) -> bool:
+    return abs(value - target) <= _ULPS * float(np.finfo(np.float32).eps) * scale
+
 
 SCHEME_NAMES = ("post-ln", "pre-ln", "mix-ln", "peri-ln", "ngpt", "sqrt-scaling")
 
@@ -62,6 +72,15 @@ class AbstractScheme(eqx.Module):
     #: (the unit sphere, the default) or :class:`LayerNorm` (centred: the unit sphere of the
     #: mean-zero hyperplane); a name (``"rms"``, ``"layernorm"``) is accepted.
     norm: AbstractNorm = eqx.field(default=RMSNorm(), converter=as_norm, kw_only=True)
+
+    def vanishes_at(self, multiplier: float, *, depth: int | float, n_layers: int) -> bool:
+        """Whether some layer of the stack, with ``V_n = multiplier·I``, normalises a zero
+        vector for a token whose attention output is the token itself (a lone token, or a
+        cluster merged to the float's resolution): there the layer map is undefined. Within
+        a few float32 ulp counts (the multiplier is computed in float32). Default: never
+        (the schemes that normalise ``V_n A_i`` itself guard its zero)."""
+        del multiplier, depth, n_layers
+        return False
 
     @abc.abstractmethod
     def layer(
@@ -98,6 +117,10 @@ class PostLN(AbstractScheme):
     def layer(self, x, update, *, layer, depth):
         theta = self.norm(x)
         return self.norm(theta + update(theta))
+
+    def vanishes_at(self, multiplier, *, depth, n_layers):
+        # θ + s·θ = 0 at s = −1, in every layer.
+        return _near(multiplier, -1.0)
 
     def speed(self, t, r, attn_norm):
         """s = 1."""
@@ -151,6 +174,10 @@ class MixLN(AbstractScheme):
         theta = self.norm(x)
         step = update(theta)
         return jnp.where(post, self.norm(theta + step), x + step)
+
+    def vanishes_at(self, multiplier, *, depth, n_layers):
+        # As Post-LN, in the layers before the switch to Pre-LN.
+        return math.ceil(float(self.tau) * depth) > 0 and _near(multiplier, -1.0)
 
     def speed(self, t, r, attn_norm):
         """s = 1 for t < τ, r after."""
@@ -236,6 +263,14 @@ class SqrtScaling(AbstractScheme):
     def layer(self, x, update, *, layer, depth):
         theta = self.norm(x)
         return self.norm(theta + update(theta) / jnp.sqrt(layer / depth + 1.0))
+
+    def vanishes_at(self, multiplier, *, depth, n_layers):
+        # θ + sθ/√(t + 1) = 0 at t = s² − 1: vanishes if that time is a layer's.
+        if multiplier >= 0:
+            return False
+        layer = round((multiplier**2 - 1.0) * depth)
+        singular = -math.sqrt(layer / depth + 1.0)
+        return 0 <= layer < n_layers and _near(multiplier, singular, scale=-singular)
 
     def speed(self, t, r, attn_norm):
         """s = √(t + 1)."""

@@ -90,6 +90,13 @@ class AbstractValues(eqx.Module):
     def noise(self) -> str:
         """``"none"``, ``"matrix"`` or ``"scalar"``."""
 
+    def multiplier_atoms(self, depth: int | float) -> tuple[float, ...]:
+        """The multipliers s with ``V_n = s·I`` taken with positive probability (float64),
+        for a depth-``depth`` stack: none unless the operator is a multiple of the identity
+        with a law that has atoms."""
+        del depth
+        return ()
+
 
 class AbstractScalarValues(AbstractValues):
     """Value operators that are multiples of the identity, ``V_n = s_n·I``: the layer maps
@@ -118,6 +125,9 @@ class DeterministicValues(AbstractScalarValues):
 
     def apply_noise(self, attention_out, noise, *, depth):
         return attention_out / depth
+
+    def multiplier_atoms(self, depth):
+        return (1.0 / depth,)
 
     @property
     def noise(self) -> str:
@@ -197,6 +207,13 @@ class ScalarValues(AbstractScalarValues):
 
     def apply_noise(self, attention_out, noise, *, depth):
         return (1.0 / depth + self.eps * noise / math.sqrt(depth)) * attention_out
+
+    def multiplier_atoms(self, depth):
+        # Rademacher is the one law here with atoms (v = ±1, probability ½ each).
+        if self.distribution != "rademacher" or jnp.ndim(self.eps):
+            return ()
+        spread = float(self.eps) / math.sqrt(depth)
+        return (1.0 / depth - spread, 1.0 / depth + spread)
 
     @property
     def noise(self) -> str:

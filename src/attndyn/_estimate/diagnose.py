@@ -1,4 +1,5 @@
-"""Why trajectories turned NaN or infinite: thresholds from the float type and the model.
+"""Why trajectories turned NaN or infinite: maps the model itself leaves undefined at its
+parameters (:meth:`AbstractModel.undefined_maps`), and thresholds from the float type.
 
 The estimator knows models only as pytrees: it looks at their attention cores and their
 scalar parameters (σ, drift, ε, ...), never at their classes.
@@ -81,12 +82,15 @@ def _x64_hint(dtype: np.dtype) -> str:
 
 
 def overflow_message(model: AbstractModel) -> str:
-    """One sentence naming the causes, or saying that no parameter is past its threshold."""
-    causes = overflow_causes(model)
+    """One sentence naming the causes (maps undefined at the model's parameters, then
+    overflows), or saying that no parameter is past its threshold."""
+    causes = model.undefined_maps() + overflow_causes(model)
     if causes:
         return "Cause: " + "; ".join(causes) + "."
     return (
         f"No parameter of the model is past its {float_type().name} overflow threshold "
-        "(unnormalised attention's β·‖Q‖‖K‖ < ½·ln max, scalars < √max/1000): check the "
-        "solver and its step, or the model's own arithmetic."
+        "(unnormalised attention's β·‖Q‖‖K‖ < ½·ln max, scalars < √max/1000) and none of its "
+        "maps is known to be undefined at its parameters: check the solver and its step, or "
+        "the model's own arithmetic (e.g. a normalisation of a zero vector, such as a Pre-LN "
+        "radius that a ±1 multiplier walk brings to exactly 0)."
     )

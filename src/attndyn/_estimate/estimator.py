@@ -276,7 +276,7 @@ class _Study:
             return
         message = (
             f"{bad} of {int(self.tallies.n_done[index])} trajectories at point {point.point} "
-            f"became NaN or infinite (overflow). {overflow_message(point.user_model)}"
+            f"became NaN or infinite. {overflow_message(point.user_model)}"
         )
         if self.plan.on_nonfinite == "raise":
             raise NonFiniteError(

@@ -3,6 +3,7 @@ before anything is compiled or written."""
 
 import dataclasses
 import itertools
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -137,6 +138,21 @@ def plan_point(
     return PointPlan(point, n_tokens, dim, model, route_name, user_model)
 
 
+def warn_undefined(planned: Sequence[PointPlan]) -> None:
+    """Warn, before anything runs, of points whose map is undefined somewhere trajectories
+    can reach: those that reach it turn NaN (then reported, never averaged in)."""
+    undefined = [(p.point, p.user_model.undefined_maps()) for p in planned]
+    undefined = [(point, causes) for point, causes in undefined if causes]
+    if undefined:
+        point, causes = undefined[0]
+        warnings.warn(
+            f"at {len(undefined)} of {len(planned)} points the model's map is undefined where "
+            f"trajectories can go, e.g. at {point}: {causes[0]}. Trajectories that reach it "
+            "turn NaN and are reported.",
+            stacklevel=4,
+        )
+
+
 def check_dimension(model: AbstractModel, point: dict[str, Any], dim: int) -> None:
     """Every attention core in the model must fit the point's dimension d (heads, Q, K):
     refused here, naming the point, rather than as a shape error while tracing."""
@@ -183,6 +199,7 @@ def make_plan(
         )
         for p in check_points(points)
     ]
+    warn_undefined(planned)
     save_times = np.asarray(planned[0].model.save_times, dtype=np.float64)
     for p in planned:
         if not np.array_equal(np.asarray(p.model.save_times, dtype=np.float64), save_times):

@@ -83,6 +83,12 @@ class AbstractModel(eqx.Module):
         """(δ₊, δ₋) when absorbing, for provenance; ``None`` otherwise."""
         return None
 
+    def undefined_maps(self) -> list[str]:
+        """Parameters at which the model's own map is undefined somewhere it can reach (a
+        normalisation of a zero vector, ...), each as a sentence naming them: what the
+        estimator reports when trajectories turn NaN. The default: none known."""
+        return []
+
 
 class AbstractTrajectoryModel(AbstractModel):
     """A model written for one trajectory, batched with ``jax.vmap``."""

@@ -218,6 +218,23 @@ class DiscreteTransformer(AbstractTrajectoryModel):
         _, saves = jax.lax.scan(segment, (x0, first, start), jnp.asarray(self.save_layers))
         return saves
 
+    def undefined_maps(self) -> list[str]:
+        depth, n_layers = self.layers_per_unit, self.n_layers
+        singular = [
+            s
+            for s in self.values.multiplier_atoms(depth)
+            if self.scheme.vanishes_at(s, depth=depth, n_layers=n_layers)
+        ]
+        return [
+            f"the value operator is V_n = {s:.6g}·I with positive probability (depth L = "
+            f"{depth:g}), and with it the {self.scheme.name} layer normalises a zero vector "
+            "for every token whose attention output is itself (a lone token, or a cluster "
+            "merged to float32 resolution): the layer map is undefined there; change ε or "
+            "L (Rademacher v_n = −1 with ε = (L + 1)/√L gives V_n = −I) or use a continuous "
+            "law for v_n"
+            for s in singular
+        ]
+
     def reduction(self, n_tokens: int, dim: int) -> Reduction:
         # Imported here: the reduced route is built on this model, not the other way round.
         from .reduced.model import reduce_discrete
