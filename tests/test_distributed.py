@@ -250,3 +250,46 @@ def test_many_tokens_on_two_devices_do_not_deadlock():
     assert child.returncode == 0, child.stderr[-2000:]
     # A mean span dimension: between one cluster and all of R^16.
     assert 1.0 <= float(child.stdout.strip().splitlines()[-1]) <= 16.0
+
+
+_IMPLICIT_CHILD = textwrap.dedent(
+    """
+    import warnings
+    import diffrax, jax, numpy as np
+    import attndyn as ad
+
+    def model(beta, dim, tokens):
+        del dim, tokens
+        integrator = ad.ODEIntegrator(diffrax.Kvaerno3(), rtol=1e-3, atol=1e-5)
+        return ad.NormalizedAttentionODE(
+            ad.Attention(beta), ad.PostLN(), saveat=ad.SaveAt(0.2), integrator=integrator
+        )
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ds = ad.estimate_probabilities(
+            model, [dict(dim=4, tokens=8, beta=1.0)], key=jax.random.key(0),
+            n_trajectories=96, progress=False,
+        )
+    assert any("runs on 1 of the 2 CPU devices" in str(w.message) for w in caught)
+    print(int(ds["count"].values.sum()))
+    """
+)
+
+
+def test_an_implicit_solver_on_two_devices_does_not_deadlock():
+    # An implicit solver's Newton steps run lineax LU, a batched LAPACK getrf under vmap:
+    # the same jaxlib 0.10 deadlock as the span dimension's eigvalsh (this run hung every
+    # time on 2 devices). The estimator runs such models on one CPU device.
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    env["JAX_PLATFORMS"] = "cpu"
+    child = subprocess.run(
+        [sys.executable, "-c", _IMPLICIT_CHILD],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert int(child.stdout.strip().splitlines()[-1]) == 96  # every trajectory classified

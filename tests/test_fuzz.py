@@ -136,7 +136,7 @@ def _check(result, command) -> str:
     if result.exit_code == 1:
         # A run that reached a point where the model's own map is undefined (e.g. V_n = −I
         # under Post-LN with one token): reported with its cause named, never a traceback.
-        assert "became NaN or infinite. Cause: " in errors[0], errors[0]
+        assert "became NaN or infinite (or too large to normalise). Cause: " in errors[0], errors[0]
         return "undefined map"
     assert result.exit_code == 2, (result.exit_code, result.output, repr(result.exception))
     assert any(name in errors[0] for name in _names(command)), errors[0]

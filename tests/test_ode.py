@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import attndyn
+import attndyn as ad
 from attndyn import (
     NGPT,
     Attention,
@@ -163,3 +164,27 @@ def test_vmap_over_starts_and_parameters():
 def test_bad_input_is_a_clear_error(build, needle):
     with pytest.raises(ParameterError, match=needle):
         build()
+
+
+def test_a_failed_solve_is_reported_as_non_finite_and_can_be_excluded():
+    # Five steps cannot reach t = 1 at rtol 1e-8: diffrax's max_steps failure used to abort
+    # the study with an EquinoxRuntimeError; it now gives NaN states, reported (or excluded)
+    # like any non-finite trajectory.
+    def model(beta, dim, tokens):
+        del dim, tokens
+        integrator = ad.ODEIntegrator(rtol=1e-8, atol=1e-10, max_steps=5)
+        return ad.NormalizedAttentionODE(ad.Attention(beta), integrator=integrator)
+
+    point = [dict(dim=3, tokens=3, beta=1.0)]
+    with pytest.raises(ad.NonFiniteError, match=r"8 of 8 .*max_steps reached"):
+        ad.estimate_probabilities(model, point, key=jax.random.key(0), n_trajectories=8)
+    with pytest.warns(UserWarning, match="excluded from the probabilities"):
+        ds = ad.estimate_probabilities(
+            model, point, key=jax.random.key(0), n_trajectories=8, on_nonfinite="exclude"
+        )
+    assert int(ds["n_nonfinite"].values.max()) == 8
+    # With the default budget the same point solves.
+    solved = ad.NormalizedAttentionODE(ad.Attention(1.0)).solve(
+        ad.uniform_sphere(key=jax.random.key(1), n_tokens=3, dim=3)
+    )
+    assert bool(jnp.all(jnp.isfinite(solved.theta)))

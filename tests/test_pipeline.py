@@ -1,6 +1,7 @@
 """The estimator's stages one at a time: keys, plan, tallies, checkpoint, dataset."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -96,7 +97,7 @@ def test_fixed_point_sums_are_exact_and_order_free():
     b = fixed_point_sums(cosines[::-1])
     np.testing.assert_array_equal(a[0], b[0])
     np.testing.assert_array_equal(a[1], b[1])
-    np.testing.assert_allclose(a[0], cosines.sum(axis=0), atol=1000 / FIXED_POINT)
+    np.testing.assert_allclose(a[0] / FIXED_POINT, cosines.sum(axis=0), atol=1000 / FIXED_POINT)
     # Split into chunks and added: the same bits.
     c = [fixed_point_sums(part) for part in np.array_split(cosines, 7)]
     np.testing.assert_array_equal(sum(x[0] for x in c), a[0])
@@ -107,9 +108,63 @@ def _tallies():
     t.counts[0] = [[3, 1, 1, 0], [4, 0, 0, 0]]
     t.n_valid[:] = 4
     t.n_done[:] = 4
-    t.cosine_sum[0] = [2.0, 4.0]
-    t.cosine_sumsq[0] = [2.0, 4.0]
+    t.cosine_sum[0] = [int(2 * FIXED_POINT), int(4 * FIXED_POINT)]  # int64 units of 2⁻³²
+    t.cosine_sumsq[0] = [int(2 * FIXED_POINT), int(4 * FIXED_POINT)]
     return t
+
+
+def test_totals_beyond_two_million_trajectories_do_not_depend_on_chunk_order():
+    # float64 totals in units of 2⁻³² are exact only below 2²¹; the tallies keep int64
+    # totals (to 2³¹), so chunks added in any order give the same bits. Start both at
+    # 3·2²¹ cosines, as after 6 million trajectories of clustered tokens.
+    rng = np.random.default_rng(1)
+    chunks = [rng.uniform(-1, 1, size=(50, 1)) for _ in range(20)]
+    totals = []
+    for order in (chunks, chunks[::-1]):
+        t = Tallies.zeros(1, 1)
+        t.cosine_sum[0] = 3 * 2**21 * 2**32
+        for values in order:
+            t.add_chunk(0, np.zeros((1, 4), int), 0, 0, values, values, values, np.zeros(1, int))
+        totals.append(t.cosine_sum.copy())
+    np.testing.assert_array_equal(totals[0], totals[1])
+    assert totals[0].dtype == np.int64
+    expected = 3 * 2**21 + np.concatenate(chunks).sum()
+    np.testing.assert_allclose(totals[0][0, 0] / FIXED_POINT, expected, rtol=1e-15)
+
+
+def test_a_checkpoint_of_format_2_is_read_as_integers(tmp_path, monkeypatch):
+    # attndyn 0.4.0 wrote the means' sums as float64 multiples of 2⁻³²: they are read back
+    # as the same integers, so a study interrupted before the upgrade resumes.
+    from attndyn._estimate import checkpoint
+
+    plan = _plan()
+    record = study_record(plan, [0, 0], "threefry2x32", (0, 1))
+    path = tmp_path / "old.nc"
+    old = _tallies()
+    for name in ("cosine_sum", "cosine_sumsq"):
+        setattr(old, name, getattr(old, name) / FIXED_POINT)  # as 0.4.0 kept them
+    monkeypatch.setattr(checkpoint, "FORMAT", 2)
+    write_checkpoint(path, record, old, [p.point for p in plan.points], plan.save_times)
+    monkeypatch.undo()
+    back = load_checkpoint(path, record, np.asarray([10, 10]))
+    for a, b in zip(back.arrays(), _tallies().arrays()):
+        assert a.dtype == np.int64
+        np.testing.assert_array_equal(a, b)
+
+
+def test_tallies_cross_processes_bit_for_bit_without_x64():
+    # JAX without x64 carries int64 as int32 and float64 as float32 (what
+    # process_allgather did to the tallies: 2⁴⁰ + 1 came back as 1); the words go instead.
+    from attndyn._estimate.distributed import _gather_exactly
+
+    def allgather(x):  # two processes holding the same array, through JAX's types
+        return np.stack([np.asarray(jnp.asarray(x))] * 2)
+
+    big = np.asarray([[2**40 + 1, -3]], np.int64)
+    fine = np.asarray([0.1, 1 / 3], np.float64)
+    assert allgather(big)[0, 0, 0] != 2**40 + 1  # the failure this guards against
+    np.testing.assert_array_equal(_gather_exactly(allgather, big), np.stack([big, big]))
+    np.testing.assert_array_equal(_gather_exactly(allgather, fine), np.stack([fine, fine]))
 
 
 def test_checkpoint_round_trip_and_refusal(tmp_path):

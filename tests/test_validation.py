@@ -287,10 +287,39 @@ def test_an_undefined_map_is_warned_before_the_run_and_named_after_it():
 
     points = [{"dim": 2, "tokens": 1, "eps": 2.0}, {"dim": 2, "tokens": 1, "eps": 0.5}]
     with pytest.warns(UserWarning, match=r"at 1 of 2 points the model's map is undefined"):
-        with pytest.raises(ad.NonFiniteError, match=r"became NaN or infinite\. Cause: the value"):
+        with pytest.raises(ad.NonFiniteError, match=r"too large to normalise\)\. Cause: the value"):
             ad.estimate_probabilities(
                 make, points, key=jax.random.key(0), n_trajectories=8, progress=False
             )
+
+
+def test_rows_too_large_to_normalise_are_reported_not_counted_as_unclustered():
+    # Pre-LN with unnormalised attention at β = 50: coordinates stay finite but their squares
+    # overflow float32, so no direction is defined; they used to be normalised to zero and
+    # counted as valid "unclustered" trajectories with mean cosine 0.
+    def usa(beta, dim, tokens):
+        del dim, tokens
+        attention = ad.Attention(beta, kind="unnormalized")
+        return ad.DiscreteTransformer(
+            attention, ad.DeterministicValues(), ad.PreLN(), depth=10, saveat=ad.SaveAt(2.0)
+        )
+
+    def run(model_fn, beta, radius=1.0):
+        point = dict(dim=3, tokens=5, beta=beta)
+        key = jax.random.key(0)
+        return ad.estimate_probabilities(
+            model_fn, [point], key=key, n_trajectories=16, radius=radius, progress=False
+        )
+
+    with pytest.raises(ad.NonFiniteError, match=r"16 of 16 .*attention\.beta"):
+        run(usa, 50.0)
+
+    def pre(beta, dim, tokens):
+        del dim, tokens
+        return ad.DiscreteTransformer(ad.Attention(beta), ad.MatrixValues(1.0), ad.PreLN(), depth=4)
+
+    with pytest.raises(ad.NonFiniteError, match=r"Cause: radius=1e\+20"):
+        run(pre, 1.0, radius=1e20)
 
 
 def test_overflow_from_beta_46_is_explained_and_its_advice_exists():

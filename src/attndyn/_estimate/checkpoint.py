@@ -36,10 +36,13 @@ from .dataset import coordinates, package_version
 from .files import atomic_write
 from .keys import canonical
 from .plan import Plan
-from .tallies import Tallies
+from .tallies import MEANS, Tallies
 
-#: Version of the checkpoint layout (1: attndyn ≤ 0.2.0, a hash of fewer fields).
-FORMAT = 2
+#: Version of the checkpoint layout (1: attndyn ≤ 0.2.0, a hash of fewer fields; 2: attndyn
+#: ≤ 0.4.0, the means' sums as float64, read and converted; 3: every tally an integer).
+FORMAT = 3
+#: Older layouts this version reads.
+READABLE = (2, FORMAT)
 #: Arrays with at most this many entries (scalars, short vectors) are recorded by value, so a
 #: mismatch shows them; larger ones by SHA-256.
 SMALL_ARRAY = 8
@@ -182,7 +185,7 @@ def load_checkpoint(path: Path, record: dict[str, Any], block_sizes: np.ndarray)
             ds.load()
     except Exception as error:  # netCDF/HDF5 raise many types for a truncated or foreign file
         raise damaged(path, f"{type(error).__name__}: {error}".strip()[:200]) from None
-    if ds.attrs.get("format") != FORMAT or "study" not in ds:
+    if ds.attrs.get("format") not in READABLE or "study" not in ds:
         raise ParameterError(
             f"checkpoint {str(path)!r} was written by another attndyn version (checkpoint "
             f"format {ds.attrs.get('format', 1)}, this version writes {FORMAT}). "
@@ -204,17 +207,30 @@ def _stored_record(path: Path, ds: xr.Dataset) -> dict[str, Any]:
 
 def _tallies(path: Path, ds: xr.Dataset) -> Tallies:
     try:
-        integers = ("counts", "n_valid", "n_nonfinite", "n_done", "n_merged")
-        fields = {
-            name: ds[name].values.astype(np.int64 if name in integers else np.float64)
-            for name in Tallies.FIELDS
-        }
-        tallies = Tallies(**fields, seconds=float(ds.attrs.get("seconds", 0.0)))
+        fields = {name: ds[name].values for name in Tallies.FIELDS}
     except KeyError as error:
         raise damaged(path, f"variable {error} is missing") from None
-    if ds.attrs.get("checksum") != _checksum(tallies):
+    stored = Tallies(**fields, seconds=float(ds.attrs.get("seconds", 0.0)))
+    if ds.attrs.get("checksum") != _checksum(stored):
         raise damaged(path, "its tallies do not match their checksum")
-    return tallies
+    return _as_integers(stored)
+
+
+def _as_integers(stored: Tallies) -> Tallies:
+    """Format 2 kept the means' sums as float64 multiples of their unit (exact below 2²¹
+    trajectories per point): back to the integers they are."""
+    fields = {}
+    for name in Tallies.FIELDS:
+        array = np.asarray(getattr(stored, name))
+        if np.issubdtype(array.dtype, np.floating):
+            unit = next(u for mean, u in MEANS.items() if name.startswith(_prefix(mean)))
+            array = np.rint(array * unit)
+        fields[name] = array.astype(np.int64)
+    return Tallies(**fields, seconds=stored.seconds)
+
+
+def _prefix(mean: str) -> str:
+    return "cosine" if mean == "mean_cosine" else mean
 
 
 def _check_consistent(path: Path, t: Tallies, record: dict[str, Any], block_sizes) -> None:

@@ -81,16 +81,24 @@ def _x64_hint(dtype: np.dtype) -> str:
     return ""
 
 
-def overflow_message(model: AbstractModel) -> str:
+def overflow_message(model: AbstractModel, *, radius: float = 1.0) -> str:
     """One sentence naming the causes (maps undefined at the model's parameters, then
-    overflows), or saying that no parameter is past its threshold."""
+    overflows, the start radius included), or saying that no parameter is past its
+    threshold."""
     causes = model.undefined_maps() + overflow_causes(model)
+    limit = math.sqrt(float(np.finfo(float_type()).max))
+    if abs(float(radius)) * MARGIN >= limit:
+        causes.append(
+            f"radius={float(radius):.3g} is near or above √(max {float_type().name}) ≈ "
+            f"{limit:.2g}, where the squared norms of the tokens overflow; lower it"
+        )
     if causes:
         return "Cause: " + "; ".join(causes) + "."
     return (
         f"No parameter of the model is past its {float_type().name} overflow threshold "
         "(unnormalised attention's β·‖Q‖‖K‖ < ½·ln max, scalars < √max/1000) and none of its "
-        "maps is known to be undefined at its parameters: check the solver and its step, or "
+        "maps is known to be undefined at its parameters: check the solver and its step (a "
+        "failed ODE solve, e.g. max_steps reached, is reported as NaN), or "
         "the model's own arithmetic (e.g. a normalisation of a zero vector, such as a Pre-LN "
         "radius that a ±1 multiplier walk brings to exactly 0)."
     )

@@ -98,7 +98,17 @@ def gather_tallies(fields: Sequence[np.ndarray]) -> list[np.ndarray]:
         return [np.asarray(f) for f in fields]
     from jax.experimental import multihost_utils
 
-    gathered = [np.asarray(multihost_utils.process_allgather(np.asarray(f))) for f in fields]
-    # process_allgather stacks along a new leading axis, indexed by process.
+    gathered = [_gather_exactly(multihost_utils.process_allgather, f) for f in fields]
     parts = [[g[p] for g in gathered] for p in range(jax.process_count())]
     return combine_tallies(parts)
+
+
+def _gather_exactly(allgather, field: np.ndarray) -> np.ndarray:
+    """``allgather(field)`` stacked by process, bit for bit. Without x64, JAX carries int64
+    as int32 and float64 as float32 (2⁴⁰ + 1 came back as 1): the field travels as its
+    uint32 words, which JAX keeps, and is read back in its own type."""
+    field = np.ascontiguousarray(field)
+    if field.dtype.itemsize % 4:
+        return np.asarray(allgather(field))
+    words = np.asarray(allgather(field.reshape(-1).view(np.uint32)), np.uint32)
+    return np.ascontiguousarray(words).view(field.dtype).reshape(len(words), *field.shape)

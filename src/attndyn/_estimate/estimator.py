@@ -139,6 +139,24 @@ def check_checkpoint_path(checkpoint: str | os.PathLike) -> Path:
     return path
 
 
+def study_devices(plan: Plan) -> list:
+    """The local devices the study runs on: all of them, except one CPU device for a model
+    that calls batched LAPACK kernels (:meth:`AbstractModel.batched_lapack`), which deadlock
+    when several CPU devices run them at once (jaxlib 0.10). The numbers do not depend on
+    the device count."""
+    devices = jax.local_devices()
+    if len(devices) > 1 and devices[0].platform == "cpu":
+        if any(point.model.batched_lapack() for point in plan.points):
+            warnings.warn(
+                "an implicit solver factorises matrices with batched LAPACK kernels, which "
+                "deadlock when several CPU devices run them at once (jaxlib 0.10): this study "
+                f"runs on 1 of the {len(devices)} CPU devices.",
+                stacklevel=4,
+            )
+            return devices[:1]
+    return devices
+
+
 class _Study:
     """The running state of one ``estimate_probabilities`` call: devices, tallies and the
     checkpoint (locked while the study runs)."""
@@ -147,7 +165,7 @@ class _Study:
         self.plan = plan
         self.key = key
         self.checkpoint = checkpoint
-        self.devices = jax.local_devices()
+        self.devices = study_devices(plan)
         self.process = process_layout()
         self.mesh = jax.sharding.Mesh(np.array(self.devices), ("traj",))
         self.sharding = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec("traj"))
@@ -276,7 +294,8 @@ class _Study:
             return
         message = (
             f"{bad} of {int(self.tallies.n_done[index])} trajectories at point {point.point} "
-            f"became NaN or infinite. {overflow_message(point.user_model)}"
+            f"became NaN or infinite (or too large to normalise). "
+            f"{overflow_message(point.user_model, radius=self.plan.radius)}"
         )
         if self.plan.on_nonfinite == "raise":
             raise NonFiniteError(

@@ -106,7 +106,10 @@ def simulate_chunk(
     saves = model.simulate(x0, keys)
 
     def observe(saves):
-        finite = jnp.all(jnp.isfinite(saves))
+        # A row whose squared norm overflows is finite but has no direction: the
+        # observables would normalise it to zero (an "unclustered" trajectory with mean
+        # cosine 0). It counts as non-finite.
+        finite = jnp.all(jnp.isfinite(saves)) & jnp.all(jnp.isfinite(jnp.sum(saves**2, -1)))
         classes = jax.vmap(cluster_classes, in_axes=(0, None))(saves, tol)
         cosines = jax.vmap(mean_cosine)(saves)
         densities = jax.vmap(pair_density)(saves)

@@ -10,20 +10,21 @@ import numpy as np
 
 from .._core.observables import OUTCOMES
 
-#: Cosines are summed as integers in units of 2⁻³²: exact and order-independent; the float64
-#: totals stay exact while |Σ cos| < 2²¹ (2 million trajectories per point).
+#: Cosines are summed as integers in units of 2⁻³²: exact and order-independent. The totals
+#: stay int64 (|Σ| < 2³¹ cosines: 2 billion trajectories per point) and become floats only
+#: when the dataset is written, so they do not depend on how chunks were added.
 FIXED_POINT = 2.0**32
 
 
 def fixed_point_sums(
     values: np.ndarray, unit: float = FIXED_POINT
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Σ v and Σ v² over the first axis, each term rounded to 1/``unit`` (2⁻³²; 1 for
-    integer-valued observables such as the span dimension, summed exactly as integers)."""
+    """Σ v and Σ v² over the first axis as int64 multiples of 1/``unit`` (2⁻³²; 1 for
+    integer-valued observables such as the span dimension), each term rounded first."""
     values = np.asarray(values, np.float64)
     first = np.rint(values * unit).astype(np.int64).sum(axis=0)
     second = np.rint(values**2 * unit).astype(np.int64).sum(axis=0)
-    return first / unit, second / unit
+    return first, second
 
 
 #: The per-(point, time) means besides the class counts, with the unit they are summed in.
@@ -71,22 +72,28 @@ class Tallies:
             n_valid=z(n_points, np.int64),
             n_nonfinite=z(n_points, np.int64),
             n_done=z(n_points, np.int64),
-            cosine_sum=z((n_points, n_saves)),
-            cosine_sumsq=z((n_points, n_saves)),
-            pair_density_sum=z((n_points, n_saves)),
-            pair_density_sumsq=z((n_points, n_saves)),
-            span_dim_sum=z((n_points, n_saves)),
-            span_dim_sumsq=z((n_points, n_saves)),
+            cosine_sum=z((n_points, n_saves), np.int64),
+            cosine_sumsq=z((n_points, n_saves), np.int64),
+            pair_density_sum=z((n_points, n_saves), np.int64),
+            pair_density_sumsq=z((n_points, n_saves), np.int64),
+            span_dim_sum=z((n_points, n_saves), np.int64),
+            span_dim_sumsq=z((n_points, n_saves), np.int64),
             n_merged=z((n_points, n_saves), np.int64),
         )
 
     def arrays(self) -> list[np.ndarray]:
         return [getattr(self, name) for name in self.FIELDS]
 
-    def sums(self, name: str) -> tuple[np.ndarray, np.ndarray]:
-        """(Σ, Σ²) of the mean called ``name`` (a key of :data:`MEANS`)."""
+    def fixed_point(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """(Σ, Σ²) of the mean called ``name`` (a key of :data:`MEANS`), int64 multiples of
+        its unit (the arrays themselves: adding to them adds to the tallies)."""
         prefix = "cosine" if name == "mean_cosine" else name
         return getattr(self, f"{prefix}_sum"), getattr(self, f"{prefix}_sumsq")
+
+    def sums(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """(Σ, Σ²) of the mean called ``name`` as float64 (one rounding of the exact totals)."""
+        first, second = self.fixed_point(name)
+        return first / MEANS[name], second / MEANS[name]
 
     def add_chunk(
         self, p: int, counts, n_valid, n_nonfinite, cosines, densities, spans, n_merged
@@ -97,7 +104,7 @@ class Tallies:
         self.n_valid[p] += int(n_valid)
         self.n_nonfinite[p] += int(n_nonfinite)
         for (name, unit), values in zip(MEANS.items(), (cosines, densities, spans)):
-            total, total_sq = self.sums(name)
+            total, total_sq = self.fixed_point(name)
             first, second = fixed_point_sums(np.asarray(values), unit)
             total[p] += first
             total_sq[p] += second

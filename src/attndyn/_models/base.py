@@ -83,6 +83,14 @@ class AbstractModel(eqx.Module):
         """(δ₊, δ₋) when absorbing, for provenance; ``None`` otherwise."""
         return None
 
+    def batched_lapack(self) -> bool:
+        """Whether :meth:`simulate` calls LAPACK kernels on batches (an implicit solver's LU
+        factorisations). jaxlib 0.10's batched kernels split their batch over the intra-op
+        thread pool and wait for it; with several CPU devices inside such calls at once,
+        every pool thread waits and the run deadlocks, so the estimator runs these models
+        on one CPU device. The default: no."""
+        return False
+
     def undefined_maps(self) -> list[str]:
         """Parameters at which the model's own map is undefined somewhere it can reach (a
         normalisation of a zero vector, ...), each as a sentence naming them: what the

@@ -111,6 +111,11 @@ class ODEIntegrator(eqx.Module):
         if self.dt0 is not None:
             check_bound("dt0", self.dt0, lower=0.0, lower_open=True)
 
+    @property
+    def implicit(self) -> bool:
+        """Whether the solver is implicit (its Newton steps factorise matrices: LAPACK)."""
+        return isinstance(self.solver, dfx.AbstractImplicitSolver)
+
     def solve(self, field: Callable, t0, t1, y0: PyTree, args: Any, ts: Array):
         """``(ys at ts, accepted steps)`` of ``dy/dt = field(t, y, args)`` on [t0, t1]."""
         controller = (
@@ -131,9 +136,16 @@ class ODEIntegrator(eqx.Module):
             saveat=dfx.SaveAt(ts=ts),
             stepsize_controller=controller,
             max_steps=self.max_steps,
+            # A failed solve (max_steps reached, a step size driven to zero by an
+            # overflowing field) returns NaN states instead of raising inside the batch:
+            # the estimator then reports it like any non-finite trajectory (or excludes it
+            # with on_nonfinite="exclude") instead of aborting the whole study.
+            throw=False,
         )
         assert sol.ys is not None and sol.stats is not None
-        return sol.ys, sol.stats["num_accepted_steps"]
+        failed = sol.result != dfx.RESULTS.successful
+        ys = jax.tree.map(lambda y: jnp.where(failed, jnp.nan, y), sol.ys)
+        return ys, sol.stats["num_accepted_steps"]
 
 
 @final

@@ -79,6 +79,9 @@ class NormalizedAttentionODE(AbstractTrajectoryModel):
     saveat: SaveAt = SaveAt(1.0)
     integrator: ODEIntegrator = ODEIntegrator()
 
+    def batched_lapack(self) -> bool:
+        return self.integrator.implicit
+
     @property
     def save_times(self) -> np.ndarray:
         return self.saveat.times

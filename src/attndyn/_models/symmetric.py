@@ -97,6 +97,9 @@ class SymmetricODE(AbstractModel):
     saveat: SaveAt = SaveAt(1.0)
     integrator: ODEIntegrator = ODEIntegrator(rtol=1e-8, atol=1e-10)
 
+    def batched_lapack(self) -> bool:
+        return self.integrator.implicit
+
     def __check_init__(self):
         check_scalar("beta", self.beta)
         check_bound("beta", self.beta, lower=0.0)
