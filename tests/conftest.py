@@ -15,7 +15,18 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("ATTNDYN_CACHE_DIR", os.path.join(tempfile.gettempdir(), "attndyn-test-jax"))
 
 import jax
+import pytest
 
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 # No implicit rank promotion: every broadcast in attndyn is written out.
 jax.config.update("jax_numpy_rank_promotion", "raise")
+
+
+@pytest.fixture
+def tile(monkeypatch):
+    """``tile(k)``: the estimator runs tiles of k trajectories per CPU device (4,096 by
+    default, more than the small studies of the tests hold), so that a test can exercise
+    several tiles, chunks and process blocks per point."""
+    from attndyn._estimate import runner
+
+    return lambda size: monkeypatch.setattr(runner, "CPU_TILE", size)

@@ -39,6 +39,9 @@ def test_evolution_round_trip(tmp_path):
         (["--eps", "-0.5", "--model", "hybrid"], "eps"),
         (["--engine", "sde", "--dt", "10"], "dt"),
         (["--saves", "0"], "saves"),
+        (["--model", "full,full"], "--model lists full more than once"),
+        # The discrete engine refuses SDE flags, naming the flag (the message lacked an f).
+        (["--dt", "0.5"], "(drop --dt, or add --engine sde)"),
     ],
 )
 def test_evolution_bad_input(tmp_path, args, match):

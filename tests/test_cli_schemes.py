@@ -71,6 +71,8 @@ def test_json_dataset_and_figures(tmp_path, names):
         (["--alpha", "0"], "alpha"),
         (["--r0", "0"], "r0"),
         (["--tokens", "6", "--dim", "5"], "n_tokens <= dim"),
+        # A repeat ran the whole study, wrote it, then crashed in the figures (audit).
+        (["--schemes", "post-ln,pre-ln,post-ln"], "--schemes lists post-ln more than once"),
     ],
 )
 def test_bad_input(args, needle, tmp_path):

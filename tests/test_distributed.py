@@ -55,7 +55,8 @@ def test_slices_are_refused_when_malformed():
         initialize_distributed(None, None, 1)
 
 
-def test_processes_combined_give_the_single_process_numbers(monkeypatch):
+def test_processes_combined_give_the_single_process_numbers(monkeypatch, tile):
+    tile(4)  # 23 tiles of 4 per point: blocks of 7 or 8 tiles for 3 processes
     # Run the study as each of 3 processes would (same arguments, own slice), keep each
     # process's own tallies, combine them once, and compare with one process.
     single = _run(chunk_size=8)
@@ -88,13 +89,10 @@ _CHILD = textwrap.dedent(
 
 
 def test_one_and_two_devices_and_any_chunk_give_identical_numbers():
-    # This process has 2 CPU devices (conftest); the child has 1. Counts and span
-    # dimensions (integers) must agree exactly, on both routes and across chunk sizes.
-    # Mean cosines and pair densities agree to float32 rounding: XLA's CPU compiler
-    # vectorises by batch shape (fused multiply-adds, reduction order), so one trajectory's
-    # last bits can differ between a batch of 45 and one of 90 (seen: 2e-8 relative on the
-    # full route's Householder step). rtol 1e-6 is 10 float32 ulps of a sum of 90
-    # trajectories and ~1e-4 of the standard error: a real mixing bug moves them by far more.
+    # This process has 2 CPU devices (conftest); the child has 1. Every number must agree
+    # bit for bit, on both routes and across chunk sizes: each trajectory runs in the same
+    # compiled tile program at the same place (XLA compiles each batch shape differently,
+    # so before tiles the mean cosines differed in their last bits, 2e-8 relative).
     env = dict(os.environ)
     env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=1"
     env["JAX_PLATFORMS"] = "cpu"
@@ -110,16 +108,16 @@ def test_one_and_two_devices_and_any_chunk_give_identical_numbers():
         counts, cosines, n_dev, densities, spans = one_device[route]
         assert n_dev == 1
         np.testing.assert_array_equal(ds["count"].values, np.asarray(counts))
-        close = {"rtol": 1e-6, "atol": 0}
-        np.testing.assert_allclose(ds["mean_cosine"].values, np.asarray(cosines), **close)
-        np.testing.assert_allclose(ds["pair_density"].values, np.asarray(densities), **close)
+        np.testing.assert_array_equal(ds["mean_cosine"].values, np.asarray(cosines))
+        np.testing.assert_array_equal(ds["pair_density"].values, np.asarray(densities))
         np.testing.assert_array_equal(ds["span_dim"].values, np.asarray(spans))
 
 
-def test_more_trajectories_keep_chunk_sized_device_work(monkeypatch):
-    # Peak memory is set by what one chunk holds on the devices: the compiled step only ever
-    # sees chunk-sized inputs (so its buffers are chunk-sized whatever n is) and nothing
-    # stays alive on the devices between chunks or after the run.
+def test_more_trajectories_keep_chunk_sized_device_work(monkeypatch, tile):
+    tile(8)  # one tile of 8 per device: calls of 16 trajectories
+    # Peak memory is set by what one tile per device holds: the compiled step only ever
+    # sees tile-sized inputs (so its buffers are tile-sized whatever n is) and nothing
+    # stays alive on the devices between calls or after the run.
     shapes = []
     original = _estimator.chunk_statistics
 
@@ -237,19 +235,22 @@ def test_many_tokens_on_two_devices_do_not_deadlock():
     # over the intra-op thread pool and waits; with both devices inside it at once every
     # pool thread waited and this run hung every time (XLA then aborts the process after
     # 40 s). The estimator now takes one matrix at a time when several devices run.
+    last = _on_two_devices(_MANY_TOKENS_CHILD, timeout=120)
+    # A mean span dimension: between one cluster and all of R^16.
+    assert 1.0 <= float(last) <= 16.0
+
+
+def _on_two_devices(script: str, *, timeout: float) -> str:
+    """Run ``script`` in a child process with 2 CPU devices (a hang fails at ``timeout``);
+    the last line it printed."""
     env = dict(os.environ)
     env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
     env["JAX_PLATFORMS"] = "cpu"
     child = subprocess.run(
-        [sys.executable, "-c", _MANY_TOKENS_CHILD],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=timeout
     )
     assert child.returncode == 0, child.stderr[-2000:]
-    # A mean span dimension: between one cluster and all of R^16.
-    assert 1.0 <= float(child.stdout.strip().splitlines()[-1]) <= 16.0
+    return child.stdout.strip().splitlines()[-1]
 
 
 _IMPLICIT_CHILD = textwrap.dedent(
@@ -281,15 +282,5 @@ def test_an_implicit_solver_on_two_devices_does_not_deadlock():
     # An implicit solver's Newton steps run lineax LU, a batched LAPACK getrf under vmap:
     # the same jaxlib 0.10 deadlock as the span dimension's eigvalsh (this run hung every
     # time on 2 devices). The estimator runs such models on one CPU device.
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
-    env["JAX_PLATFORMS"] = "cpu"
-    child = subprocess.run(
-        [sys.executable, "-c", _IMPLICIT_CHILD],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=150,
-    )
-    assert child.returncode == 0, child.stderr[-2000:]
-    assert int(child.stdout.strip().splitlines()[-1]) == 96  # every trajectory classified
+    # Every trajectory classified (one save).
+    assert int(_on_two_devices(_IMPLICIT_CHILD, timeout=150)) == 96

@@ -5,8 +5,12 @@ or written; the API raises :class:`attndyn.ParameterError`. Nothing here compile
 except the one overflow run at the end.
 """
 
+import functools
 import math
+import os
 import re
+import subprocess
+import sys
 import warnings
 
 import equinox as eqx
@@ -367,5 +371,87 @@ def test_chunk_is_capped_at_the_trajectory_count():
         make, [{"dim": 4, "tokens": 2, "beta": 1.0}], key=jax.random.key(0),
         n_trajectories=4, chunk_size=10**7, progress=False, route="full",
     )  # fmt: skip
-    assert ad.provenance(ds)["chunk_size"] == 4 and int(ds["n_valid"][0]) == 4
+    # One tile per device: the study's 4 trajectories rounded up to a tile of 8, on each of
+    # this process's 2 devices (conftest), never the 10⁷ asked for.
+    assert len(jax.devices()) == 2
+    assert ad.provenance(ds)["chunk_size"] == 16 and int(ds["n_valid"][0]) == 4
     assert np.isfinite(ds["mean_cosine"].values).all()
+
+
+_WRONG_KINDS_CHILD = """
+import diffrax, jax, jax.numpy as jnp, numpy as np
+import attndyn as ad
+
+def refused(build):
+    try:
+        build()
+    except ad.ParameterError as error:
+        return str(error)
+    return "accepted"
+
+print(refused(lambda: ad.DiscreteTransformer(1.0)))
+print(refused(lambda: ad.DiscreteTransformer(ad.Attention(1.0), "gaussian")))
+print(refused(lambda: ad.ODEIntegrator(solver="tsit5")))
+print(refused(lambda: ad.ODEIntegrator(solver=diffrax.SRA1())))
+
+def make(beta, dim, tokens):
+    del dim, tokens
+    return ad.DiscreteTransformer(ad.Attention(beta), depth=2, saveat=ad.SaveAt(1.0))
+
+key = jax.random.key(0)
+ds = ad.estimate_probabilities(
+    make, [dict(dim=3, tokens=2, beta=jnp.asarray(1.0))], key=key,
+    n_trajectories=np.int64(8), tol=np.float32(1e-3), progress=False,
+)
+print(int(ds["n_valid"][0]))
+bad = [dict(dim=3, tokens=2, beta=1.0), dict(dim=3, tokens=2, beta=jnp.ones(2))]
+print(refused(lambda: ad.estimate_probabilities(make, bad, key=key, n_trajectories=8)))
+one = dict(dim=3, tokens=2, beta=1.0)
+print(refused(lambda: ad.estimate_probabilities(make, one, key=key, n_trajectories=8)))
+"""
+
+
+def test_wrong_kinds_and_numpy_scalars_as_a_user_meets_them():
+    # Run without the tests' runtime type checker (jaxtyping), which would reject the wrong
+    # kinds first: a user's process has only attndyn's own checks. Components of the wrong
+    # kind failed later with AttributeError or diffrax's TermAndSolverIncompatible; NumPy
+    # scalars for n_trajectories or tol failed writing provenance (JSON); a point value with
+    # no identity failed after the earlier points had run (audit).
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    child = subprocess.run(
+        [sys.executable, "-c", _WRONG_KINDS_CHILD],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert child.returncode == 0, child.stderr[-2000:]
+    lines = child.stdout.strip().splitlines()[-7:]
+    assert lines[0].startswith("attention must be an attndyn.Attention")
+    assert lines[1].startswith("values must be a value operator")
+    assert lines[2].startswith("solver must be a diffrax ODE solver")
+    assert lines[3].startswith("solver must be a diffrax ODE solver")
+    assert lines[4] == "8"
+    assert "holds a value that is not a number" in lines[5]
+    assert lines[6].startswith("points must be a list of dicts")
+
+
+def test_numerically_merged_tokens_are_warned_of_by_the_api():
+    # Deterministic Post-LN at β = 4 over t = 30 merges the tokens to float32 resolution:
+    # their class is then the arithmetic's. The CLI printed a line; the API said nothing
+    # (audit): it now warns, and n_merged counts them.
+    def make(beta, dim, tokens, horizon):
+        del dim, tokens
+        return ad.DiscreteTransformer(
+            ad.Attention(beta), ad.DeterministicValues(), ad.PostLN(), depth=5,
+            saveat=ad.SaveAt(horizon),
+        )  # fmt: skip
+
+    run = functools.partial(
+        ad.estimate_probabilities, make, key=jax.random.key(0), n_trajectories=40,
+        route="full", progress=False,
+    )  # fmt: skip
+    with pytest.warns(ad.NumericalMergeWarning, match=r"at 1 of 1 points tokens merged"):
+        ds = run([dict(dim=3, tokens=5, beta=4.0, horizon=30.0)])
+    assert int(ds["n_merged"].values[0, -1]) > 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ad.NumericalMergeWarning)
+        quiet = run([dict(dim=3, tokens=5, beta=4.0, horizon=1.0)])  # t = 1: far apart
+    assert int(quiet["n_merged"].values[0, -1]) == 0

@@ -26,7 +26,11 @@ from ._core.attention import (
     AttentionKind as AttentionKind,
 )
 from ._core.eigenmaps import EigenmapsStep as EigenmapsStep
-from ._core.errors import NonFiniteError as NonFiniteError, ParameterError as ParameterError
+from ._core.errors import (
+    NonFiniteError as NonFiniteError,
+    NumericalMergeWarning as NumericalMergeWarning,
+    ParameterError as ParameterError,
+)
 from ._core.norms import (
     NORM_NAMES as NORM_NAMES,
     AbstractNorm as AbstractNorm,

@@ -18,6 +18,12 @@ class NonFiniteError(FloatingPointError):
     """A simulation produced NaN or infinite values (overflow)."""
 
 
+class NumericalMergeWarning(UserWarning):
+    """Tokens merged numerically: the float type cannot resolve their gap, so the
+    arithmetic, not the dynamics, fixed those trajectories' class (counted in
+    ``n_merged``)."""
+
+
 def concrete(value: Any) -> np.ndarray | None:
     """The value as a NumPy array, or ``None`` when it is traced (inside jit/vmap)."""
     if isinstance(value, jax.Array) and not _is_concrete(value):

@@ -73,15 +73,21 @@ def process_layout() -> tuple[int, int]:
     return jax.process_index(), jax.process_count()
 
 
-def process_block(n_trajectories: int, process_index: int, process_count: int) -> tuple[int, int]:
+def process_block(
+    n_trajectories: int, process_index: int, process_count: int, tile: int = 1
+) -> tuple[int, int]:
     """The trajectory indices ``[start, stop)`` of a point that this process runs: the
-    p-th of P contiguous blocks of (nearly) equal size, whatever the chunk size."""
+    p-th of P contiguous blocks of (nearly) equal numbers of tiles, whatever the chunk
+    size. Blocks start on multiples of ``tile`` (see :func:`.runner.tile_size`), so each
+    trajectory runs at the same place of the same tile for any process count."""
     check_int("n_trajectories", n_trajectories, lower=1)
     check_int("process_count", process_count, lower=1)
     if not 0 <= process_index < process_count:
         raise ParameterError(f"process_index={process_index} must be in [0, {process_count}).")
-    start = process_index * n_trajectories // process_count
-    return start, (process_index + 1) * n_trajectories // process_count
+    n_tiles = -(-n_trajectories // tile)
+    start = min(process_index * n_tiles // process_count * tile, n_trajectories)
+    stop = min((process_index + 1) * n_tiles // process_count * tile, n_trajectories)
+    return start, stop
 
 
 def combine_tallies(parts: Sequence[Sequence[np.ndarray]]) -> list[np.ndarray]:

@@ -15,7 +15,7 @@ import xarray as xr
 from jaxtyping import PRNGKeyArray
 from tqdm.auto import tqdm
 
-from .._core.errors import NonFiniteError, ParameterError
+from .._core.errors import NonFiniteError, NumericalMergeWarning, ParameterError
 from .._models.base import AbstractModel
 from .checkpoint import load_checkpoint, signature, study_record, write_checkpoint
 from .dataset import attach_provenance, probabilities_dataset, provenance_record
@@ -24,7 +24,7 @@ from .distributed import gather_tallies, process_block, process_layout
 from .files import Lock, LockBusy, writable_folder
 from .keys import Point, check_key, point_key
 from .plan import Plan, PointPlan, make_plan
-from .runner import chunk_indices, chunk_statistics, default_chunk_size, round_up
+from .runner import chunk_indices, chunk_statistics, default_chunk_size, round_up, tile_size
 from .runtime import compile_seconds
 from .tallies import Tallies
 
@@ -123,8 +123,29 @@ def estimate_probabilities(
             study.run(progress)
             tallies = study.combined()
     record = _provenance(plan, study, tallies, metadata)
+    warn_merged(plan, tallies)
     return attach_provenance(
         probabilities_dataset(tallies, [p.point for p in plan.points], plan.save_times), record
+    )
+
+
+def warn_merged(plan: Plan, tallies: Tallies) -> None:
+    """Tell the user where tokens merged numerically at the last save: those trajectories
+    are counted (their class is the one the arithmetic fixed), and ``n_merged`` says how
+    many; a warning says where."""
+    merged = tallies.n_merged[:, -1]
+    points = [i for i, n in enumerate(merged) if n > 0]
+    if not points:
+        return
+    first = points[0]
+    warnings.warn(
+        f"at {len(points)} of {len(plan.points)} points tokens merged numerically (e.g. "
+        f"{int(merged[first])} of {int(tallies.n_valid[first])} trajectories at "
+        f"{plan.points[first].point}): float32 cannot resolve their gap, so the arithmetic "
+        "fixed their class; they are counted, and n_merged says how many. x64=True or a "
+        "reduced route (route='auto') resolves far smaller gaps.",
+        NumericalMergeWarning,
+        stacklevel=3,
     )
 
 
@@ -173,7 +194,10 @@ class _Study:
         self.prng_impl = str(jax.random.key_impl(key))
         self.record = study_record(plan, self.key_data, self.prng_impl, self.process)
         self.signature = signature(self.record)
-        self.blocks = [process_block(plan.n_trajectories, *self.process)] * len(plan.points)
+        self.tile = tile_size(plan.n_trajectories)
+        self.blocks = [process_block(plan.n_trajectories, *self.process, self.tile)] * len(
+            plan.points
+        )
         self.tallies = Tallies.zeros(len(plan.points), len(plan.save_times))
         self.lock = self._lock()
         try:
@@ -244,7 +268,8 @@ class _Study:
 
     def chunk_size(self, point: PointPlan, block: int) -> int:
         """The plan's chunk size (or one that fits device memory), never more than the
-        block of trajectories it serves, rounded up to a multiple of the device count."""
+        block of trajectories it serves, rounded up to a multiple of the device count times
+        the tile (:func:`.runner.tile_size`)."""
         plan, n_devices = self.plan, len(self.devices)
         chunk = plan.chunk_size or default_chunk_size(
             block,
@@ -254,7 +279,7 @@ class _Study:
             n_saves=len(plan.save_times),
             n_devices=n_devices,
         )
-        return round_up(min(chunk, block), n_devices)
+        return round_up(min(chunk, block), n_devices * self.tile)
 
     def run_point(self, index: int, point: PointPlan, bar) -> None:
         """The trajectories of one point that this process has not finished yet.
@@ -276,17 +301,31 @@ class _Study:
             jnp.asarray(plan.tol, dtype),
             jnp.asarray(plan.radius, dtype),
         )
+        # One tile per device per call (runner.tile_size): the same compiled program for
+        # every chunk size; a chunk is the work between checkpoint checks.
+        group = self.tile * len(self.devices)
         for first in range(start + int(tallies.n_done[index]), stop, chunk):
-            indices = chunk_indices(first, chunk, self.sharding)
-            results = chunk_statistics(
-                point.model, key, indices, *args, point.n_tokens, point.dim, self.mesh
-            )
-            done = min(chunk, stop - first)
-            tallies.add_chunk(index, *results)
-            tallies.n_done[index] += done
-            bar.update(done)
+            pending = None
+            for tile_start in range(first, min(first + chunk, stop), group):
+                indices = chunk_indices(tile_start, group, self.sharding)
+                results = chunk_statistics(
+                    point.model, key, indices, *args, point.n_tokens, point.dim, self.mesh
+                )
+                # The devices run this call while the host adds the previous one (JAX
+                # dispatches asynchronously; add_chunk waits for its results).
+                if pending is not None:
+                    self.add(index, *pending, bar)
+                pending = results, min(group, stop - tile_start)
+            if pending is not None:
+                self.add(index, *pending, bar)
             if time.perf_counter() - self.last_save > CHECKPOINT_EVERY:
                 self.save()
+
+    def add(self, index: int, results, done: int, bar) -> None:
+        """Add one call's results (``done`` trajectories of point ``index``) to the tallies."""
+        self.tallies.add_chunk(index, *results)
+        self.tallies.n_done[index] += done
+        bar.update(done)
 
     def check_nonfinite(self, index: int, point: PointPlan) -> None:
         bad = int(self.tallies.n_nonfinite[index])

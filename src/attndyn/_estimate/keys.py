@@ -26,6 +26,8 @@ def canonical(value: Any) -> Any:
     tuples as lists). Frozen: changing it would change every published number."""
     if isinstance(value, np.generic):
         return value.item()
+    if isinstance(value, jax.Array) and value.ndim == 0:  # as the NumPy scalar it holds
+        return np.asarray(value).item()
     if isinstance(value, tuple | list):
         return [canonical(v) for v in value]
     return value

@@ -4,7 +4,7 @@ before anything is compiled or written."""
 import dataclasses
 import itertools
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import equinox as eqx
@@ -16,7 +16,7 @@ from .._core.attention import Attention
 from .._core.errors import ParameterError, check_bound, check_choice, check_int
 from .._models.base import ROUTES, AbstractModel, select_route
 from .._models.reduced.absorption import DEFAULT_BOUND
-from .keys import Point
+from .keys import Point, point_id
 
 NONFINITE_POLICIES = ("raise", "exclude")
 #: Trajectories per point: their indices (plus one chunk of padding) stay in int32.
@@ -96,7 +96,12 @@ def check_options(*, n_trajectories, tol, radius, on_nonfinite, chunk_size, rout
 
 
 def check_points(points: Sequence[Point]) -> list[dict[str, Any]]:
-    """The points as dicts; each names an integer ``dim`` ≥ 2 and ``tokens`` ≥ 1."""
+    """The points as dicts; each names an integer ``dim`` ≥ 2 and ``tokens`` ≥ 1, and each
+    has an identity (:func:`.keys.point_id`), checked before any point runs."""
+    if isinstance(points, Mapping) or not all(isinstance(p, Mapping) for p in points):
+        raise ParameterError(
+            "points must be a list of dicts, one per parameter point (e.g. from attndyn.grid)."
+        )
     points = [dict(p) for p in points]
     if not points:
         raise ParameterError("points is empty; give at least one parameter point.")
@@ -105,6 +110,13 @@ def check_points(points: Sequence[Point]) -> list[dict[str, Any]]:
             if name not in p:
                 raise ParameterError(f"every point must give {name!r}; got {p}.")
             check_int(name, p[name], lower=lower, upper=upper)
+        try:
+            point_id(p)
+        except (TypeError, ValueError):
+            raise ParameterError(
+                f"point {p} holds a value that is not a number, string or list of them: "
+                "give Python or NumPy scalars (a 0-d JAX array is accepted too)."
+            ) from None
     return points
 
 
@@ -187,6 +199,9 @@ def make_plan(
         chunk_size=chunk_size,
         route=route,
     )
+    # NumPy scalars pass the checks; the plan keeps Python numbers (JSON provenance).
+    n_trajectories, tol, radius = int(n_trajectories), float(tol), float(radius)
+    chunk_size = None if chunk_size is None else int(chunk_size)
     bound = absorption_bound_of(early_absorption)
     planned = [
         plan_point(

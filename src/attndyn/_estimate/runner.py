@@ -58,14 +58,43 @@ def round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
+#: Trajectories per tile on CPU and on accelerators (see :func:`tile_size`); on CPU the
+#: size that runs at full speed (:data:`CPU_CHUNK_PER_DEVICE`).
+CPU_TILE = 4096
+ACCELERATOR_TILE = 1 << 15
+
+
+#: A study smaller than this many full tiles is cut into this many tiles instead, so that
+#: up to this many devices have work (the tile may not depend on the device count). More
+#: and smaller tiles would cost calls: W2 (512 trajectories) ran 13 % slower in tiles of 32.
+TILE_SPREAD = 4
+
+
+def tile_size(n_trajectories: int) -> int:
+    """The trajectories one compiled simulation always runs together on a device, for a
+    study of ``n_trajectories`` per point.
+
+    XLA compiles a batch's arithmetic differently for different batch shapes (vector
+    bodies and remainders, dot blockings, fusions), so a trajectory's last bits depended
+    on the chunk size and the device count. The estimator therefore always runs one tile
+    of this size per device, aligned on multiples of it in the trajectory index, through
+    one compiled program: trajectory i is computed at position i mod tile of its tile
+    whatever the chunk size, device count or process count (a chunk is a number of such
+    calls between checkpoints). A study of fewer than :data:`TILE_SPREAD` full tiles is
+    cut into that many smaller ones (a multiple of 8), so every device has work."""
+    tile = ACCELERATOR_TILE if jax.default_backend() != "cpu" else CPU_TILE
+    spread = round_up(-(-n_trajectories // TILE_SPREAD), 8)
+    return min(tile, spread)
+
+
 def span_dimensions(saves: Array, serial: bool) -> Array:
     """:func:`span_dimension` of every trajectory and save, ``(batch, saves)``.
 
-    ``serial``: one Gram matrix at a time, for a computation that several devices run at
-    once. jaxlib 0.10's batched LAPACK kernels (``eigvalsh`` of a batch) split the batch
-    over the intra-op thread pool and block until it is done; with every device inside
-    such a call, every pool thread waits and the run deadlocks (seen: 512 trajectories of
-    N = 32 tokens on 2 CPU devices hung every time). One matrix at a time runs inline.
+    ``serial``: one Gram matrix at a time. jaxlib 0.10's batched LAPACK kernels
+    (``eigvalsh`` of a batch) split the batch over the intra-op thread pool and block until
+    it is done; with every device inside such a call, every pool thread waits and the run
+    deadlocks (seen: 512 trajectories of N = 32 tokens on 2 CPU devices hung every time).
+    One matrix at a time runs inline.
     """
     if not serial or saves.shape[-2] <= 2:  # N ≤ 2 is written out: no LAPACK.
         return jax.vmap(jax.vmap(span_dimension))(saves)
@@ -73,28 +102,13 @@ def span_dimensions(saves: Array, serial: bool) -> Array:
     return jax.lax.map(span_dimension, flat).reshape(saves.shape[:2])
 
 
-def _span_dimensions_per_device(saves: Array, mesh: jax.sharding.Mesh) -> Array:
-    """:func:`span_dimensions` of a batch GSPMD shards over ``mesh``: each device takes its
-    own slice one matrix at a time (a sequential map over the sharded axis would gather the
-    whole batch onto every device and repeat the work there)."""
-    batch = jax.sharding.PartitionSpec("traj")
-    return jax.shard_map(
-        lambda s: span_dimensions(s, True),
-        mesh=mesh,
-        in_specs=batch,
-        out_specs=batch,
-        check_vma=False,
-    )(saves)
-
-
-def simulate_chunk(
-    model: AbstractModel, point_key, indices, tol, radius, n_tokens, dim, serial=False, mesh=None
-):
+def simulate_tile(model: AbstractModel, point_key, indices, tol, radius, n_tokens, dim, mesh=None):
     """Per-trajectory classes, mean cosines, pair densities, span dimensions, merges and
-    finiteness for a batch of indices.
+    finiteness for a batch of trajectory indices (one tile per device).
 
-    Starts are drawn in the dtype of ``radius`` (float64 when the study runs in x64);
-    ``serial``: see :func:`span_dimensions`; ``mesh``: the devices GSPMD shards the batch
+    Starts are drawn in the dtype of ``radius`` (float64 when the study runs in x64). The
+    span dimensions take one Gram matrix at a time (:func:`span_dimensions`): the same
+    arithmetic on one device or several. ``mesh``: the devices GSPMD shards the batch
     over, when this runs outside ``shard_map`` on several devices."""
 
     def start(index):
@@ -120,8 +134,22 @@ def simulate_chunk(
     if mesh is not None and mesh.size > 1 and saves.shape[-2] > 2:
         spans = _span_dimensions_per_device(saves, mesh)
     else:
-        spans = span_dimensions(saves, serial)
+        spans = span_dimensions(saves, True)
     return classes, cosines, densities, spans, merged, finite
+
+
+def _span_dimensions_per_device(saves: Array, mesh: jax.sharding.Mesh) -> Array:
+    """:func:`span_dimensions` of a batch GSPMD shards over ``mesh``: each device takes its
+    own slice one matrix at a time (a sequential map over the sharded axis would gather the
+    whole batch onto every device and repeat the work there)."""
+    batch = jax.sharding.PartitionSpec("traj")
+    return jax.shard_map(
+        lambda s: span_dimensions(s, True),
+        mesh=mesh,
+        in_specs=batch,
+        out_specs=batch,
+        check_vma=False,
+    )(saves)
 
 
 def tally(classes, cosines, densities, spans, merged, finite, indices, n_total):
@@ -157,22 +185,21 @@ def chunk_statistics(
     dim: int,
     mesh: jax.sharding.Mesh | None = None,
 ):
-    """Tallies of one chunk. With a mesh and a model that allows it
-    (:attr:`AbstractModel.per_device`), each device simulates its own slice of the chunk in
-    its own loops (``shard_map``): data-dependent loops (early absorption, exact rejection
+    """Tallies of one tile per device (:func:`tile_size`). With a mesh and a model that
+    allows it (:attr:`AbstractModel.per_device`), each device simulates its own tile in its
+    own loops (``shard_map``): data-dependent loops (early absorption, exact rejection
     samplers) then never wait on a cross-device reduction at every step, and each
     trajectory's numbers stay those of its key alone."""
     # diffrax's closure-converted solver internals reject the per-device array types that
     # shard_map gives their inputs, and GSPMD shards them well: those models opt out.
     if mesh is None or mesh.size == 1 or not model.per_device:
-        simulated = simulate_chunk(model, point_key, indices, tol, radius, n_tokens, dim, mesh=mesh)
+        simulated = simulate_tile(model, point_key, indices, tol, radius, n_tokens, dim, mesh)
         return tally(*simulated, indices, n_total)
     dynamic, static = eqx.partition(model, eqx.is_array)
 
     def local(dynamic, point_key, indices, tol, radius):
-        return simulate_chunk(
-            eqx.combine(dynamic, static), point_key, indices, tol, radius, n_tokens, dim, True
-        )
+        model = eqx.combine(dynamic, static)
+        return simulate_tile(model, point_key, indices, tol, radius, n_tokens, dim)
 
     replicated = jax.sharding.PartitionSpec()
     batch = jax.sharding.PartitionSpec("traj")

@@ -84,6 +84,7 @@ class DiscreteTransformer(AbstractTrajectoryModel):
     weights: RandomWeights | None = eqx.field(default=None, kw_only=True)
 
     def __check_init__(self):
+        _check_types(self)
         if self.depth is not None and self.step is not None:
             raise ParameterError("give depth (layers per unit time) or step (η), not both.")
         if self.depth is not None:
@@ -240,6 +241,20 @@ class DiscreteTransformer(AbstractTrajectoryModel):
         from .reduced.model import reduce_discrete
 
         return reduce_discrete(self, n_tokens, dim)
+
+
+def _check_types(model: "DiscreteTransformer") -> None:
+    """Refuse components of the wrong kind by name (they failed later with an
+    AttributeError deep inside a layer)."""
+    expected = (
+        ("attention", Attention, "an attndyn.Attention, e.g. Attention(beta)"),
+        ("values", AbstractValues, "a value operator, e.g. MatrixValues(sigma)"),
+        ("scheme", AbstractScheme, "a normalization scheme, e.g. PostLN()"),
+    )
+    for name, kind, example in expected:
+        value = getattr(model, name)
+        if not isinstance(value, kind):
+            raise ParameterError(f"{name} must be {example}; got {value!r:.60}.")
 
 
 def with_weights(attention: Attention, drawn: DrawnWeights) -> Attention:

@@ -103,6 +103,13 @@ class ODEIntegrator(eqx.Module):
     max_steps: int = eqx.field(static=True, default=100_000)
 
     def __check_init__(self):
+        if not isinstance(self.solver, dfx.AbstractSolver) or isinstance(
+            self.solver, dfx.AbstractSRK
+        ):
+            raise ParameterError(
+                f"solver must be a diffrax ODE solver instance, e.g. diffrax.Tsit5(); got "
+                f"{self.solver!r:.60}."
+            )
         check_bound("rtol", self.rtol, lower=0.0, lower_open=True)
         check_bound("atol", self.atol, lower=0.0, lower_open=True)
         check_int("max_steps", self.max_steps, lower=1)

@@ -4,6 +4,7 @@ import functools
 import json
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import click
 import jax
 from click.core import ParameterSource
 
-from .._core.errors import NonFiniteError, ParameterError
+from .._core.errors import NonFiniteError, NumericalMergeWarning, ParameterError
 from .._core.norms import NORM_NAMES
 from .._core.serialize import plain
 from .._core.values import DISTRIBUTIONS
@@ -32,7 +33,10 @@ def cli_errors(func: Callable) -> Callable:
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         try:
-            return func(*args, **kwargs)
+            with warnings.catch_warnings():
+                # The commands print their own line per point (warn_merged).
+                warnings.simplefilter("ignore", NumericalMergeWarning)
+                return func(*args, **kwargs)
         except ParameterError as error:
             raise click.UsageError(str(error)) from None
         except NonFiniteError as error:
@@ -45,6 +49,18 @@ def cli_errors(func: Callable) -> Callable:
             ) from None
 
     return wrapper
+
+
+def names(option: str, text: str) -> list[str]:
+    """The comma-separated names of ``option``, each given once (a repeat would run, and
+    store, the same study twice under one label)."""
+    listed = [part.strip() for part in text.split(",") if part.strip()]
+    repeated = sorted({name for name in listed if listed.count(name) > 1})
+    if repeated:
+        raise ParameterError(
+            f"{option} lists {', '.join(repeated)} more than once; give each once."
+        )
+    return listed
 
 
 def floats(name: str, text: str) -> list[float]:
@@ -242,7 +258,7 @@ def check_engine_flags(options: dict[str, Any]) -> None:
         if context.get_parameter_source(name) not in (ParameterSource.DEFAULT, None):
             raise ParameterError(
                 f"--{name} applies to --engine sde only; the discrete engine steps by "
-                "1/--depth (drop --{name}, or add --engine sde)."
+                f"1/--depth (drop --{name}, or add --engine sde)."
             )
 
 

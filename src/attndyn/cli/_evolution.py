@@ -16,6 +16,7 @@ from ._common import (
     ints,
     model_spec,
     monte_carlo,
+    names,
     save_png,
     start_processes,
     study_checkpoint,
@@ -64,7 +65,7 @@ def evolution(**options) -> None:
     writer = start_processes(options)  # jax.distributed must start before other JAX work
     check_engine_flags(options)
     points = evolution_points(
-        [m.strip() for m in options["models"].split(",") if m.strip()],
+        names("--model", options["models"]),
         betas=floats("beta", options["beta"]),
         dims=ints("dim", options["dim"]),
         tokens=ints("tokens", options["tokens"]),

@@ -41,6 +41,9 @@ RUN_OPTIONS = frozenset(
         "process_count",
         "process_id",
         "started",
+        # The compilation cache changes how long a run takes, never its numbers.
+        "cache",
+        "cache_dir",
     }
 )
 

@@ -12,6 +12,7 @@ from ._common import (
     command_line,
     emit_json,
     floats,
+    names,
     overwrite_option,
     say,
 )
@@ -86,7 +87,7 @@ def schemes(**options) -> None:
     locked, before anything is computed; results of other arguments are never replaced
     unless --overwrite is given.
     """
-    names = [s.strip() for s in options["scheme_list"].split(",") if s.strip()]
+    scheme_names = names("--schemes", options["scheme_list"])
     alphas = floats("alpha", options["alpha"])
     rw: dict[str, Any] = {"rw_layers": options["layers"], "rw_runs": options["runs"]}
     if options["full_size"]:
@@ -100,7 +101,7 @@ def schemes(**options) -> None:
         overwrite=options["overwrite"],
     ) as out:
         ds = schemes_study(
-            schemes=names,
+            schemes=scheme_names,
             alphas=alphas,
             seed=options["seed"],
             **{k: options[k] for k in ("tokens", "dim", "beta", "horizon", "tau", "r0")},
