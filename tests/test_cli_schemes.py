@@ -79,3 +79,13 @@ def test_bad_input(args, needle, tmp_path):
     result = CliRunner().invoke(schemes, [*SMALL, *args, "--out", str(tmp_path)])
     assert result.exit_code == 2
     assert needle in result.output
+
+
+def test_a_failed_solve_is_an_error_not_nan_in_the_dataset(tmp_path):
+    # A horizon the ODE solver cannot reach in max_steps: the solve returns NaN states
+    # (diffrax's error would be a traceback); the study stops with one line, status 1,
+    # instead of writing NaN curves (audit: `--horizon 1e300`).
+    result = CliRunner().invoke(schemes, [*SMALL, "--horizon", "1e300", "--out", str(tmp_path)])
+    assert result.exit_code == 1, result.output
+    assert "failed (NaN states) before horizon=1e+300" in result.output
+    assert not (tmp_path / "schemes.nc").exists()

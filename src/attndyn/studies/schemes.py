@@ -25,6 +25,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 from .._core.attention import Attention
 from .._core.errors import (
     INT32_MAX,
+    NonFiniteError,
     ParameterError,
     check_bound,
     check_choice,
@@ -203,6 +204,8 @@ def _scheme_part(scheme, x0, *, beta, tokens, r0, horizon, ts) -> dict[str, Any]
     say(f"  {scheme.name}: symmetric start")
     red = SymmetricODE(scheme, beta, n_tokens=tokens, r0=r0, saveat=SaveAt(horizon, ts)).solve()
     full = NormalizedAttentionODE(Attention(beta), scheme, saveat=SaveAt(horizon, ts)).solve(x0)
+    _check_solved(f"{scheme.name} (symmetric start)", horizon, red.gamma, red.r)
+    _check_solved(f"{scheme.name} (full ODE)", horizon, full.theta)
     theory_slope = initial_slope(scheme, beta=beta, n_tokens=tokens, r0=r0)
     say(f"  {scheme.name}: terminal rate")
     theory, fit, curve = terminal_fit(scheme, beta=beta, n_tokens=tokens, r0=r0)
@@ -224,6 +227,16 @@ def _scheme_part(scheme, x0, *, beta, tokens, r0, horizon, ts) -> dict[str, Any]
         "terminal_law": theory.formula,
         "curve": curve,
     }
+
+
+def _check_solved(what: str, horizon: float, *arrays) -> None:
+    """Refuse NaN from a solve (a failed solve returns NaN states: max_steps reached, or a
+    field that overflowed) instead of writing it into the dataset."""
+    if not all(bool(np.all(np.isfinite(np.asarray(a)))) for a in arrays):
+        raise NonFiniteError(
+            f"the ODE solve of {what} failed (NaN states) before horizon={horizon:g}: its "
+            "step budget (max_steps) was used up or the field overflowed; lower the horizon."
+        )
 
 
 def _progress(message: str) -> None:
@@ -341,6 +354,7 @@ def schemes_study(
             for a in alphas
         ]
     )
+    _check_solved("nGPT over alpha", horizon, ngpt)
     rw = _random_weights_part(
         objs, seed=seed, rw_tokens=rw_tokens, rw_dim=rw_dim, rw_beta=rw_beta,
         rw_layers=rw_layers, rw_runs=rw_runs,
