@@ -50,6 +50,9 @@ def test_slices_are_refused_when_malformed():
         initialize_distributed("localhost:1234", 2, 2)
     with pytest.raises(ad.ParameterError, match="coordinator"):
         initialize_distributed(None, 2, 0)
+    for bad in ("notahost", "host:", "host:0", "host:99999", ":123"):
+        with pytest.raises(ad.ParameterError, match=r"must be HOST:PORT"):
+            initialize_distributed(bad, 2, 0)
     # A process id without a coordinator would be ignored: refused instead.
     with pytest.raises(ad.ParameterError, match="process_id=1 needs a coordinator"):
         initialize_distributed(None, None, 1)

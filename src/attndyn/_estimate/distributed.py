@@ -52,6 +52,7 @@ def initialize_distributed(
                 f"a coordinator address (HOST:PORT; CLI: --coordinator, or {ENV_COORDINATOR})."
             )
         return False
+    check_coordinator(coordinator)
     if process_count is None or process_id is None:
         raise ParameterError("a coordinator needs both process_count and process_id.")
     check_int("process_count", process_count, lower=1)
@@ -66,6 +67,17 @@ def initialize_distributed(
         coordinator_address=coordinator, num_processes=process_count, process_id=process_id
     )
     return True
+
+
+def check_coordinator(coordinator: str) -> None:
+    """``HOST:PORT`` with a port in 1-65535 (a bare host failed inside JAX with an
+    IndexError)."""
+    host, _, port = str(coordinator).rpartition(":")
+    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ParameterError(
+            f"coordinator={coordinator!r} must be HOST:PORT with a port in 1-65535, e.g. "
+            "localhost:12345."
+        )
 
 
 def process_layout() -> tuple[int, int]:
