@@ -1,3 +1,6 @@
+import re
+import shutil
+
 import jax
 import numpy as np
 import pytest
@@ -93,8 +96,16 @@ def test_probabilities_intervals_and_provenance():
         "devices",
         "created",
         "note",
+        "jaxlib_version",
+        "python_version",
+        "platform",
+        "xla_flags",
     ):
         assert key in prov
+    # The tests run from a git checkout: the source commit is recorded (40 hex digits).
+    if shutil.which("git"):
+        assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?", prov["source_commit"])
+    assert "xla_force_host_platform_device_count=2" in prov["xla_flags"]
     assert list(ds["beta"].values) == [1.0]
 
 

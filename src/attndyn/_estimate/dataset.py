@@ -1,8 +1,13 @@
 """The last stage: probabilities with Wilson intervals, and the one provenance format."""
 
+import functools
 import json
+import os
+import platform
+import subprocess
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -24,13 +29,37 @@ def package_version() -> str:
         return "unknown"
 
 
+@functools.cache
+def source_commit() -> str | None:
+    """The git commit of the attndyn source when it runs from a git checkout (an editable
+    install), with ``-dirty`` for uncommitted changes; ``None`` otherwise."""
+    folder = Path(__file__).resolve().parent
+    try:
+        run = functools.partial(
+            subprocess.run, cwd=folder, capture_output=True, text=True, timeout=5, check=True
+        )
+        commit = run(["git", "rev-parse", "HEAD"]).stdout.strip()
+        dirty = run(["git", "status", "--porcelain", "--", str(folder.parent)]).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return commit + ("-dirty" if dirty else "")
+
+
 def provenance_record(seconds: float, **fields: Any) -> dict[str, Any]:
     """The provenance every attndyn dataset carries: what made it, when, with which
-    versions, how long it took, and the study's own ``fields`` (``kind`` among them)."""
+    versions and platform (the source commit where known, the XLA flags), how long it
+    took, and the study's own ``fields`` (``kind`` among them)."""
+    from jaxlib import version as jaxlib_version
+
     return {
         "package": "attndyn",
         "attndyn_version": package_version(),
+        "source_commit": source_commit(),
         "jax_version": jax.__version__,
+        "jaxlib_version": jaxlib_version.__version__,
+        "python_version": platform.python_version(),
+        "platform": platform.platform(),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "seconds": seconds,
         **fields,
