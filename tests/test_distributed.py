@@ -138,6 +138,17 @@ def test_more_trajectories_keep_chunk_sized_device_work(monkeypatch, tile):
     assert live[1] <= live[0]
 
 
+def test_a_tile_fits_in_memory_and_does_not_follow_the_device_count():
+    from attndyn._estimate.runner import CPU_TILE, tile_size, trajectories_in_memory
+
+    # Small tokens: a full CPU tile; a quarter of a small study (rounded up to 8).
+    assert tile_size(10**6, n_tokens=2, dim=4, n_saves=1) == CPU_TILE
+    assert tile_size(100, n_tokens=2, dim=4, n_saves=1) == 32
+    # 256 tokens in R^512 take ~31 MB a trajectory: a tile of 4,096 would need 128 GB.
+    big = {"n_tokens": 256, "dim": 512, "n_saves": 1}
+    assert tile_size(10**6, **big) == trajectories_in_memory(**big) < 32
+
+
 def test_default_chunk_follows_memory_not_trajectories():
     small = default_chunk_size(10**3, n_tokens=2, dim=4, n_saves=1, n_devices=2)
     large = default_chunk_size(10**9, n_tokens=2, dim=4, n_saves=1, n_devices=2)

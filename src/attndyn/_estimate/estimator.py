@@ -95,8 +95,9 @@ def estimate_probabilities(
             numerically identical are counted in ``n_merged``.
 
     With several processes (``jax.distributed``, see :func:`attndyn.initialize_distributed`),
-    each process runs the chunks ``k ≡ process_index (mod process_count)`` of every point and
-    the tallies are combined exactly once at the end; every process returns the same dataset.
+    each process runs its block of tiles of every point (:func:`.distributed.process_block`)
+    and the tallies are combined exactly once at the end; every process returns the same
+    dataset.
 
     Returns:
         An ``xarray.Dataset`` over ``(point, time, outcome)`` with ``count``,
@@ -160,6 +161,18 @@ def check_checkpoint_path(checkpoint: str | os.PathLike) -> Path:
     return path
 
 
+def point_tile(plan: Plan, point: PointPlan) -> int:
+    """The tile of ``point`` (:func:`.runner.tile_size`): its trajectories, tokens, the
+    coordinates its route keeps per token and the save count."""
+    return tile_size(
+        plan.n_trajectories,
+        n_tokens=point.n_tokens,
+        # A reduced route keeps N × N coordinates per trajectory.
+        dim=point.n_tokens if point.route == "reduced" else point.dim,
+        n_saves=len(plan.save_times),
+    )
+
+
 def study_devices(plan: Plan) -> list:
     """The local devices the study runs on: all of them, except one CPU device for a model
     that calls batched LAPACK kernels (:meth:`AbstractModel.batched_lapack`), which deadlock
@@ -194,10 +207,10 @@ class _Study:
         self.prng_impl = str(jax.random.key_impl(key))
         self.record = study_record(plan, self.key_data, self.prng_impl, self.process)
         self.signature = signature(self.record)
-        self.tile = tile_size(plan.n_trajectories)
-        self.blocks = [process_block(plan.n_trajectories, *self.process, self.tile)] * len(
-            plan.points
-        )
+        self.tiles = [point_tile(plan, point) for point in plan.points]
+        self.blocks = [
+            process_block(plan.n_trajectories, *self.process, tile) for tile in self.tiles
+        ]
         self.tallies = Tallies.zeros(len(plan.points), len(plan.save_times))
         self.lock = self._lock()
         try:
@@ -266,10 +279,10 @@ class _Study:
             bar.close()
         self.tallies.seconds = self.seconds_before + time.perf_counter() - self.started
 
-    def chunk_size(self, point: PointPlan, block: int) -> int:
+    def chunk_size(self, index: int, point: PointPlan, block: int) -> int:
         """The plan's chunk size (or one that fits device memory), never more than the
         block of trajectories it serves, rounded up to a multiple of the device count times
-        the tile (:func:`.runner.tile_size`)."""
+        the point's tile (:func:`.runner.tile_size`)."""
         plan, n_devices = self.plan, len(self.devices)
         chunk = plan.chunk_size or default_chunk_size(
             block,
@@ -279,7 +292,7 @@ class _Study:
             n_saves=len(plan.save_times),
             n_devices=n_devices,
         )
-        return round_up(min(chunk, block), n_devices * self.tile)
+        return round_up(min(chunk, block), n_devices * self.tiles[index])
 
     def run_point(self, index: int, point: PointPlan, bar) -> None:
         """The trajectories of one point that this process has not finished yet.
@@ -291,7 +304,7 @@ class _Study:
         start, stop = self.blocks[index]
         if stop == start:
             return
-        chunk = self.chunk_size(point, stop - start)
+        chunk = self.chunk_size(index, point, stop - start)
         self.chunks.append(chunk)
         key = point_key(self.key, point.point)
         dtype = jnp.float64 if plan.x64 else jnp.float32
@@ -303,7 +316,7 @@ class _Study:
         )
         # One tile per device per call (runner.tile_size): the same compiled program for
         # every chunk size; a chunk is the work between checkpoint checks.
-        group = self.tile * len(self.devices)
+        group = self.tiles[index] * len(self.devices)
         for first in range(start + int(tallies.n_done[index]), stop, chunk):
             pending = None
             for tile_start in range(first, min(first + chunk, stop), group):
@@ -364,6 +377,7 @@ def _provenance(
         tol=plan.tol,
         radius=plan.radius,
         chunk_size=max(study.chunks) if study.chunks else plan.chunk_size,
+        tiles=study.tiles,
         devices=[str(d) for d in study.devices],
         prng_impl=study.prng_impl,
         route=routes[0] if len(set(routes)) == 1 else "mixed",

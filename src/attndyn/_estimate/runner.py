@@ -26,18 +26,11 @@ from .._models.base import AbstractModel
 CPU_CHUNK_PER_DEVICE = 4096
 
 
-def default_chunk_size(
-    n_trajectories: int, *, n_tokens: int, dim: int, n_saves: int, n_devices: int
-) -> int:
-    """A chunk that fits comfortably in device memory and runs at full speed.
-
-    The per-trajectory footprint counts the saved states, the attention scores and one
-    value matrix, times a safety factor of 8 for XLA temporaries; the budget is an eighth
-    of the device's memory where JAX reports it, else 512 MiB per device. On CPU a chunk
-    is also capped at ``CPU_CHUNK_PER_DEVICE`` trajectories a device: bigger batches fall
-    out of cache (measured: 40,000 trajectories of the two-token chain in one chunk ran at
-    0.75× the speed of chunks of 4,000).
-    """
+def trajectories_in_memory(*, n_tokens: int, dim: int, n_saves: int) -> int:
+    """How many trajectories of this size one device holds comfortably: the per-trajectory
+    footprint counts the saved states, the attention scores and one value matrix, times a
+    safety factor of 8 for XLA temporaries; the budget is an eighth of the device's memory
+    where JAX reports it, else 512 MiB."""
     per_traj = 4 * 8 * (n_saves * n_tokens * dim + n_tokens**2 + dim**2 + 4 * n_tokens * dim)
     budget = 512 * 2**20
     try:
@@ -46,7 +39,19 @@ def default_chunk_size(
             budget = int(stats["bytes_limit"]) // 8
     except Exception:
         pass
-    by_memory = max(1, budget // per_traj) * n_devices
+    return max(1, budget // per_traj)
+
+
+def default_chunk_size(
+    n_trajectories: int, *, n_tokens: int, dim: int, n_saves: int, n_devices: int
+) -> int:
+    """A chunk that fits comfortably in device memory and runs at full speed
+    (:func:`trajectories_in_memory` a device). On CPU a chunk is also capped at
+    ``CPU_CHUNK_PER_DEVICE`` trajectories a device: bigger batches fall out of cache
+    (measured: 40,000 trajectories of the two-token chain in one chunk ran at 0.75× the
+    speed of chunks of 4,000)."""
+    in_memory = trajectories_in_memory(n_tokens=n_tokens, dim=dim, n_saves=n_saves)
+    by_memory = in_memory * n_devices
     cap = 1 << 16
     if jax.default_backend() == "cpu":
         cap = CPU_CHUNK_PER_DEVICE * n_devices
@@ -70,9 +75,9 @@ ACCELERATOR_TILE = 1 << 15
 TILE_SPREAD = 4
 
 
-def tile_size(n_trajectories: int) -> int:
+def tile_size(n_trajectories: int, *, n_tokens: int, dim: int, n_saves: int) -> int:
     """The trajectories one compiled simulation always runs together on a device, for a
-    study of ``n_trajectories`` per point.
+    point of ``n_trajectories`` trajectories of this size.
 
     XLA compiles a batch's arithmetic differently for different batch shapes (vector
     bodies and remainders, dot blockings, fusions), so a trajectory's last bits depended
@@ -81,10 +86,13 @@ def tile_size(n_trajectories: int) -> int:
     one compiled program: trajectory i is computed at position i mod tile of its tile
     whatever the chunk size, device count or process count (a chunk is a number of such
     calls between checkpoints). A study of fewer than :data:`TILE_SPREAD` full tiles is
-    cut into that many smaller ones (a multiple of 8), so every device has work."""
+    cut into that many smaller ones (a multiple of 8), so every device has work; a tile
+    never holds more than a device's memory takes (:func:`trajectories_in_memory`). The
+    tile depends on the backend, its memory and the point, never on the device count."""
     tile = ACCELERATOR_TILE if jax.default_backend() != "cpu" else CPU_TILE
     spread = round_up(-(-n_trajectories // TILE_SPREAD), 8)
-    return min(tile, spread)
+    in_memory = trajectories_in_memory(n_tokens=n_tokens, dim=dim, n_saves=n_saves)
+    return max(1, min(tile, spread, in_memory))
 
 
 def span_dimensions(saves: Array, serial: bool) -> Array:
