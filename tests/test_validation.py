@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 import warnings
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -455,3 +456,34 @@ def test_numerically_merged_tokens_are_warned_of_by_the_api():
         warnings.simplefilter("error", ad.NumericalMergeWarning)
         quiet = run([dict(dim=3, tokens=5, beta=4.0, horizon=1.0)])  # t = 1: far apart
     assert int(quiet["n_merged"].values[0, -1]) == 0
+
+
+@pytest.mark.parametrize("name", ["query", "key_matrix", "value", "output"])
+def test_attention_matrices_with_nan_are_refused(name):
+    # Accepted before; the run then reported NaN trajectories with no parameter at fault.
+    matrices: dict[str, Any] = {name: jnp.eye(3).at[1, 2].set(jnp.nan)}
+    with pytest.raises(ad.ParameterError, match=f"{name} has NaN or infinite entries"):
+        ad.Attention(1.0, **matrices)
+
+
+def test_wilson_interval_refuses_more_successes_than_trials():
+    from attndyn._estimate.stats import wilson_interval
+
+    with pytest.raises(ad.ParameterError, match="successes must be between 0 and trials"):
+        wilson_interval(5, 3)
+    lower, upper = wilson_interval(0, 0)  # no trials: no interval, as documented
+    assert np.isnan(lower) and np.isnan(upper)
+
+
+def test_a_symmetric_start_that_does_not_fit_the_dimension_is_refused():
+    # 5 tokens with pairwise equal overlaps from an orthogonal start need d ≥ 5; at d = 3
+    # the estimator used to return numbers.
+    def make(beta, dim, tokens):
+        del dim
+        return ad.SymmetricODE(ad.PostLN(), beta, n_tokens=tokens, saveat=ad.SaveAt(1.0))
+
+    with pytest.raises(ad.ParameterError, match="does not exist in dim=3"):
+        ad.estimate_probabilities(
+            make, [dict(dim=3, tokens=5, beta=1.0)], key=jax.random.key(0), n_trajectories=8,
+            progress=False,
+        )  # fmt: skip

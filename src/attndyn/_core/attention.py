@@ -7,7 +7,14 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float
 
-from .errors import ParameterError, check_bound, check_choice, check_int, check_scalar
+from .errors import (
+    ParameterError,
+    check_bound,
+    check_choice,
+    check_int,
+    check_scalar,
+    concrete,
+)
 from .linalg import small_max, small_sum
 
 ATTENTION_KINDS = ("softmax", "unnormalized")
@@ -91,6 +98,8 @@ class Attention(eqx.Module):
         self._check_laplacian_heads()
         for name in ("query", "key_matrix", "value"):
             _check_head_matrix(name, getattr(self, name), self.n_heads)
+        if self.output is not None:
+            _check_finite("output", self.output)
         if self.output is not None and (
             jnp.ndim(self.output) != 2 or self.output.shape[0] != self.output.shape[1]
         ):
@@ -253,10 +262,18 @@ def _softmax(s: Float[Array, "*b n"], mask: Bool[Array, "..."] | None) -> Float[
     return e / small_sum(e, -1, keepdims=True)
 
 
+def _check_finite(name: str, matrix) -> None:
+    """Refuse a matrix with NaN or infinite entries (when its values are known)."""
+    values = concrete(matrix)
+    if values is not None and not np.all(np.isfinite(values)):
+        raise ParameterError(f"{name} has NaN or infinite entries; give a finite matrix.")
+
+
 def _check_head_matrix(name: str, matrix, n_heads: int) -> None:
     """What can be checked before the token dimension is known."""
     if matrix is None:
         return
+    _check_finite(name, matrix)
     shape = jnp.shape(matrix)
     if len(shape) == 2 and shape[0] == shape[1]:
         return

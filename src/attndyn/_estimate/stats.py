@@ -3,6 +3,8 @@
 import numpy as np
 from scipy import stats
 
+from .._core.errors import ParameterError
+
 
 def wilson_interval(
     successes: np.ndarray | int, trials: np.ndarray | int, confidence: float = 0.95
@@ -14,6 +16,10 @@ def wilson_interval(
     """
     k = np.asarray(successes, dtype=np.float64)
     n = np.asarray(trials, dtype=np.float64)
+    if np.any(k < 0) or np.any(k > n):
+        raise ParameterError(
+            "successes must be between 0 and trials; got successes above trials or below 0."
+        )
     z = stats.norm.ppf(0.5 + confidence / 2)
     with np.errstate(invalid="ignore", divide="ignore"):
         p = k / n

@@ -143,6 +143,11 @@ class SymmetricODE(AbstractModel):
                 f"SymmetricODE has n_tokens={self.n_tokens}; the points ask for "
                 f"tokens={x0.shape[1]}."
             )
+        if self.n_tokens > x0.shape[2]:
+            raise ParameterError(
+                f"a symmetric orthogonal start of n_tokens={self.n_tokens} does not exist in "
+                f"dim={x0.shape[2]}: the points must have dim >= tokens."
+            )
         sol = self.solve(x0.dtype)
         frames = jax.vmap(self._frame)(sol.log_gap, sol.r)
         return jnp.broadcast_to(frames, (x0.shape[0], *frames.shape))
