@@ -317,6 +317,18 @@ def _files(folder):
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
 
+def test_ctrl_c_says_how_to_resume(tmp_path, monkeypatch):
+    # Click printed "Aborted!" alone (audit); the checkpoint was kept but nothing said so.
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_phase, "phase_diagram_study", interrupted)
+    result = CliRunner().invoke(main, [*CLI, "--out", str(tmp_path)])
+    assert result.exit_code == 130
+    assert "Interrupted. Rerun the same command to resume" in result.output
+    assert "Traceback" not in result.output and "Aborted!" not in result.output
+
+
 def test_busy_output_folder_is_refused(tmp_path, stub_study):
     # Why 3: two runs into one --out at once; the second is refused, naming the first.
     with Lock(tmp_path / ".attndyn.lock"):

@@ -27,8 +27,8 @@ from ._ranges import parse_range
 
 def cli_errors(func: Callable) -> Callable:
     """Turn parameter errors into usage errors (exit status 2, one line naming the
-    parameter), and overflow or file-system errors into errors with exit status 1; never a
-    traceback."""
+    parameter), and overflow or file-system errors into errors with exit status 1, and a
+    Ctrl-C into one line saying how to resume (status 130); never a traceback."""
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
@@ -41,6 +41,14 @@ def cli_errors(func: Callable) -> Callable:
             raise click.UsageError(str(error)) from None
         except NonFiniteError as error:
             raise click.ClickException(str(error)) from None
+        except KeyboardInterrupt:
+            # Click would print "Aborted!" alone: say how to go on (status 130, as for SIGINT).
+            click.echo(
+                "Interrupted. Rerun the same command to resume: a study with a checkpoint "
+                "continues where it stopped, its finished work kept.",
+                err=True,
+            )
+            sys.exit(130)
         except OSError as error:  # e.g. a full disk while writing: the checkpoint is kept
             where = f" ({error.filename})" if error.filename else ""
             raise click.ClickException(
