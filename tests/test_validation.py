@@ -482,7 +482,7 @@ def test_a_symmetric_start_that_does_not_fit_the_dimension_is_refused():
         del dim
         return ad.SymmetricODE(ad.PostLN(), beta, n_tokens=tokens, saveat=ad.SaveAt(1.0))
 
-    with pytest.raises(ad.ParameterError, match="does not exist in dim=3"):
+    with pytest.raises(ad.ParameterError, match="needs n_tokens <= dim; got n_tokens=5, dim=3"):
         ad.estimate_probabilities(
             make, [dict(dim=3, tokens=5, beta=1.0)], key=jax.random.key(0), n_trajectories=8,
             progress=False,

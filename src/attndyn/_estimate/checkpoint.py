@@ -36,7 +36,7 @@ from .dataset import coordinates, package_version
 from .files import atomic_write
 from .keys import canonical
 from .plan import Plan
-from .tallies import MEANS, Tallies
+from .tallies import SUM_UNITS, Tallies
 
 #: Version of the checkpoint layout (1: attndyn ≤ 0.2.0, a hash of fewer fields; 2: attndyn
 #: ≤ 0.4.0, the means' sums as float64, read and converted; 3: every tally an integer).
@@ -223,14 +223,9 @@ def _as_integers(stored: Tallies) -> Tallies:
     for name in Tallies.FIELDS:
         array = np.asarray(getattr(stored, name))
         if np.issubdtype(array.dtype, np.floating):
-            unit = next(u for mean, u in MEANS.items() if name.startswith(_prefix(mean)))
-            array = np.rint(array * unit)
+            array = np.rint(array * SUM_UNITS[name])
         fields[name] = array.astype(np.int64)
     return Tallies(**fields, seconds=stored.seconds)
-
-
-def _prefix(mean: str) -> str:
-    return "cosine" if mean == "mean_cosine" else mean
 
 
 def _check_consistent(path: Path, t: Tallies, record: dict[str, Any], block_sizes) -> None:

@@ -48,7 +48,6 @@ def attention_threshold(core: Attention, dtype: np.dtype) -> tuple[float, float]
 def overflow_causes(model: AbstractModel) -> list[str]:
     """The parameters of ``model`` that put it past the overflow of the float type."""
     dtype = float_type()
-    limit = math.sqrt(float(np.finfo(dtype).max))
     causes = []
     is_core = lambda x: isinstance(x, Attention)  # noqa: E731
     for path, leaf in jax.tree_util.tree_flatten_with_path(model, is_leaf=is_core)[0]:
@@ -66,13 +65,20 @@ def overflow_causes(model: AbstractModel) -> list[str]:
             continue
         array = np.asarray(leaf) if isinstance(leaf, jax.Array | np.ndarray) else None
         if array is not None and array.ndim == 0 and np.issubdtype(array.dtype, np.floating):
-            value = abs(float(array))
-            if value * MARGIN >= limit:
-                causes.append(
-                    f"{name}={float(array):.3g} is near or above √(max {dtype.name}) ≈ "
-                    f"{limit:.2g}, where its square overflows; lower it"
-                )
+            causes += scalar_overflow(name, float(array), dtype)
     return causes
+
+
+def scalar_overflow(name: str, value: float, dtype: np.dtype) -> list[str]:
+    """The cause, if ``value`` is within :data:`MARGIN` of √max, where its square
+    overflows (a model's σ or drift, the start radius)."""
+    limit = math.sqrt(float(np.finfo(dtype).max))
+    if abs(value) * MARGIN < limit:
+        return []
+    return [
+        f"{name}={value:.3g} is near or above √(max {dtype.name}) ≈ {limit:.2g}, where its "
+        "square overflows; lower it"
+    ]
 
 
 def _x64_hint(dtype: np.dtype) -> str:
@@ -86,12 +92,7 @@ def overflow_message(model: AbstractModel, *, radius: float = 1.0) -> str:
     overflows, the start radius included), or saying that no parameter is past its
     threshold."""
     causes = model.undefined_maps() + overflow_causes(model)
-    limit = math.sqrt(float(np.finfo(float_type()).max))
-    if abs(float(radius)) * MARGIN >= limit:
-        causes.append(
-            f"radius={float(radius):.3g} is near or above √(max {float_type().name}) ≈ "
-            f"{limit:.2g}, where the squared norms of the tokens overflow; lower it"
-        )
+    causes += scalar_overflow("radius", float(radius), float_type())
     if causes:
         return "Cause: " + "; ".join(causes) + "."
     return (

@@ -164,13 +164,14 @@ def check_checkpoint_path(checkpoint: str | os.PathLike) -> Path:
 def point_tile(plan: Plan, point: PointPlan) -> int:
     """The tile of ``point`` (:func:`.runner.tile_size`): its trajectories, tokens, the
     coordinates its route keeps per token and the save count."""
-    return tile_size(
-        plan.n_trajectories,
-        n_tokens=point.n_tokens,
-        # A reduced route keeps N × N coordinates per trajectory.
-        dim=point.n_tokens if point.route == "reduced" else point.dim,
-        n_saves=len(plan.save_times),
-    )
+    return tile_size(plan.n_trajectories, **_sizes(plan, point))
+
+
+def _sizes(plan: Plan, point: PointPlan) -> dict[str, int]:
+    """What a trajectory of ``point`` holds: tokens, coordinates per token (a reduced route
+    keeps N × N), saves."""
+    dim = point.n_tokens if point.route == "reduced" else point.dim
+    return {"n_tokens": point.n_tokens, "dim": dim, "n_saves": len(plan.save_times)}
 
 
 def study_devices(plan: Plan) -> list:
@@ -285,12 +286,7 @@ class _Study:
         the point's tile (:func:`.runner.tile_size`)."""
         plan, n_devices = self.plan, len(self.devices)
         chunk = plan.chunk_size or default_chunk_size(
-            block,
-            n_tokens=point.n_tokens,
-            # A reduced route keeps N × N coordinates per trajectory.
-            dim=point.n_tokens if point.route == "reduced" else point.dim,
-            n_saves=len(plan.save_times),
-            n_devices=n_devices,
+            block, **_sizes(plan, point), n_devices=n_devices
         )
         return round_up(min(chunk, block), n_devices * self.tiles[index])
 

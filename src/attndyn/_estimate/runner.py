@@ -95,16 +95,15 @@ def tile_size(n_trajectories: int, *, n_tokens: int, dim: int, n_saves: int) -> 
     return max(1, min(tile, spread, in_memory))
 
 
-def span_dimensions(saves: Array, serial: bool) -> Array:
-    """:func:`span_dimension` of every trajectory and save, ``(batch, saves)``.
-
-    ``serial``: one Gram matrix at a time. jaxlib 0.10's batched LAPACK kernels
-    (``eigvalsh`` of a batch) split the batch over the intra-op thread pool and block until
-    it is done; with every device inside such a call, every pool thread waits and the run
-    deadlocks (seen: 512 trajectories of N = 32 tokens on 2 CPU devices hung every time).
-    One matrix at a time runs inline.
+def span_dimensions(saves: Array) -> Array:
+    """:func:`span_dimension` of every trajectory and save, ``(batch, saves)``, one Gram
+    matrix at a time. jaxlib 0.10's batched LAPACK kernels (``eigvalsh`` of a batch) split
+    the batch over the intra-op thread pool and block until it is done; with every device
+    inside such a call, every pool thread waits and the run deadlocks (seen: 512
+    trajectories of N = 32 tokens on 2 CPU devices hung every time). One matrix at a time
+    runs inline, and the same way on one device or several.
     """
-    if not serial or saves.shape[-2] <= 2:  # N ≤ 2 is written out: no LAPACK.
+    if saves.shape[-2] <= 2:  # N ≤ 2 is written out: no LAPACK.
         return jax.vmap(jax.vmap(span_dimension))(saves)
     flat = saves.reshape(-1, *saves.shape[-2:])
     return jax.lax.map(span_dimension, flat).reshape(saves.shape[:2])
@@ -142,7 +141,7 @@ def simulate_tile(model: AbstractModel, point_key, indices, tol, radius, n_token
     if mesh is not None and mesh.size > 1 and saves.shape[-2] > 2:
         spans = _span_dimensions_per_device(saves, mesh)
     else:
-        spans = span_dimensions(saves, True)
+        spans = span_dimensions(saves)
     return classes, cosines, densities, spans, merged, finite
 
 
@@ -152,7 +151,7 @@ def _span_dimensions_per_device(saves: Array, mesh: jax.sharding.Mesh) -> Array:
     whole batch onto every device and repeat the work there)."""
     batch = jax.sharding.PartitionSpec("traj")
     return jax.shard_map(
-        lambda s: span_dimensions(s, True),
+        span_dimensions,
         mesh=mesh,
         in_specs=batch,
         out_specs=batch,

@@ -31,6 +31,19 @@ def fixed_point_sums(
 MEANS = {"mean_cosine": FIXED_POINT, "pair_density": FIXED_POINT, "span_dim": 1.0}
 
 
+def _sum_prefix(mean: str) -> str:
+    """The prefix of the tally fields that sum the mean called ``mean``."""
+    return "cosine" if mean == "mean_cosine" else mean
+
+
+#: The unit of every fixed-point sum field of :class:`Tallies`.
+SUM_UNITS = {
+    f"{_sum_prefix(mean)}{suffix}": unit
+    for mean, unit in MEANS.items()
+    for suffix in ("_sum", "_sumsq")
+}
+
+
 @dataclasses.dataclass
 class Tallies:
     """Per point (P) and save time (S): class counts, trajectories valid, non-finite and
@@ -87,7 +100,7 @@ class Tallies:
     def fixed_point(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         """(Σ, Σ²) of the mean called ``name`` (a key of :data:`MEANS`), int64 multiples of
         its unit (the arrays themselves: adding to them adds to the tallies)."""
-        prefix = "cosine" if name == "mean_cosine" else name
+        prefix = _sum_prefix(name)
         return getattr(self, f"{prefix}_sum"), getattr(self, f"{prefix}_sumsq")
 
     def sums(self, name: str) -> tuple[np.ndarray, np.ndarray]:

@@ -92,7 +92,9 @@ class ODEIntegrator(eqx.Module):
         rtol, atol: tolerances of the adaptive PID step controller.
         dt0: initial step (``None`` lets diffrax choose; required when ``adaptive=False``).
         adaptive: ``False`` takes constant steps ``dt0``.
-        max_steps: the solver's step budget per solve (per segment when split).
+        max_steps: the solver's step budget per solve (per segment when split). A solve
+            that fails (budget used up, step size driven to zero) returns NaN states: the
+            estimator reports them like any non-finite trajectory.
     """
 
     solver: dfx.AbstractSolver = dfx.Tsit5()

@@ -39,12 +39,17 @@ def symmetric_start(n_tokens: int, dim: int, r0: float = 1.0) -> Float[Array, "n
     check_int("n_tokens", n_tokens, lower=1)
     check_int("dim", dim, lower=1)
     check_bound("r0", r0, lower=0.0, lower_open=True)
+    check_fits(n_tokens, dim)
+    return r0 * jnp.eye(n_tokens, dim, dtype=jnp.float32)
+
+
+def check_fits(n_tokens: int, dim: int) -> None:
+    """Refuse a symmetric orthogonal start that R^dim cannot hold (it needs n ≤ d)."""
     if n_tokens > dim:
         raise ParameterError(
             f"a symmetric orthogonal start needs n_tokens <= dim; got n_tokens={n_tokens}, "
             f"dim={dim}."
         )
-    return r0 * jnp.eye(n_tokens, dim, dtype=jnp.float32)
 
 
 def _attention_terms(u: Array, beta: Array, n: int) -> tuple[Array, Array, Array]:
@@ -143,11 +148,7 @@ class SymmetricODE(AbstractModel):
                 f"SymmetricODE has n_tokens={self.n_tokens}; the points ask for "
                 f"tokens={x0.shape[1]}."
             )
-        if self.n_tokens > x0.shape[2]:
-            raise ParameterError(
-                f"a symmetric orthogonal start of n_tokens={self.n_tokens} does not exist in "
-                f"dim={x0.shape[2]}: the points must have dim >= tokens."
-            )
+        check_fits(self.n_tokens, x0.shape[2])
         sol = self.solve(x0.dtype)
         frames = jax.vmap(self._frame)(sol.log_gap, sol.r)
         return jnp.broadcast_to(frames, (x0.shape[0], *frames.shape))
