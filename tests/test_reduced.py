@@ -35,10 +35,13 @@ def _terminal_overlaps(model, n, n_tokens, dim, seed):
     if n_tokens == 1:
         # One token: its magnitude is the only invariant (it moves under Pre-LN).
         return np.asarray(jnp.linalg.norm(saves[:, -1], axis=-1))
-    theta = saves[:, -1] / jnp.linalg.norm(saves[:, -1], axis=-1, keepdims=True)
-    gram = jnp.einsum("bik,bjk->bij", theta, theta)
+    # In float64 NumPy: a JAX einsum at default precision rounds to TF32 on a GPU, which
+    # quantised overlaps near 1 into a few values and broke the KS test there.
+    last = np.asarray(saves[:, -1], np.float64)
+    theta = last / np.linalg.norm(last, axis=-1, keepdims=True)
+    gram = np.einsum("bik,bjk->bij", theta, theta)
     i, j = np.triu_indices(n_tokens, 1)
-    return np.asarray(gram[:, i, j])
+    return gram[:, i, j]
 
 
 CASES = [

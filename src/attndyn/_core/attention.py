@@ -15,7 +15,7 @@ from .errors import (
     check_scalar,
     concrete,
 )
-from .linalg import small_max, small_sum
+from .linalg import matmul, small_max, small_sum
 
 ATTENTION_KINDS = ("softmax", "unnormalized")
 AttentionKind = Literal["softmax", "unnormalized"]
@@ -284,22 +284,6 @@ def _check_head_matrix(name: str, matrix, n_heads: int) -> None:
         f"(h, d/h, d/h) (one matrix per head) or (h, d/h, d) (a per-head projection), with "
         f"h = n_heads = {n_heads}."
     )
-
-
-#: Below this many multiply-adds per product, contractions are written as broadcast-and-sum.
-#: Under ``vmap`` a tiny matmul becomes a batched dot that XLA's CPU backend runs one small
-#: matrix at a time; the elementwise form fuses and vectorises over the batch (2-3× faster
-#: for N = 2, d = 4). Large products keep the dot, which is better on every backend.
-SMALL_PRODUCT = 512
-
-
-def matmul(a: Float[Array, "*b m k"], b: Float[Array, "*b k n"]) -> Float[Array, "*b m n"]:
-    """``a @ b`` (batched over leading axes), picking the fastest form for the size."""
-    m, k = a.shape[-2:]
-    n = b.shape[-1]
-    if m * k * n <= SMALL_PRODUCT:
-        return small_sum(a[..., :, :, None] * b[..., None, :, :], axis=-2)
-    return a @ b
 
 
 def _apply_per_head(matrix: Array, blocks: Float[Array, "h N dh"]) -> Float[Array, "h N dh"]:

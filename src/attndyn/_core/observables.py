@@ -4,6 +4,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
 from .errors import check_bound
+from .linalg import dot
 from .sphere import normalize
 
 #: The clustering classes, in the order of the last axis of :func:`cluster_classes`.
@@ -13,7 +14,7 @@ OUTCOMES = ("single", "antipodal", "has_antipodal_pair", "unclustered")
 def overlaps(x: Float[Array, "N d"]) -> Float[Array, "N N"]:
     """Pairwise cosines ⟨θ_i, θ_j⟩ of the directions θ = x/|x|."""
     theta = normalize(x)
-    return theta @ theta.T
+    return dot(theta, theta.T)
 
 
 def _pair_mask(n_tokens: int) -> Bool[Array, "N N"]:
@@ -68,21 +69,35 @@ def n_clusters(x: Float[Array, "N d"], tol: float | Array = 1e-3) -> Float[Array
     n_tokens = x.shape[0]
     reach = (overlaps(x) >= 1 - tol).astype(x.dtype)
     for _ in range(max(1, (n_tokens - 1).bit_length())):
-        reach = (reach @ reach > 0).astype(x.dtype)
+        reach = (dot(reach, reach) > 0).astype(x.dtype)
     return jnp.sum(1 / jnp.sum(reach, axis=-1))
 
 
 def numerically_merged(x: Float[Array, "N d"]) -> Bool[Array, ""]:
-    """Whether two tokens have become numerically identical (or exactly antipodal): their
-    directions equal (or opposite) in every coordinate, a state the arithmetic can no longer
-    leave. True dynamics never reach it in finite time; float32 coordinates do once two
-    tokens agree to ~10⁻⁷ (N × d routes) and the relative-precision routes only at
-    underflow. Counted by the estimator as ``n_merged`` and reported, never silently kept."""
+    """Whether two tokens have become numerically identical (or antipodal): their
+    directions equal (or opposite) to within one ulp in every coordinate, a state the
+    arithmetic can no longer leave. True dynamics never reach it in finite time; float32
+    coordinates do once two tokens agree to ~10⁻⁷ (N × d routes) and the
+    relative-precision routes only at underflow. Counted by the estimator as
+    ``n_merged`` and reported, never silently kept."""
     theta = normalize(x)
     n_tokens = x.shape[0]
-    same = jnp.all(theta[:, None, :] == theta[None, :, :], axis=-1)
-    opposite = jnp.all(theta[:, None, :] == -theta[None, :, :], axis=-1)
+    same = _within_an_ulp(theta[:, None, :], theta[None, :, :])
+    opposite = _within_an_ulp(theta[:, None, :], -theta[None, :, :])
     return jnp.any((same | opposite) & _pair_mask(n_tokens))
+
+
+def _within_an_ulp(a: Array, b: Array) -> Array:
+    """Whether a and b are equal or adjacent floats in every coordinate (last axis).
+
+    Exact equality missed merged pairs on an H100: there two tokens' directions kept
+    differing by one unit in the last place in a coordinate (their arithmetic is fused
+    differently), with 1 − z = 0 exactly. The unit is each coordinate's own, so the
+    relative-precision routes, whose frame coordinates carry gaps like sin φ = 10⁻³⁰
+    against 0, are never called merged before underflow."""
+    big = jnp.maximum(jnp.abs(a), jnp.abs(b))
+    ulp = jnp.nextafter(big, jnp.asarray(jnp.inf, big.dtype)) - big
+    return jnp.all(jnp.abs(a - b) <= ulp, axis=-1)
 
 
 #: The peers' thresholds: a pair is "in one cluster" above this cosine, and a Gram

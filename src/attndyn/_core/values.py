@@ -14,9 +14,9 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
 from . import random
-from .attention import as_float, matmul
+from .attention import as_float
 from .errors import check_bound, check_choice, check_scalar
-from .linalg import lq
+from .linalg import lq, matmul
 
 DISTRIBUTIONS = ("gaussian", "uniform", "rademacher", "truncnormal")
 Distribution = Literal["gaussian", "uniform", "rademacher", "truncnormal"]

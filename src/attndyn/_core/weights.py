@@ -35,6 +35,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from . import random
 from .errors import ParameterError, check_choice, check_int
+from .linalg import dot
 
 BILINEAR_LAWS = ("identity", "kaiming", "gaussian-product", "goe", "wigner", "gpt2")
 VALUE_LAWS = ("identity", "gaussian", "wishart", "plus-bilinear", "minus-bilinear", "gpt2")
@@ -127,7 +128,7 @@ def _bilinear(law: str, kq, kk, dim: int, dtype):
         scale = 1.0 / root
         return scale * _normal(kq, dim, dtype), scale * _normal(kk, dim, dtype), 1.0
     if law == "gaussian-product":
-        b, nu = _normal(kq, dim, dtype) @ _normal(kk, dim, dtype) / root, root
+        b, nu = dot(_normal(kq, dim, dtype), _normal(kk, dim, dtype)) / root, root
     elif law == "goe":
         g = _normal(kq, dim, dtype)
         b, nu = (g + g.T) / math.sqrt(2.0), math.sqrt(dim + 1.0)
@@ -146,7 +147,7 @@ def _form(query: Matrix | None, key_matrix: Matrix | None, dim: int, dtype) -> M
     """B = QᵀK from the attention's matrices (identity where omitted)."""
     if query is None:
         return jnp.eye(dim, dtype=dtype)
-    return query.T if key_matrix is None else query.T @ key_matrix
+    return query.T if key_matrix is None else dot(query.T, key_matrix)
 
 
 def _value(
@@ -158,7 +159,7 @@ def _value(
         return (1.0 / math.sqrt(dim)) * _normal(kv, dim, dtype)
     if law == "wishart":
         g = _normal(kv, dim, dtype)
-        return g @ g.T / math.sqrt(dim)
+        return dot(g, g.T) / math.sqrt(dim)
     if law in ("plus-bilinear", "minus-bilinear"):
         sign = 1.0 if law == "plus-bilinear" else -1.0
         return (sign / nu) * _form(qk[0], qk[1], dim, dtype)

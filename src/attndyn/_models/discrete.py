@@ -11,9 +11,10 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
-from .._core.attention import Attention, matmul
+from .._core.attention import Attention
 from .._core.eigenmaps import EigenmapsStep
 from .._core.errors import INT32_MAX, ParameterError, check_bound, check_int
+from .._core.linalg import matmul
 from .._core.norms import AbstractNorm
 from .._core.random import fold_in
 from .._core.saveat import SaveAt

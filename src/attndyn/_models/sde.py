@@ -50,8 +50,9 @@ import lineax as lx
 import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from .._core.attention import Attention, as_float, matmul
+from .._core.attention import Attention, as_float
 from .._core.errors import ParameterError, check_bound, check_choice, check_scalar
+from .._core.linalg import matmul
 from .._core.saveat import SaveAt
 from .._core.sphere import normalize, tangent_project
 from .base import AbstractTrajectoryModel, Reduction

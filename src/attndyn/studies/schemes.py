@@ -32,6 +32,7 @@ from .._core.errors import (
     check_int,
     check_seed,
 )
+from .._core.linalg import dot
 from .._core.observables import mean_cosine
 from .._core.saveat import SaveAt
 from .._core.schemes import NGPT, SCHEME_NAMES, AbstractScheme, MixLN, scheme_from_name
@@ -94,7 +95,7 @@ def random_weights_cosine(
 
         def update(z):
             out = attention(z)
-            return out if drawn.value is None else out @ drawn.value.T
+            return out if drawn.value is None else dot(out, drawn.value.T)
 
         x = scheme.layer(x, update, layer=n.astype(x.dtype), depth=1)
         return x, mean_cosine(x)

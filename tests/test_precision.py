@@ -1,0 +1,110 @@
+"""Full float32 arithmetic on every backend: no TF32 dots.
+
+Found by running the suite on an H100 (benchmarks/README.md, "GPU"), where JAX's default
+precision rounds float32 dot operands to TF32. CI has no GPU, so these tests check the
+programs: every dot asks for ``Precision.HIGHEST``.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import attndyn as ad
+from attndyn._core.linalg import lq
+from attndyn._estimate.runner import chunk_statistics
+
+HIGHEST = (jax.lax.Precision.HIGHEST, jax.lax.Precision.HIGHEST)
+
+
+def _dot_precisions(jaxpr) -> list:
+    """The precision of every dot_general in a jaxpr and all of its sub-jaxprs."""
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general":
+            found.append(eqn.params["precision"])
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, list | tuple) else [value]:
+                if hasattr(sub, "eqns"):
+                    found += _dot_precisions(sub)
+                elif hasattr(sub, "jaxpr") and hasattr(sub.jaxpr, "eqns"):
+                    found += _dot_precisions(sub.jaxpr)
+    return found
+
+
+MODELS = {
+    # N·d·N > SMALL_PRODUCT: the attention and value products are dots.
+    "discrete": (ad.DiscreteTransformer(ad.Attention(1.0), ad.MatrixValues(1.0), depth=4), 8, 16),
+    "ode": (ad.NormalizedAttentionODE(ad.Attention(1.0), saveat=ad.SaveAt(0.5)), 8, 16),
+    # diffrax's stochastic Runge–Kutta combines its stages with its own dots.
+    "sde": (
+        ad.TransformerSDE(
+            ad.Attention(1.0),
+            saveat=ad.SaveAt(0.2),
+            integrator=ad.SDEIntegrator(solver="spark", dt=0.1),
+        ),
+        8,
+        16,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_every_dot_of_a_study_asks_for_full_precision(name):
+    model, n_tokens, dim = MODELS[name]
+    indices = jnp.arange(4, dtype=jnp.int32)
+
+    def tile(key):
+        return chunk_statistics(
+            model, key, indices, jnp.int32(4), jnp.float32(1e-3), jnp.float32(1.0), n_tokens, dim
+        )
+
+    precisions = _dot_precisions(jax.make_jaxpr(tile)(jax.random.key(0)).jaxpr)
+    assert precisions, "the study's program has no dot: the model no longer tests anything"
+    assert all(p == HIGHEST for p in precisions), precisions
+
+
+def test_a_model_simulated_directly_asks_for_full_precision():
+    # Outside the estimator (a user's own vmap) attndyn's products still ask for HIGHEST.
+    model, n_tokens, dim = MODELS["discrete"]
+    x0 = jnp.ones((2, n_tokens, dim), jnp.float32) / np.sqrt(dim)
+    keys = jax.random.split(jax.random.key(0), 2)
+    precisions = _dot_precisions(jax.make_jaxpr(model.simulate)(x0, keys).jaxpr)
+    assert precisions and all(p == HIGHEST for p in precisions), precisions
+
+
+def test_lq_of_a_row_a_hair_off_the_span_stays_finite():
+    # Row 2 is row 0 plus 1e-20: its residual after the first reflection is ~1e-20.
+    rng = np.random.default_rng(4)
+    base = rng.standard_normal(7)
+    base /= np.linalg.norm(base)
+    rows = np.stack([base, rng.standard_normal(7), base + 1e-20 * rng.standard_normal(7)])
+    c = np.asarray(jax.jit(lq)(jnp.asarray(rows, jnp.float32)))
+    assert np.all(np.isfinite(c))
+    np.testing.assert_allclose(c[2], c[0], atol=1e-6)  # the same direction as row 0
+
+
+def _tokens_one_ulp_apart(sign: float) -> jax.Array:
+    rng = np.random.default_rng(5)
+    theta = rng.standard_normal(5).astype(np.float32)
+    theta /= np.linalg.norm(theta).astype(np.float32)
+    other = sign * theta.copy()
+    other[2] = np.nextafter(other[2], np.float32(np.inf))  # one unit in the last place
+    return jnp.asarray(np.stack([theta, other, rng.standard_normal(5).astype(np.float32)]))
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_tokens_one_ulp_apart_count_as_merged(sign):
+    # An H100 left two merged tokens one ulp apart in a coordinate (1 − z = 0 exactly):
+    # exact equality of directions missed them, so a float32 merge went unreported.
+    x = _tokens_one_ulp_apart(sign)
+    assert bool(ad.numerically_merged(x))
+    assert not bool(ad.numerically_merged(x[jnp.array([0, 2])]))
+
+
+def test_frame_coordinates_with_a_tiny_gap_are_not_merged():
+    # The reduced routes carry a gap in its own coordinate (sin φ against 0): resolved, not
+    # merged, however small, as long as it is a normal float.
+    for gap in (1e-7, 1e-20, 1e-30):
+        c = jnp.asarray([[1.0, 0.0], [np.sqrt(1 - gap**2), gap]], jnp.float32)
+        assert not bool(ad.numerically_merged(c)), gap
