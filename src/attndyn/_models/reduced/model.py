@@ -32,6 +32,7 @@ the full float32 simulation bottoms out near 10⁻⁷ (see :func:`pair_gaps`).
 applies (:func:`reduce_discrete`); the estimator only ever sees an ``AbstractModel``.
 """
 
+import dataclasses
 import math
 from typing import final
 
@@ -41,14 +42,15 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Key, PRNGKeyArray
 
-from ..._core.attention import Attention, matmul
+from ..._core.attention import Attention
 from ..._core.errors import ParameterError, check_int
+from ..._core.linalg import matmul
 from ..._core.random import fold_in
 from ..._core.schemes import PostLN
 from ..._core.values import AbstractScalarValues, MatrixValues
 from ..base import AbstractModel, Reduction
 from ..discrete import DiscreteTransformer
-from .absorption import absorption_applies, absorption_gaps
+from .absorption import absorb_tile, absorption_applies, absorption_gaps
 from .frame import lq, pair_gaps, two_token_attention, two_token_frame
 from .samplers import LAYER_BLOCK, normals_uniforms, two_token_block, variates
 
@@ -393,12 +395,15 @@ class ReducedTransformer(AbstractModel):
         if blocker is not None:
             raise ParameterError(f"early_absorption does not apply: {blocker}.")
         gaps = absorption_gaps(float(self.model.attention.beta), dim, tol, bound)
-        return eqx.tree_at(
+        with_gaps = eqx.tree_at(
             lambda m: m.absorb_gap,
             self,
             jnp.asarray(gaps, jnp.float32),
             is_leaf=lambda x: x is None,
         )
+        # The order in which live trajectories run changes no number, so the compaction
+        # tile may follow the backend.
+        return dataclasses.replace(with_gaps, absorb_tile=absorb_tile())
 
     def absorption_gaps(self) -> tuple[float, float] | None:
         if self.absorb_gap is None:
