@@ -137,4 +137,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__version__ = "0.4.1"
+__version__ = "0.4.2"
