@@ -90,7 +90,13 @@ def lq(x: Float[Array, "N w"]) -> Float[Array, "N N"]:
         sign = jnp.where(a[0] < 0, -1.0, 1.0).astype(x.dtype)
         v = a.at[0].add(sign * norm)
         vv = norm * (norm + jnp.abs(a[0]))  # vᵀv / 2, without cancellation
-        scale = jnp.where(vv > 0, 1 / jnp.where(vv > 0, vv, 1), 0)
+        # Below the smallest normal float, vᵀv is rounding noise and 1/vᵀv overflows to
+        # inf (then NaN): the row lies in the earlier span to working precision and is
+        # not reflected, as when vᵀv is exactly 0. XLA's CPU flushes subnormals, so there
+        # vᵀv is 0 already; an H100 kept vᵀv = 1.7·10⁻⁴² for a cluster 10⁻⁹ apart
+        # (test_lq_resolves_clusters_and_antipodes_at_every_scale[9] gave NaN there).
+        usable = vv >= jnp.finfo(x.dtype).tiny
+        scale = jnp.where(usable, 1 / jnp.where(usable, vv, 1), 0)
         tail = r[k:, k:]
         tail = tail - (scale * small_sum(tail * v[None, :], axis=1))[:, None] * v[None, :]
         # Row k itself is exactly (−sign·|a|, 0, …, 0) after its reflection.
