@@ -139,14 +139,19 @@ def test_more_trajectories_keep_chunk_sized_device_work(monkeypatch, tile):
 
 
 def test_a_tile_fits_in_memory_and_does_not_follow_the_device_count():
-    from attndyn._estimate.runner import CPU_TILE, tile_size, trajectories_in_memory
+    from attndyn._estimate.runner import CPU_TILE, round_up, tile_size, trajectories_in_memory
 
-    # Small tokens: a full CPU tile; a quarter of a small study (rounded up to 8).
-    assert tile_size(10**6, n_tokens=2, dim=4, n_saves=1) == CPU_TILE
-    assert tile_size(100, n_tokens=2, dim=4, n_saves=1) == 32
+    # Small tokens: the fewest tiles of at most CPU_TILE, of equal size (10**6 = 245 tiles
+    # of 4,088 minus 560: not 245 full tiles and a 246th padded); a quarter of a small
+    # study (rounded up to 8).
+    small = {"n_tokens": 2, "dim": 4, "n_saves": 1}
+    assert tile_size(10**6, **small) == 4088
+    assert tile_size(4 * CPU_TILE, **small) == CPU_TILE
+    assert tile_size(4 * CPU_TILE + 1, **small) == round_up(-(-(4 * CPU_TILE + 1) // 5), 8)
+    assert tile_size(100, **small) == 32
     # 256 tokens in R^512 take ~31 MB a trajectory: a tile of 4,096 would need 128 GB.
     big = {"n_tokens": 256, "dim": 512, "n_saves": 1}
-    assert tile_size(10**6, **big) == trajectories_in_memory(**big) < 32
+    assert tile_size(10**6, **big) <= trajectories_in_memory(**big) < 32
 
 
 def test_an_accelerator_runs_a_small_study_in_one_tile(monkeypatch):
@@ -160,7 +165,8 @@ def test_an_accelerator_runs_a_small_study_in_one_tile(monkeypatch):
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     small = {"n_tokens": 2, "dim": 4, "n_saves": 1}
     assert runner.tile_size(40_000, **small) == 40_000
-    assert runner.tile_size(10**7, **small) == runner.ACCELERATOR_TILE == 1 << 17
+    assert runner.tile_size(2 * runner.ACCELERATOR_TILE, **small) == 1 << 17
+    assert runner.tile_size(140_000, **small) == 70_000  # two equal tiles, not 2 × 131,072
     assert runner.tile_size(100, **small) == 104  # a multiple of 8
     model = ad.DiscreteTransformer(ad.Attention(2.0), ad.MatrixValues(1.0), depth=10)
     reduced = model.reduction(2, 4).model
@@ -173,7 +179,7 @@ def test_an_accelerator_runs_a_small_study_in_one_tile(monkeypatch):
 
     assert absorb_tile() == absorption.ACCELERATOR_ABSORB_TILE
     monkeypatch.undo()
-    assert runner.tile_size(40_000, **small) == runner.CPU_TILE
+    assert runner.tile_size(40_000, **small) == 4000  # ten equal CPU tiles
     assert absorb_tile() == absorption.CPU_ABSORB_TILE
 
 
