@@ -1,5 +1,7 @@
 """The ``attndyn`` command line: option parsing and printing over :mod:`attndyn.studies`."""
 
+import sys
+
 import click
 
 from ._evolution import evolution
@@ -7,7 +9,37 @@ from ._phase import phase_diagram
 from ._schemes import schemes
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class _OneLineErrors(click.Group):
+    """A group whose errors are one line on stderr: ``Error: …`` naming the parameter and
+    the allowed values (status 2 for bad input, 1 for a failed run), where click prints a
+    usage block, a hint and a blank line around it."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        try:
+            # Without standalone mode click raises its errors instead of printing them, and
+            # returns the exit status of --help and --version instead of exiting.
+            return super().main(args, prog_name, complete_var, False, **extra)
+        except click.UsageError as error:
+            if type(error).__name__ == "NoArgsIsHelpError":  # bare `attndyn`: the help
+                click.echo(error.format_message(), err=True)
+                sys.exit(error.exit_code)
+            where = f" (see '{error.ctx.command_path} --help')" if error.ctx else ""
+            click.echo(f"Error: {error.format_message()}{where}", err=True)
+            sys.exit(error.exit_code)
+        except click.ClickException as error:
+            error.show()
+            sys.exit(error.exit_code)
+        except click.Abort:
+            click.echo("Aborted.", err=True)
+            sys.exit(1)
+
+
+@click.group(
+    cls=_OneLineErrors,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.version_option(package_name="attndyn")
 def main() -> None:
     """Transformer tokens as interacting particles on the sphere."""
