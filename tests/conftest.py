@@ -24,9 +24,14 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 
 @pytest.fixture
 def tile(monkeypatch):
-    """``tile(k)``: the estimator runs tiles of k trajectories per CPU device (4,096 by
-    default, more than the small studies of the tests hold), so that a test can exercise
-    several tiles, chunks and process blocks per point."""
+    """``tile(k)``: the estimator runs tiles of at most k trajectories per device (4,096 on
+    CPU and 131,072 on accelerators by default, more than the small studies of the tests
+    hold), so that a test can exercise several tiles, chunks and process blocks per point,
+    also when the suite runs on a GPU (``JAX_PLATFORMS=cuda``)."""
     from attndyn._estimate import runner
 
-    return lambda size: monkeypatch.setattr(runner, "CPU_TILE", size)
+    def set_tile(size: int) -> None:
+        monkeypatch.setattr(runner, "CPU_TILE", size)
+        monkeypatch.setattr(runner, "ACCELERATOR_TILE", size)
+
+    return set_tile

@@ -18,6 +18,7 @@ from attndyn._estimate.distributed import (
     process_block,
 )
 from attndyn._estimate.runner import default_chunk_size
+from tests.markers import two_cpu_devices
 
 POINTS = [{"dim": 4, "tokens": 2, "beta": 3.0}, {"dim": 3, "tokens": 3, "beta": 1.0}]
 
@@ -91,6 +92,7 @@ _CHILD = textwrap.dedent(
 )
 
 
+@two_cpu_devices
 def test_one_and_two_devices_and_any_chunk_give_identical_numbers():
     # This process has 2 CPU devices (conftest); the child has 1. Every number must agree
     # bit for bit, on both routes and across chunk sizes: each trajectory runs in the same
@@ -138,6 +140,7 @@ def test_more_trajectories_keep_chunk_sized_device_work(monkeypatch, tile):
     assert live[1] <= live[0]
 
 
+@two_cpu_devices
 def test_a_tile_fits_in_memory_and_does_not_follow_the_device_count():
     from attndyn._estimate.runner import CPU_TILE, round_up, tile_size, trajectories_in_memory
 

@@ -8,6 +8,7 @@ import pytest
 import attndyn as ad
 from attndyn._estimate import estimator as _estimator
 from tests.helpers import binomial_se
+from tests.markers import two_cpu_devices
 
 
 def _post_ln(
@@ -182,6 +183,7 @@ def test_overflow_is_reported_not_averaged():
     assert int(ds["count"].isel(point=0, time=-1).sum()) <= 2 * int(ds["n_valid"][0])
 
 
+@two_cpu_devices
 def test_interrupted_run_resumes_without_losing_work(tmp_path, monkeypatch, tile):
     tile(5)  # a tile of 5 on each of the 2 devices: one call per chunk of 10
     path = tmp_path / "ck.nc"

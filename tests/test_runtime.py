@@ -11,8 +11,10 @@ import xarray as xr
 import attndyn as ad
 from attndyn._estimate import runtime
 from attndyn.cli._common import warn_merged
+from tests.markers import two_cpu_devices
 
 
+@two_cpu_devices
 def test_use_all_cores_before_jax_starts_gives_one_device_per_core():
     code = "import attndyn as ad, jax; n = ad.use_all_cores(3); print(n, jax.local_device_count())"
     env = {"PATH": "", "JAX_PLATFORMS": "cpu"}

@@ -33,6 +33,7 @@ from attndyn._estimate.keys import check_key
 from attndyn._estimate.plan import make_plan
 from attndyn._estimate.tallies import Tallies
 from attndyn.cli import _phase, main
+from tests.markers import two_cpu_devices
 
 N = 40
 POINTS = ad.grid(dim=[4], tokens=[2], beta=[1.0, 2.5])
@@ -104,6 +105,7 @@ def small_tiles():
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(runner, "CPU_TILE", 3)
+        patch.setattr(runner, "ACCELERATOR_TILE", 3)  # the same when the suite runs on a GPU
         yield
 
 
@@ -115,6 +117,7 @@ def reference():
 # --- Why 1 and 2: the checkpoint covers the study; any chunk size resumes exactly ------------
 
 
+@two_cpu_devices
 def test_resume_with_another_chunk_size_counts_every_trajectory_once(
     tmp_path, monkeypatch, reference
 ):

@@ -28,6 +28,7 @@ from attndyn.cli._evolution import evolution
 from attndyn.cli._phase import phase_diagram
 from attndyn.studies import phase as phase_study
 from attndyn.theory import _phase as theory_phase
+from tests.markers import two_cpu_devices
 
 PHASE = ["phase-diagram", "--beta", "1", "--dim", "4", "--trajectories", "4", "--depth", "2"]
 PHASE += ["--horizon", "1", "--no-progress"]
@@ -376,6 +377,7 @@ def test_overflow_from_beta_46_is_explained_and_its_advice_exists():
     assert int(ds["n_nonfinite"][0]) == 4
 
 
+@two_cpu_devices
 def test_chunk_is_capped_at_the_trajectory_count():
     # Why 8: --chunk-size 1e7 with 40 trajectories padded every chunk to 1e7.
     def make(beta, dim, tokens):
