@@ -345,6 +345,29 @@ def test_rows_too_large_to_normalise_are_reported_not_counted_as_unclustered():
         run(pre, 1.0, radius=1e20)
 
 
+@pytest.mark.parametrize("attention", ["unnormalized", "softmax"])
+def test_overlap_diffusion_overflow_names_beta(attention):
+    # The USA overlap diffusion carries e^{2β}: float32 NaN from β ≈ 44.4 (50: 10 of 64
+    # trajectories, 100: all), which the message called "no parameter past its threshold"
+    # (audit). SA has no such factor: no cause named.
+    def make(beta, dim, tokens):
+        del dim, tokens
+        return ad.OverlapSDE(
+            beta, attention=attention, noise="hybrid", eps=1.0, saveat=ad.SaveAt(2.0)
+        )
+
+    points = [{"beta": 100.0, "dim": 3, "tokens": 2}]
+    message = overflow_message(make(**points[0]))
+    if attention == "softmax":
+        assert "No parameter of the model is past" in message
+        return
+    assert "unnormalised attention (beta)" in message and "44.4" in message, message
+    with pytest.raises(ad.NonFiniteError, match=r"unnormalised attention \(beta\)"):
+        ad.estimate_probabilities(
+            make, points, key=jax.random.key(0), n_trajectories=8, progress=False
+        )
+
+
 def test_overflow_from_beta_46_is_explained_and_its_advice_exists():
     # Unnormalised attention overflows float32 from β ≈ 46 here (threshold ½·ln max = 44.4
     # plus ln(√L/σ) = 0.8), which the old message put at 88.

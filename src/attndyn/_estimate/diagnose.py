@@ -1,5 +1,7 @@
 """Why trajectories turned NaN or infinite: maps the model itself leaves undefined at its
-parameters (:meth:`AbstractModel.undefined_maps`), and thresholds from the float type.
+parameters (:meth:`AbstractModel.undefined_maps`), formulas of its own that overflow
+(:meth:`AbstractModel.overflow_causes`, e.g. the USA overlap diffusion's e^{2β}), and
+thresholds from the float type.
 
 The estimator knows models only as pytrees: it looks at their attention cores and their
 scalar parameters (σ, drift, ε, ...), never at their classes.
@@ -23,10 +25,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core.attention import Attention
-from .._models.base import AbstractModel
+from .._models.base import OVERFLOW_MARGIN, AbstractModel
 
 #: A scalar parameter within this factor of √max is named as a cause.
-MARGIN = 1e3
+MARGIN = OVERFLOW_MARGIN
 
 
 def float_type() -> np.dtype:
@@ -91,7 +93,7 @@ def overflow_message(model: AbstractModel, *, radius: float = 1.0) -> str:
     """One sentence naming the causes (maps undefined at the model's parameters, then
     overflows, the start radius included), or saying that no parameter is past its
     threshold."""
-    causes = model.undefined_maps() + overflow_causes(model)
+    causes = model.undefined_maps() + overflow_causes(model) + model.overflow_causes(float_type())
     causes += scalar_overflow("radius", float(radius), float_type())
     if causes:
         return "Cause: " + "; ".join(causes) + "."

@@ -23,6 +23,10 @@ from .._core.errors import ParameterError
 
 States = Float[Array, "batch n_saves N k"]
 
+#: An overflow threshold counts as reached this factor early (exp(β)·1000, |x|·1000): the
+#: formulas around it multiply by moderate constants.
+OVERFLOW_MARGIN = 1e3
+
 
 class Reduction(NamedTuple):
     """A model's reduced form at (N, d), or why it has none (``model is None``)."""
@@ -95,6 +99,13 @@ class AbstractModel(eqx.Module):
         """Parameters at which the model's own map is undefined somewhere it can reach (a
         normalisation of a zero vector, ...), each as a sentence naming them: what the
         estimator reports when trajectories turn NaN. The default: none known."""
+        return []
+
+    def overflow_causes(self, dtype: np.dtype) -> list[str]:
+        """Parameters at which the model's own formulas overflow ``dtype``, beyond what the
+        estimator finds in its components (unnormalised :class:`Attention`, scalars whose
+        square overflows), each as a sentence naming them. The default: none."""
+        del dtype
         return []
 
 

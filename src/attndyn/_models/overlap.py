@@ -33,7 +33,7 @@ from jaxtyping import Array, Float, Key, PRNGKeyArray
 from .._core.attention import ATTENTION_KINDS, as_float
 from .._core.errors import ParameterError, check_bound, check_choice, check_int, check_scalar
 from .._core.saveat import SaveAt
-from .base import AbstractModel
+from .base import OVERFLOW_MARGIN, AbstractModel
 from .integrators import SDEIntegrator
 
 OVERLAP_NOISES = ("full", "hybrid")
@@ -195,6 +195,19 @@ class OverlapSDE(AbstractOverlapSDE):
             (a / 2, a * r / 2) if self.attention == "unnormalized" else (1 / (1 + r), r / (1 + r))
         )
         return 2 * cb * (1 - eps**2 * (ca + 2 * cb * z)), 2 * eps * cb
+
+    def overflow_causes(self, dtype: np.dtype) -> list[str]:
+        # USA's rates carry a = e^β and a² = e^{2β} (full noise); a² overflows past
+        # β = ½·ln(max), the threshold of unnormalised attention in the token models.
+        threshold = 0.5 * math.log(float(np.finfo(dtype).max))
+        beta = float(self.beta)
+        if self.attention != "unnormalized" or beta + math.log(OVERFLOW_MARGIN) < threshold:
+            return []
+        return [
+            f"unnormalised attention (beta): β = {beta:.4g} is near or above "
+            f"{threshold:.1f} = ½·ln(max {np.dtype(dtype).name}), where the overlap drift's "
+            "e^{2β} overflows; lower β or use attention='softmax'"
+        ]
 
     def simulate(self, x0: Float[Array, "batch N d"], keys: Key[Array, " batch"]):
         if self.noise == "full" and x0.shape[2] != self.dim:
