@@ -25,10 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core.attention import Attention
-from .._models.base import OVERFLOW_MARGIN, AbstractModel
-
-#: A scalar parameter within this factor of √max is named as a cause.
-MARGIN = OVERFLOW_MARGIN
+from .._models.base import OVERFLOW_MARGIN, AbstractModel, exp_square_threshold
 
 
 def float_type() -> np.dtype:
@@ -44,7 +41,7 @@ def attention_threshold(core: Attention, dtype: np.dtype) -> tuple[float, float]
             scale *= float(
                 np.max(np.linalg.norm(np.asarray(matrix, np.float64), ord=2, axis=(-2, -1)))
             )
-    return float(core.beta) * scale, 0.5 * math.log(float(np.finfo(dtype).max))
+    return float(core.beta) * scale, exp_square_threshold(dtype)
 
 
 def overflow_causes(model: AbstractModel) -> list[str]:
@@ -57,7 +54,7 @@ def overflow_causes(model: AbstractModel) -> list[str]:
         if isinstance(leaf, Attention):
             if leaf.kind == "unnormalized":
                 exponent, threshold = attention_threshold(leaf, dtype)
-                if exponent + math.log(MARGIN) >= threshold:
+                if exponent + math.log(OVERFLOW_MARGIN) >= threshold:
                     causes.append(
                         f"unnormalised attention ({name}.beta): β·‖Q‖‖K‖ = {exponent:.4g} is "
                         f"near or above {threshold:.1f} = ½·ln(max {dtype.name}), where the "
@@ -72,10 +69,10 @@ def overflow_causes(model: AbstractModel) -> list[str]:
 
 
 def scalar_overflow(name: str, value: float, dtype: np.dtype) -> list[str]:
-    """The cause, if ``value`` is within :data:`MARGIN` of √max, where its square
+    """The cause, if ``value`` is within :data:`.base.OVERFLOW_MARGIN` of √max, where its square
     overflows (a model's σ or drift, the start radius)."""
     limit = math.sqrt(float(np.finfo(dtype).max))
-    if abs(value) * MARGIN < limit:
+    if abs(value) * OVERFLOW_MARGIN < limit:
         return []
     return [
         f"{name}={value:.3g} is near or above √(max {dtype.name}) ≈ {limit:.2g}, where its "

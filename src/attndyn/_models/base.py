@@ -12,6 +12,7 @@ class, only from these abstract ones.
 """
 
 import abc
+import math
 from typing import ClassVar, NamedTuple
 
 import equinox as eqx
@@ -26,6 +27,11 @@ States = Float[Array, "batch n_saves N k"]
 #: An overflow threshold counts as reached this factor early (exp(β)·1000, |x|·1000): the
 #: formulas around it multiply by moderate constants.
 OVERFLOW_MARGIN = 1e3
+
+
+def exp_square_threshold(dtype: np.dtype) -> float:
+    """½·ln(max ``dtype``): where (e^x)² overflows (44.4 in float32, 354.9 in float64)."""
+    return 0.5 * math.log(float(np.finfo(dtype).max))
 
 
 class Reduction(NamedTuple):

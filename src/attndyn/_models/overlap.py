@@ -33,7 +33,7 @@ from jaxtyping import Array, Float, Key, PRNGKeyArray
 from .._core.attention import ATTENTION_KINDS, as_float
 from .._core.errors import ParameterError, check_bound, check_choice, check_int, check_scalar
 from .._core.saveat import SaveAt
-from .base import OVERFLOW_MARGIN, AbstractModel
+from .base import OVERFLOW_MARGIN, AbstractModel, exp_square_threshold
 from .integrators import SDEIntegrator
 
 OVERLAP_NOISES = ("full", "hybrid")
@@ -199,7 +199,7 @@ class OverlapSDE(AbstractOverlapSDE):
     def overflow_causes(self, dtype: np.dtype) -> list[str]:
         # USA's rates carry a = e^β and a² = e^{2β} (full noise); a² overflows past
         # β = ½·ln(max), the threshold of unnormalised attention in the token models.
-        threshold = 0.5 * math.log(float(np.finfo(dtype).max))
+        threshold = exp_square_threshold(dtype)
         beta = float(self.beta)
         if self.attention != "unnormalized" or beta + math.log(OVERFLOW_MARGIN) < threshold:
             return []

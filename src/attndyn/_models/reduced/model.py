@@ -395,15 +395,11 @@ class ReducedTransformer(AbstractModel):
         if blocker is not None:
             raise ParameterError(f"early_absorption does not apply: {blocker}.")
         gaps = absorption_gaps(float(self.model.attention.beta), dim, tol, bound)
-        with_gaps = eqx.tree_at(
-            lambda m: m.absorb_gap,
-            self,
-            jnp.asarray(gaps, jnp.float32),
-            is_leaf=lambda x: x is None,
-        )
         # The order in which live trajectories run changes no number, so the compaction
         # tile may follow the backend.
-        return dataclasses.replace(with_gaps, absorb_tile=absorb_tile())
+        return dataclasses.replace(
+            self, absorb_gap=jnp.asarray(gaps, jnp.float32), absorb_tile=absorb_tile()
+        )
 
     def absorption_gaps(self) -> tuple[float, float] | None:
         if self.absorb_gap is None:
