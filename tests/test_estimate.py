@@ -110,6 +110,29 @@ def test_probabilities_intervals_and_provenance():
     assert list(ds["beta"].values) == [1.0]
 
 
+def test_provenance_names_the_running_source_version(monkeypatch):
+    # An editable install keeps the metadata of the day it was installed: after a version
+    # bump without a reinstall, importlib.metadata named the old version. Provenance names
+    # the running source's own.
+    import importlib.metadata
+
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.0.0-stale")
+    ds = _estimate_small(POINTS[:1])
+    assert ad.provenance(ds)["attndyn_version"] == ad.__version__
+    assert ds.attrs["attndyn_version"] == ad.__version__
+
+
+def test_the_version_is_written_once():
+    # pyproject.toml reads the version from attndyn/_version.py (hatchling's dynamic
+    # version): the built package and the running source cannot disagree.
+    import tomllib
+    from pathlib import Path
+
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["hatch"]["version"]["path"] == "src/attndyn/_version.py"
+
+
 def test_below_threshold_no_antipodal():
     # d = 6: β_c = 1.03. At β = 0.2 the antipodal state repels, so every one of 400 trajectories
     # clusters (the interval of the zero count includes zero).

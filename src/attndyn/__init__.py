@@ -123,6 +123,7 @@ from ._models.symmetric import (
     SymmetricSolution as SymmetricSolution,
     symmetric_start as symmetric_start,
 )
+from ._version import __version__ as __version__
 
 if TYPE_CHECKING:
     from . import plot as plot, studies as studies
@@ -135,6 +136,3 @@ def __getattr__(name: str):
     if name in _LAZY:
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__version__ = "0.4.2"

@@ -15,18 +15,16 @@ import numpy as np
 import xarray as xr
 
 from .._core.observables import OUTCOMES
+from .._version import __version__
 from .keys import canonical
 from .stats import wilson_interval
 from .tallies import MEANS, Tallies
 
 
 def package_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("attndyn")
-    except PackageNotFoundError:
-        return "unknown"
+    """The version of the running source (never the install's metadata, which an editable
+    install leaves at the version it was installed with)."""
+    return __version__
 
 
 @functools.cache
