@@ -133,6 +133,32 @@ def test_the_version_is_written_once():
     assert project["tool"]["hatch"]["version"]["path"] == "src/attndyn/_version.py"
 
 
+@pytest.mark.parametrize("second", [1.0, 1, np.float32(1.0)])
+def test_a_point_given_twice_is_refused_before_it_runs(second):
+    # Both rows would hold the same key's trajectories (not twice the statistics); with 1
+    # and 1.0 they held different trajectories under one coordinate value 1.0.
+    first = {"beta": 1.0, "dim": 3, "tokens": 2}
+    with pytest.raises(ad.ParameterError, match="points 0 and 2 are the same point"):
+        _estimate_small([first, {**first, "beta": 2.0}, {**first, "beta": second}])
+    with pytest.raises(ad.ParameterError, match="different random numbers") as error:
+        _estimate_small([first, {**first, "beta": 1}])
+    assert "\n" not in str(error.value)
+
+
+def test_phase_points_take_real_parameters_as_floats():
+    # The CLI writes β and ε as floats; the API's integers must name the same points, so
+    # that both draw the same trajectories (a point's key hashes its values as written).
+    from attndyn._estimate.keys import point_id
+    from attndyn.studies.phase import phase_points
+
+    api = phase_points("beta-eps", betas=[1, 2], dims=[4], tokens=[2], eps=[0])
+    cli = phase_points("beta-eps", betas=[1.0, 2.0], dims=[4], tokens=[2], eps=[0.0])
+    assert [point_id(p) for p in api] == [point_id(p) for p in cli]
+    assert all(type(p["beta"]) is float and type(p["dim"]) is int for p in api)
+    with pytest.raises(ad.ParameterError, match="same point"):
+        phase_points("beta-d", betas=[1, 1.0], dims=[4], tokens=[2])
+
+
 def test_below_threshold_no_antipodal():
     # d = 6: β_c = 1.03. At β = 0.2 the antipodal state repels, so every one of 400 trajectories
     # clusters (the interval of the zero count includes zero).

@@ -84,6 +84,9 @@ def test_click_usage_errors_are_one_line_too(tmp_path, args, needle):
         (["--dt", "0.1"], "--dt applies to --engine sde only"),
         (["--process-id", "1"], "process_id=1 needs a coordinator"),
         (["--chunk-size", str(2**31)], "chunk-size=2147483648 must be an integer in"),
+        # The same point twice is the same trajectories twice, not twice the statistics.
+        (["--beta", "1,0.5,1.0"], "--beta '1,0.5,1.0' lists 1 more than once"),
+        (["--dim", "4,4"], "--dim '4,4' lists 4 more than once"),
     ],
 )
 def test_phase_diagram_refuses_up_front(tmp_path, args, needle):

@@ -39,6 +39,21 @@ def point_id(point: Point) -> int:
     return zlib.crc32(text.encode()) & 0x7FFFFFFF
 
 
+def numeric_identity(point: Point) -> str:
+    """The point as numbers: equal for points whose values compare equal (``beta=1`` and
+    ``beta=1.0``), which :func:`point_id` tells apart (it hashes the values as written)."""
+
+    def as_number(value: Any) -> Any:
+        value = canonical(value)
+        if isinstance(value, list):
+            return [as_number(v) for v in value]
+        if isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        return value
+
+    return json.dumps({k: as_number(v) for k, v in sorted(point.items())}, sort_keys=True)
+
+
 def point_key(key: PRNGKeyArray, point: Point) -> PRNGKeyArray:
     """The key of all trajectories at ``point``."""
     return jax.random.fold_in(key, point_id(point))

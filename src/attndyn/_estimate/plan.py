@@ -16,7 +16,7 @@ from .._core.attention import Attention
 from .._core.errors import ParameterError, check_bound, check_choice, check_int
 from .._models.base import ROUTES, AbstractModel, select_route
 from .._models.reduced.absorption import DEFAULT_BOUND
-from .keys import Point, point_id
+from .keys import Point, numeric_identity, point_id
 
 NONFINITE_POLICIES = ("raise", "exclude")
 #: Trajectories per point: their indices (plus one chunk of padding) stay in int32.
@@ -117,7 +117,32 @@ def check_points(points: Sequence[Point]) -> list[dict[str, Any]]:
                 f"point {p} holds a value that is not a number, string or list of them: "
                 "give Python or NumPy scalars (a 0-d JAX array is accepted too)."
             ) from None
+    check_distinct(points)
     return points
+
+
+def check_distinct(points: Sequence[Point]) -> None:
+    """Refuse a point given twice. Its two rows would hold the same trajectories (the same
+    key), not twice the statistics; written ``1`` once and ``1.0`` once, they would hold
+    different trajectories under one coordinate value, the numbers of neither matching a
+    run of the other spelling alone."""
+    seen: dict[str, int] = {}
+    for i, p in enumerate(points):
+        first = seen.setdefault(numeric_identity(p), i)
+        if first != i:
+            other = points[first]
+            spelled = (
+                ""
+                if point_id(other) == point_id(p)
+                else (
+                    " (an integer and a float of equal value also draw different random numbers:"
+                    " write real parameters as floats)"
+                )
+            )
+            raise ParameterError(
+                f"points {first} and {i} are the same point ({other} and {p}); give each "
+                f"point once{spelled}."
+            )
 
 
 def plan_point(

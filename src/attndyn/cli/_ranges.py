@@ -1,5 +1,6 @@
 """Parsing of the CLI's parameter ranges: ``a:b:step`` (inclusive) or ``a,b,c``."""
 
+import collections
 import math
 
 from .._core.errors import ParameterError
@@ -13,7 +14,8 @@ def parse_range(name: str, text: str, *, integer: bool = False) -> list:
 
     Raises :class:`ParameterError` naming ``name`` for an empty or malformed range, a
     non-finite number (NaN or infinity) anywhere in it, a range of more than
-    :data:`MAX_VALUES` values, or (``integer``) a value that is not an integer.
+    :data:`MAX_VALUES` values, a value given twice, or (``integer``) a value that is not
+    an integer.
     """
     text = text.strip()
     kind = "integers" if integer else "numbers"
@@ -32,6 +34,11 @@ def parse_range(name: str, text: str, *, integer: bool = False) -> list:
         raise ParameterError(f"--{name} is an empty range; give at least one value.")
     if len(values) > MAX_VALUES:
         raise ParameterError(f"--{name} {text!r} has more than {MAX_VALUES} values.")
+    repeated = sorted(v for v, n in collections.Counter(values).items() if n > 1)
+    if repeated:  # the same point twice would be the same trajectories, not more of them
+        raise ParameterError(
+            f"--{name} {text!r} lists {repeated[0]:g} more than once; give each value once."
+        )
     if integer:
         if any(v != int(v) for v in values):
             raise ParameterError(f"--{name} {text!r} must contain integers only.")

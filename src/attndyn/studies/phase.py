@@ -33,7 +33,7 @@ from .._core.schemes import PostLN
 from .._core.sphere import uniform_sphere
 from .._core.values import DISTRIBUTIONS, MatrixValues, ScalarValues
 from .._estimate.estimator import estimate_probabilities
-from .._estimate.plan import MAX_DIM, MAX_TOKENS, MAX_TRAJECTORIES, grid
+from .._estimate.plan import MAX_DIM, MAX_TOKENS, MAX_TRAJECTORIES, check_distinct, grid
 from .._models.base import AbstractModel
 from .._models.discrete import DiscreteTransformer
 from .._models.integrators import SDEIntegrator
@@ -264,22 +264,31 @@ class MonteCarlo:
 def phase_points(
     kind: str,
     *,
-    betas: Sequence[float],
+    betas: Sequence[float | int],
     dims: Sequence[int],
     tokens: Sequence[int],
-    eps: Sequence[float] = (),
+    eps: Sequence[float | int] = (),
 ) -> list[dict[str, Any]]:
-    """The grid of a phase diagram: (d, N, β), or (d, N, ε, β) for ``beta-eps``."""
+    """The grid of a phase diagram: (d, N, β), or (d, N, ε, β) for ``beta-eps``.
+
+    β and ε enter as Python floats whatever their type here (``betas=[1, 2]`` is β = 1.0,
+    2.0): a point's random numbers depend on its values as written, and the CLI writes
+    floats, so the API and the CLI draw the same trajectories for the same point. A value
+    given twice is refused (:func:`attndyn._estimate.plan.check_distinct`)."""
     check_choice("kind", kind, KINDS)
     check_bound("beta", np.asarray(betas, dtype=np.float64), lower=0.0)
     for d in dims:
         check_int("dim", d, lower=2, upper=MAX_DIM)
     for n in tokens:
         check_int("tokens", n, lower=1, upper=MAX_TOKENS)
+    axes: dict[str, list] = {"dim": [int(d) for d in dims], "tokens": [int(n) for n in tokens]}
     if kind == "beta-eps":
         check_bound("eps", np.asarray(eps, dtype=np.float64), lower=0.0)
-        return grid(dim=list(dims), tokens=list(tokens), eps=list(eps), beta=list(betas))
-    return grid(dim=list(dims), tokens=list(tokens), beta=list(betas))
+        axes["eps"] = [float(e) for e in eps]
+    axes["beta"] = [float(b) for b in betas]
+    points = grid(**axes)
+    check_distinct(points)
+    return points
 
 
 def phase_diagram_study(
