@@ -189,9 +189,10 @@ def arithmetic_seconds(w: dict, n: int) -> float:
         noise = model.layer_noise(x0, jnp.asarray(0), key=key)
 
         def body(i, x):
-            return model.layer(x, i, key=key, noise=noise)
+            # As the engine's layer loop: the scheme's carried state (see Scheme.step).
+            return model.layer(x, i, key=key, noise=noise, carried=True)
 
-        return jax.lax.fori_loop(0, n_layers, body, x0)
+        return jax.lax.fori_loop(0, n_layers, body, model.scheme.enter(x0))
 
     return _best_seconds(jax.jit(jax.vmap(one)), _sharded_keys(n))
 

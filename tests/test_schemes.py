@@ -120,3 +120,42 @@ def test_speed_factors_are_the_layer_maps_velocity(scheme):
     n = jnp.asarray(0.7 * depth)
     discrete = (scheme.layer(x, attention_update(depth), layer=n, depth=depth) - x) * depth
     np.testing.assert_allclose(discrete, velocity, atol=5e-3)
+
+
+AFFINE = attndyn.LayerNorm(gain=jnp.linspace(0.5, 1.5, 4), bias=jnp.full(4, 0.1))
+
+
+@pytest.mark.parametrize("scheme", [*SCHEMES, PostLN(norm=AFFINE), NGPT(norm=AFFINE)], ids=str)
+def test_a_carried_state_takes_the_same_first_layer_bit_for_bit(scheme):
+    # The layer loop carries enter(x0) and applies step: the first layer must be the
+    # scheme's map itself, exactly, from a start off the sphere.
+    update = attention_update(10)
+    n = jnp.asarray(3.0)
+    direct = scheme.layer(X, update, layer=n, depth=10)
+    carried = scheme.step(scheme.enter(X), update, layer=n, depth=10)
+    np.testing.assert_array_equal(np.asarray(carried), np.asarray(direct))
+    # Only the schemes that start every layer by normalising, with an idempotent norm,
+    # carry directions; a gain or bias makes the norm's output something it moves.
+    carries = scheme.name in ("post-ln", "ngpt", "sqrt-scaling") and not scheme.norm.affine
+    assert scheme.carries_directions == carries
+    if not carries:
+        np.testing.assert_array_equal(np.asarray(scheme.enter(X)), np.asarray(X))
+
+
+@pytest.mark.parametrize("scheme", [*SCHEMES, PostLN(norm=AFFINE)], ids=str)
+def test_the_layer_loop_is_the_scheme_map_applied_layer_by_layer(scheme):
+    # trajectory() skips the first norm of rows that are already directions: the same map,
+    # rounded once less per layer, so after 30 layers it stays within float32 rounding of
+    # layer() applied layer by layer (which is not bit-identical to the compiled loop for
+    # any scheme: XLA fuses the loop differently). A start off the sphere is saved as given
+    # at t = 0, not as the loop's directions.
+    model = DiscreteTransformer(
+        ATTN, MatrixValues(0.7), scheme=scheme, depth=10, saveat=SaveAt(3.0, ts=(0.0, 3.0))
+    )
+    key = jax.random.key(4)
+    saves = model.trajectory(X, key=key)
+    np.testing.assert_array_equal(np.asarray(saves[0]), np.asarray(X))
+    x = X
+    for n in range(30):
+        x = model.layer(x, jnp.asarray(n), key=key)
+    np.testing.assert_allclose(np.asarray(saves[1]), np.asarray(x), rtol=2e-5, atol=2e-5)

