@@ -190,6 +190,8 @@ class Attention(eqx.Module):
     def _blocks(self, x: Float[Array, "N d"]) -> Float[Array, "h N dh"]:
         n_tokens, dim = x.shape
         self.check_shapes(dim)
+        if self.n_heads == 1:
+            return x[None]
         return x.reshape(n_tokens, self.n_heads, dim // self.n_heads).transpose(1, 0, 2)
 
     def _project(self, matrix: Array | None, x: Float[Array, "N d"], blocks: Array) -> Array:
@@ -207,6 +209,12 @@ class Attention(eqx.Module):
         blocks = self._blocks(x)
         queries = self._project(self.query, x, blocks)
         keys = self._project(self.key_matrix, x, blocks)
+        if self.n_heads == 1:
+            # One head: a product of (N, d) matrices, given its head axis after. With the
+            # unit head axis inside the dot, XLA kept it as a batch axis in a transposed
+            # layout and copied the scores out of it inside shard_map, which split the
+            # layer's fused kernel in two (W2 ran 13 % slower than the same layer under jit).
+            return (self.beta * matmul(queries[0], keys[0].T))[None]
         return self.beta * matmul(queries, jnp.swapaxes(keys, -1, -2))
 
     def mask(self, n_tokens: int) -> Bool[Array, "N N"] | None:
@@ -245,8 +253,10 @@ class Attention(eqx.Module):
     def __call__(self, x: Float[Array, "N d"]) -> Float[Array, "N d"]:
         n_tokens, dim = x.shape
         values = self._project(self.value, x, self._blocks(x))
-        out = matmul(self.matrix(x), values)
-        out = out.transpose(1, 0, 2).reshape(n_tokens, dim)
+        if self.n_heads == 1:  # as in scores: no unit head axis inside a dot
+            out = matmul(self.matrix(x)[0], values[0])
+        else:
+            out = matmul(self.matrix(x), values).transpose(1, 0, 2).reshape(n_tokens, dim)
         if self.output is not None:
             out = matmul(out, self.output.T.astype(out.dtype))
         return out
