@@ -157,6 +157,12 @@ def test_phase_points_take_real_parameters_as_floats():
     assert all(type(p["beta"]) is float and type(p["dim"]) is int for p in api)
     with pytest.raises(ad.ParameterError, match="same point"):
         phase_points("beta-d", betas=[1, 1.0], dims=[4], tokens=[2])
+    evolution = ad.studies.evolution_points(
+        ["full", "hybrid"], betas=[1], dims=[4], tokens=[2], eps=[0]
+    )
+    assert all(type(p["beta"]) is float and type(p["eps"]) is float for p in evolution)
+    with pytest.raises(ad.ParameterError, match="same point"):
+        ad.studies.evolution_points(["hybrid"], betas=[1.0], dims=[4], tokens=[2], eps=[0, 0.0])
 
 
 def test_below_threshold_no_antipodal():

@@ -9,7 +9,7 @@ import numpy as np
 import xarray as xr
 
 from .._core.errors import ParameterError, check_bound, check_choice, check_int
-from .._estimate.plan import grid
+from .._estimate.plan import check_distinct, grid
 from .phase import ModelSpec, MonteCarlo, add_sphere_drift, phase_model, phase_points
 
 #: full: Post-LN with full value noise (eq. 4 / eq. 6); hybrid: scalar noise ε (eq. 7 /
@@ -23,24 +23,28 @@ NOISE_OF = {"full": "full", "hybrid": "hybrid", "deterministic": "none"}
 def evolution_points(
     models: Sequence[str],
     *,
-    betas: Sequence[float],
+    betas: Sequence[float | int],
     dims: Sequence[int],
     tokens: Sequence[int],
-    eps: Sequence[float],
+    eps: Sequence[float | int],
 ) -> list[dict[str, Any]]:
     """Points (model, d, N, ε, β). ε is NaN (reported as null) for the models without
-    scalar noise, so every point has the same numeric coordinates."""
+    scalar noise, so every point has the same numeric coordinates. β and ε are written as
+    floats, as the CLI writes them (see :func:`phase_points`); a point given twice is
+    refused."""
     if not models:
         raise ParameterError("model is empty; give one or more of " + ", ".join(MODELS) + ".")
     for m in models:
         check_choice("model", m, MODELS)
     phase_points("beta-d", betas=betas, dims=dims, tokens=tokens)  # validates the axes
     check_bound("eps", np.asarray(eps, dtype=np.float64), lower=0.0)
+    axes = {"dim": [int(d) for d in dims], "tokens": [int(n) for n in tokens]}
     points = []
     for m in models:
-        eps_axis = list(eps) if m == "hybrid" else [float("nan")]
-        for p in grid(dim=list(dims), tokens=list(tokens), eps=eps_axis, beta=list(betas)):
+        eps_axis = [float(e) for e in eps] if m == "hybrid" else [float("nan")]
+        for p in grid(**axes, eps=eps_axis, beta=[float(b) for b in betas]):
             points.append({"model": m, **p})
+    check_distinct(points)
     return points
 
 
