@@ -119,7 +119,7 @@ class AbstractScheme(eqx.Module):
 
         ``step(enter(x))`` is ``layer(x)`` bit for bit. Later layers skip the first norm
         of rows that are already normalised: the same map, rounded once less (Post-LN at
-        N = 32, d = 16 runs 6-9 % faster; the norm of a unit row moves it by an ulp or
+        N = 32, d = 16 runs 5-7 % faster; the norm of a unit row moves it by an ulp or
         two, which is within the map's own rounding)."""
         if self.carries_directions:
             return self.layer_on_directions(x, update, layer=layer, depth=depth)

@@ -9,7 +9,7 @@ import numpy as np
 import xarray as xr
 
 from .._core.errors import ParameterError, check_bound, check_choice, check_int
-from .._estimate.plan import check_distinct, grid
+from .._estimate.plan import check_distinct
 from .phase import ModelSpec, MonteCarlo, add_sphere_drift, phase_model, phase_points
 
 #: full: Post-LN with full value noise (eq. 4 / eq. 6); hybrid: scalar noise ε (eq. 7 /
@@ -36,14 +36,17 @@ def evolution_points(
         raise ParameterError("model is empty; give one or more of " + ", ".join(MODELS) + ".")
     for m in models:
         check_choice("model", m, MODELS)
-    phase_points("beta-d", betas=betas, dims=dims, tokens=tokens)  # validates the axes
     check_bound("eps", np.asarray(eps, dtype=np.float64), lower=0.0)
-    axes = {"dim": [int(d) for d in dims], "tokens": [int(n) for n in tokens]}
     points = []
     for m in models:
-        eps_axis = [float(e) for e in eps] if m == "hybrid" else [float("nan")]
-        for p in grid(**axes, eps=eps_axis, beta=[float(b) for b in betas]):
-            points.append({"model": m, **p})
+        if m == "hybrid":
+            axes = phase_points("beta-eps", betas=betas, dims=dims, tokens=tokens, eps=eps)
+        else:
+            axes = [
+                {"dim": p["dim"], "tokens": p["tokens"], "eps": float("nan"), "beta": p["beta"]}
+                for p in phase_points("beta-d", betas=betas, dims=dims, tokens=tokens)
+            ]
+        points += [{"model": m, **p} for p in axes]
     check_distinct(points)
     return points
 
