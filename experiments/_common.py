@@ -47,6 +47,31 @@ def run(points, *, n_trajectories, seed, save_at=None, **model_kwargs):
     return ds
 
 
+def evolution_run(points, args, *, n_trajectories, depth, horizon, n_saves):
+    """Class fractions against time (seed 003 Figs. 7-9): softmax attention, ``n_saves``
+    evenly spaced saves on [0, horizon], the SDE engine at dt = 0.01."""
+    save_at = tuple(np.linspace(0, horizon, n_saves).tolist())
+    return run(
+        points,
+        n_trajectories=n_trajectories,
+        seed=args.seed,
+        save_at=save_at,
+        engine=args.engine,
+        attention="softmax",
+        depth=depth,
+        horizon=horizon,
+        dt=0.01,
+    )
+
+
+def write_evolution(ds, stem: str, *, title: str, label_keys, dpi: int = 130) -> None:
+    """FIGURES/stem.png (fractions against time) and FIGURES/stem.json (:func:`summary`)."""
+    FIGURES.mkdir(exist_ok=True)
+    fig = ad.plot.evolution(ds, label_keys=label_keys, title=title)
+    fig.savefig(FIGURES / f"{stem}.png", dpi=dpi)
+    summary(ds, FIGURES / f"{stem}.json")
+
+
 def summary(ds, path: Path) -> None:
     """Last-time probabilities with Wilson intervals, printed and written as JSON."""
     last = ds.isel(time=-1)

@@ -8,8 +8,7 @@ Reduced: d ∈ {4, 6}, 200 trajectories, T = 50, L = 50. --full: d ∈ {4, ..., 
 2,000 trajectories, T = 100, L = 100.
 """
 
-import numpy as np
-from _common import FIGURES, parser, run, summary
+from _common import evolution_run, parser, write_evolution
 
 import attndyn as ad
 
@@ -21,27 +20,14 @@ def main():
     else:
         dims, n, horizon, depth = [4, 6], 200, 50.0, 50
     points = ad.grid(dim=dims, tokens=[2], beta=[0.25, 3.0, 1.0])
-    save_at = tuple(np.linspace(0, horizon, 26).tolist())
-    ds = run(
-        points,
-        n_trajectories=n,
-        seed=args.seed,
-        save_at=save_at,
-        engine=args.engine,
-        attention="softmax",
-        depth=depth,
-        horizon=horizon,
-        dt=0.01,
-    )
-    FIGURES.mkdir(exist_ok=True)
-    stem = f"fig8_horizons_{args.engine}"
+    ds = evolution_run(points, args, n_trajectories=n, depth=depth, horizon=horizon, n_saves=26)
     title = (
         "Seed 003 Fig. 8: two tokens end antipodal only where β > β_c(d) "
         "(β_c(4) = 0.66, β_c(6) = 1.03)"
     )
-    fig = ad.plot.evolution(ds, label_keys=("beta", "dim"), title=title)
-    fig.savefig(FIGURES / f"{stem}.png", dpi=110)
-    summary(ds, FIGURES / f"{stem}.json")
+    write_evolution(
+        ds, f"fig8_horizons_{args.engine}", title=title, label_keys=("beta", "dim"), dpi=110
+    )
 
 
 if __name__ == "__main__":

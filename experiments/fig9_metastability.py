@@ -7,43 +7,25 @@ multi-cluster states (unclustered for a long time), the stochastic one clusters 
 Reduced: 100 trajectories, L = 50. --full: 2,000 trajectories, L = 100.
 """
 
-import numpy as np
-from _common import FIGURES, parser, run, summary
-
-import attndyn as ad
+from _common import evolution_run, parser, write_evolution
 
 
 def main():
     args = parser(__doc__).parse_args()
     n, depth = (2000, 100) if args.full else (100, 50)
-    FIGURES.mkdir(exist_ok=True)
     for beta, horizon in ((0.5, 15.0), (4.5, 30.0)):
         points = [
             {"model": m, "dim": 4, "tokens": 50, "beta": beta} for m in ("full", "deterministic")
         ]
-        save_at = tuple(np.linspace(0, horizon, 31).tolist())
-        ds = run(
-            points,
-            n_trajectories=n,
-            seed=args.seed,
-            save_at=save_at,
-            engine=args.engine,
-            attention="softmax",
-            depth=depth,
-            horizon=horizon,
-            dt=0.01,
-        )
-        stem = f"fig9_metastability_beta{beta:g}_{args.engine}"
+        ds = evolution_run(points, args, n_trajectories=n, depth=depth, horizon=horizon, n_saves=31)
         title = (
             "Seed 003 Fig. 9: N = 50, d = 4; with noise (left) the tokens cluster, without "
             "(right) they linger unclustered"
             if beta > 1
             else "Seed 003 Fig. 9: N = 50, d = 4; with or without noise the tokens form one cluster"
         )
-        ad.plot.evolution(ds, label_keys=("model", "beta"), title=title).savefig(
-            FIGURES / f"{stem}.png", dpi=130
-        )
-        summary(ds, FIGURES / f"{stem}.json")
+        stem = f"fig9_metastability_beta{beta:g}_{args.engine}"
+        write_evolution(ds, stem, title=title, label_keys=("model", "beta"))
 
 
 if __name__ == "__main__":

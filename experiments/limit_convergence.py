@@ -122,6 +122,109 @@ def fit_rate(depths, err, se):
     return float(-slope), ok
 
 
+DISTRIBUTIONS = ("gaussian", "uniform", "rademacher")
+SOLVER_DTS = (0.2, 0.1, 0.05, 0.025)
+
+
+def simulate(n_disc, n_ref):
+    """The reference moments, the discrete ones per (distribution, L) and the SDE solver's
+    per dt (all as :func:`moments`)."""
+    ref = moments(reference_overlaps(n_ref, seed=1))
+    table = {}
+    for dist in DISTRIBUTIONS:
+        # Uniform and Rademacher only where their difference from Gaussian is measurable.
+        depths = DEPTHS if dist == "gaussian" else DEPTHS[:3]
+        for depth in depths:
+            m = moments(discrete_overlaps(depth, dist, n_disc, seed=100 + depth))
+            table[(dist, depth)] = m
+            print(f"{dist:10s} L={depth:5d}  E Z = {m['Z'][0]}  E Z² = {m['Z2'][0]}", flush=True)
+    # Weak order of the projected Euler–Maruyama solver of eq. 6 against the same reference.
+    sde = {dt: moments(sde_overlaps(dt, n_disc, seed=7)) for dt in SOLVER_DTS}
+    return ref, table, sde
+
+
+def errors_against(ref, runs, obs, ti):
+    """Weak errors of ``runs`` (a list of moments) at save ``ti`` and their standard errors
+    (the run's and the reference's combined)."""
+    err = [m[obs][0][ti] - ref[obs][0][ti] for m in runs]
+    se = [np.hypot(m[obs][1][ti], ref[obs][1][ti]) for m in runs]
+    return err, se
+
+
+def plot_errors(ax, x, err, se, **style):
+    ax.errorbar(x, np.abs(err), yerr=2 * np.asarray(se), capsize=2, **style)
+
+
+def depth_panel(ax, obs, ref, table):
+    """|weak error| of E obs against L per distribution and time; the Gaussian rates."""
+    markers = {"gaussian": "o", "uniform": "s", "rademacher": "^"}
+    colors = dict(zip(DISTRIBUTIONS, OKABE_ITO))  # colour-blind safe; t is the line style
+    rates = {}
+    for ti, t in enumerate(TIMES):
+        for dist in DISTRIBUTIONS:
+            depths = [L for (d, L) in table if d == dist]
+            err, se = errors_against(ref, [table[(dist, L)] for L in depths], obs, ti)
+            style = {"marker": markers[dist], "color": colors[dist], "ls": "-" if ti == 0 else "--"}
+            plot_errors(ax, depths, err, se, label=f"{dist}, t = {t:g}", **style)
+            if dist == "gaussian":
+                rate, ok = fit_rate(depths, err, se)
+                rates[f"E{obs} t={t:g}"] = {
+                    "rate": rate,
+                    "fitted_depths": [int(L) for L, k in zip(depths, ok) if k],
+                    "errors": [float(e) for e in err],
+                    "se": [float(s) for s in se],
+                }
+    guide = np.asarray(DEPTHS, float)
+    ax.plot(guide, 0.5 / guide, "k:", lw=1, label="∝ 1/L")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("depth L")
+    ax.set_ylabel(f"|E {obs}(L) − E {obs}(SDE)|  (±2 SE)")
+    name = "Z" if obs == "Z" else "Z²"
+    ax.set_title(f"weak error of E {name}_t, discrete eq. 4 vs SDE", fontsize=9)
+    ax.legend(fontsize=6, ncols=2)
+    return rates
+
+
+def invariance(table):
+    """Theorem 1's invariance: E Z² of uniform and Rademacher values minus Gaussian's, in
+    standard errors, at each L all three ran."""
+    out = {}
+    for L in DEPTHS[:3]:
+        for ti, t in enumerate(TIMES):
+            vals = [table[(d, L)]["Z2"] for d in DISTRIBUTIONS]
+            diffs = [
+                (vals[i][0][ti] - vals[0][0][ti]) / np.hypot(vals[i][1][ti], vals[0][1][ti])
+                for i in (1, 2)
+            ]
+            out[f"L={L} t={t:g} (uniform, rademacher) − gaussian in SE"] = [float(x) for x in diffs]
+    return out
+
+
+def solver_panel(ax, ref, sde):
+    """|weak error| of the projected Euler–Maruyama solver against dt; its fitted orders."""
+    orders = {}
+    for ti, t in enumerate(TIMES):
+        for k, obs in enumerate(("Z", "Z2")):
+            err, se = errors_against(ref, [sde[dt] for dt in SOLVER_DTS], obs, ti)
+            style = {"marker": "o", "color": OKABE_ITO[3 + k], "ls": "-" if ti == 0 else "--"}
+            plot_errors(ax, SOLVER_DTS, err, se, label=f"E {obs}, t = {t:g}", **style)
+            rate, _ = fit_rate(1 / np.asarray(SOLVER_DTS), err, se)
+            orders[f"E{obs} t={t:g}"] = {
+                "order": rate,
+                "errors": [float(e) for e in err],
+                "se": [float(s) for s in se],
+            }
+    ax.plot(SOLVER_DTS, np.asarray(SOLVER_DTS) * 0.3, "k:", lw=1, label="∝ dt")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("dt")
+    ax.set_ylabel("weak error (±2 SE)")
+    ax.set_title("projected Euler–Maruyama on eq. 6 (default solver)", fontsize=9)
+    ax.legend(fontsize=7)
+    return orders
+
+
 def main():
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--full", action="store_true", help="10x the trajectories")
@@ -130,102 +233,18 @@ def main():
     scale = 10 if args.full else 1
     n_disc, n_ref = 20_000 * scale, 200_000 * scale
     started = time.perf_counter()
-
-    ref = moments(reference_overlaps(n_ref, seed=1))
-    dists = ("gaussian", "uniform", "rademacher")
-    table = {}
-    for dist in dists:
-        depths = DEPTHS if dist == "gaussian" else DEPTHS[:3]
-        for depth in depths:
-            m = moments(discrete_overlaps(depth, dist, n_disc, seed=100 + depth))
-            table[(dist, depth)] = m
-            print(f"{dist:10s} L={depth:5d}  E Z = {m['Z'][0]}  E Z² = {m['Z2'][0]}", flush=True)
-
-    # Weak order of the projected Euler–Maruyama solver of eq. 6 against the same reference.
-    dts = (0.2, 0.1, 0.05, 0.025)
-    sde = {dt: moments(sde_overlaps(dt, n_disc, seed=7)) for dt in dts}
+    ref, table, sde = simulate(n_disc, n_ref)
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.4), layout="constrained")
+    rates = {}
+    for obs, ax in zip(("Z", "Z2"), axes[:2]):
+        rates.update(depth_panel(ax, obs, ref, table))
     summary = {
         "reference": {k: [v[0].tolist(), v[1].tolist()] for k, v in ref.items()},
-        "rates": {},
-        "sde_weak_order": {},
-        "invariance": {},
+        "rates": rates,
+        "sde_weak_order": solver_panel(axes[2], ref, sde),
+        "invariance": invariance(table),
     }
-    markers = {"gaussian": "o", "uniform": "s", "rademacher": "^"}
-    colors = dict(zip(dists, OKABE_ITO))  # colour-blind safe; t is told by the line style
-    for obs, ax in zip(("Z", "Z2"), axes[:2]):
-        for ti, t in enumerate(TIMES):
-            for dist in dists:
-                depths = [L for (d, L) in table if d == dist]
-                err = [table[(dist, L)][obs][0][ti] - ref[obs][0][ti] for L in depths]
-                se = [np.hypot(table[(dist, L)][obs][1][ti], ref[obs][1][ti]) for L in depths]
-                ax.errorbar(
-                    depths,
-                    np.abs(err),
-                    yerr=2 * np.asarray(se),
-                    marker=markers[dist],
-                    color=colors[dist],
-                    ls="-" if ti == 0 else "--",
-                    capsize=2,
-                    label=f"{dist}, t = {t:g}",
-                )
-                if dist == "gaussian":
-                    rate, ok = fit_rate(depths, err, se)
-                    summary["rates"][f"E{obs} t={t:g}"] = {
-                        "rate": rate,
-                        "fitted_depths": [int(L) for L, k in zip(depths, ok) if k],
-                        "errors": [float(e) for e in err],
-                        "se": [float(s) for s in se],
-                    }
-        guide = np.asarray(DEPTHS, float)
-        ax.plot(guide, 0.5 / guide, "k:", lw=1, label="∝ 1/L")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("depth L")
-        ax.set_ylabel(f"|E {obs}(L) − E {obs}(SDE)|  (±2 SE)")
-        ax.set_title(
-            f"weak error of E {'Z' if obs == 'Z' else 'Z²'}_t, discrete eq. 4 vs SDE", fontsize=9
-        )
-        ax.legend(fontsize=6, ncols=2)
-    for L in DEPTHS[:3]:
-        for ti, t in enumerate(TIMES):
-            vals = [table[(d, L)]["Z2"] for d in dists]
-            diffs = [
-                (vals[i][0][ti] - vals[0][0][ti]) / np.hypot(vals[i][1][ti], vals[0][1][ti])
-                for i in (1, 2)
-            ]
-            summary["invariance"][f"L={L} t={t:g} (uniform, rademacher) − gaussian in SE"] = [
-                float(x) for x in diffs
-            ]
-    ax = axes[2]
-    for ti, t in enumerate(TIMES):
-        for k, obs in enumerate(("Z", "Z2")):
-            err = [sde[dt][obs][0][ti] - ref[obs][0][ti] for dt in dts]
-            se = [np.hypot(sde[dt][obs][1][ti], ref[obs][1][ti]) for dt in dts]
-            ax.errorbar(
-                dts,
-                np.abs(err),
-                yerr=2 * np.asarray(se),
-                marker="o",
-                color=OKABE_ITO[3 + k],
-                ls="-" if ti == 0 else "--",
-                capsize=2,
-                label=f"E {obs}, t = {t:g}",
-            )
-            rate, ok = fit_rate(1 / np.asarray(dts), err, se)
-            summary["sde_weak_order"][f"E{obs} t={t:g}"] = {
-                "order": rate,
-                "errors": [float(e) for e in err],
-                "se": [float(s) for s in se],
-            }
-    ax.plot(dts, np.asarray(dts) * 0.3, "k:", lw=1, label="∝ dt")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("dt")
-    ax.set_ylabel("weak error (±2 SE)")
-    ax.set_title("projected Euler–Maruyama on eq. 6 (default solver)", fontsize=9)
-    ax.legend(fontsize=7)
     fig.suptitle(
         "Discrete → SDE: the weak error falls like 1/L, the same for Gaussian, uniform and "
         "Rademacher values; projected Euler–Maruyama has weak order ≈ 1\n"

@@ -50,7 +50,7 @@ def reference():
 
 
 def test_weak_error_decreases_with_depth(reference):
-    # The weak error of E Z_1 is ≈ 0.3/L (experiments/limit_convergence.py: 0.031 at
+    # The weak error of E Z_1 is ≈ 0.3/L (experiments/limit_convergence.py: 0.034 at
     # L = 10), so ≈ 0.06 at L = 5 and 0.008 at L = 40. We require the L = 5 error to be
     # resolved (> 4 SE) and to exceed the L = 40 error by more than 4 combined SE.
     ref, ref_se = reference
