@@ -166,3 +166,15 @@ def test_overflow_is_an_error_unless_excluded(tmp_path):
     point = json.loads(result.stdout.strip().splitlines()[-1])["points"][0]
     assert point["n_nonfinite"] == 10 and point["n_valid"] == 0
     assert point["p_antipodal"] is None
+
+
+def test_version_is_the_running_source_version(monkeypatch):
+    # `attndyn --version` read the installed metadata, which an editable install leaves at
+    # the version it was installed with (it said 0.4.2 on 0.4.3 code): it names the
+    # source's own version, as provenance does.
+    import importlib.metadata
+
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.0.0-stale")
+    result = CliRunner().invoke(main, ["--version"])
+    assert result.exit_code == 0
+    assert result.output.strip() == f"attndyn, version {ad.__version__}"

@@ -4,6 +4,7 @@ import sys
 
 import click
 
+from .._version import __version__
 from ._evolution import evolution
 from ._phase import phase_diagram
 from ._schemes import schemes
@@ -40,7 +41,9 @@ class _OneLineErrors(click.Group):
     cls=_OneLineErrors,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
-@click.version_option(package_name="attndyn")
+# The version the running source says, not the installed metadata (stale after a bump
+# under an editable install; see attndyn._version).
+@click.version_option(version=__version__, prog_name="attndyn")
 def main() -> None:
     """Transformer tokens as interacting particles on the sphere."""
 
