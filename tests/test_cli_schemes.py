@@ -61,6 +61,22 @@ def test_json_dataset_and_figures(tmp_path, names):
     assert float(abs(ds["gamma_full"] - ds["gamma_reduced"]).max()) < 1e-4
     for key in ("gamma", "ngpt_alpha", "random_weights", "rates"):
         assert (tmp_path / f"schemes_{key}.png").stat().st_size > 0
+    # A bar over the study's stages (3 per scheme and nGPT over α), run to its end.
+    n_stages = 3 * len(payload["schemes"]) + 1
+    assert "attndyn schemes" in result.stderr
+    assert f"{n_stages}/{n_stages}" in result.stderr
+
+
+@pytest.mark.parametrize("progress", [True, False])
+def test_the_progress_bar_counts_stages_and_can_be_hidden(progress, capsys):
+    from attndyn.studies.schemes import _Stages
+
+    stages = _Stages(3, progress)
+    for label in ("a", "b", "c"):
+        stages.begin(label)
+    stages.close()
+    err = capsys.readouterr().err
+    assert ("3/3" in err and "c" in err) if progress else err == ""
 
 
 @pytest.mark.parametrize(

@@ -44,9 +44,10 @@ class Attention(eqx.Module):
 
     - ``kind="softmax"`` (SA): ``A_i = Σ_j softmax_j(s_ij) v_j``, computed with a
       log-sum-exp shift so that it never overflows;
-    - ``kind="unnormalized"`` (USA): ``A_i = (1/N) Σ_j exp(s_ij) v_j``. This overflows
-      float32 once ``β ≳ 88``: the result is then non-finite, which the estimators
-      detect and report; float64 inputs (with ``jax_enable_x64``) reach β ≈ 709.
+    - ``kind="unnormalized"`` (USA): ``A_i = (1/N) Σ_j exp(s_ij) v_j``. ``exp`` overflows
+      float32 once ``β ≳ 88.7``, and a layer, whose norm squares this output, once
+      ``β‖Q‖‖K‖ ≳ 44.4``: the result is then non-finite, which the estimators detect and
+      report with this cause; float64 (``jax_enable_x64``) reaches 709.8 and 354.9.
 
     Heads. With ``n_heads = h`` each head sees a d/h-dimensional query, key and value per
     token and the h head outputs are concatenated (then mixed by ``output`` if given).

@@ -57,8 +57,9 @@ class AbstractValues(eqx.Module):
     its key (they never depend on the state), then :meth:`apply_noise` applies the operator
     they define to ``A``. The layer loop draws layer n + 1's numbers while it runs layer n
     and carries them: XLA then materialises them once instead of fusing (and so repeating)
-    the hash into each of their uses. A subclass may implement :meth:`apply` only; its
-    "noise" is then the layer key itself.
+    the hash into each of their uses. A subclass may implement :meth:`apply` only (with
+    the :attr:`noise` property every subclass names); its "noise" is then the layer key
+    itself.
     """
 
     def draw_noise(self, key: PRNGKeyArray, n_tokens: int, dim: int, dtype) -> PyTree:

@@ -76,9 +76,10 @@ def estimate_probabilities(
         progress: show a progress bar on stderr.
         metadata: extra provenance stored in the dataset's attributes.
         route: ``"auto"`` simulates a model's reduced form wherever it has one that is
-            exact in law (for :class:`DiscreteTransformer`: Q = K = I, one head, Gaussian
-            full value noise, a built-in scheme, N < d; the N × N token coordinates instead
-            of N × d); ``"full"`` always runs the model itself; ``"reduced"`` insists (a
+            exact in law (for :class:`DiscreteTransformer`: Q = K = I, one head, no random
+            weights, a built-in scheme with an RMS norm, N < d, and Gaussian value matrices
+            or values that are multiples of I; the N × N token coordinates instead of
+            N × d); ``"full"`` always runs the model itself; ``"reduced"`` insists (a
             ParameterError says why it does not apply). Provenance records the route of
             every point.
         early_absorption: ``True`` (bound 10⁻⁷) or a per-trajectory bound ε: stop

@@ -200,8 +200,8 @@ def scale_options(func: Callable) -> Callable:
             type=click.Choice(["auto", "full"]),
             default="auto",
             show_default=True,
-            help="auto: simulate the N×N token frame where exact in law (Q=K=I, "
-            "Gaussian values, N<d); full: always the N×d model.",
+            help="auto: simulate the N×N token frame where exact in law (Q=K=I, N<d, "
+            "Gaussian or scalar values, RMS norm); full: always the N×d model.",
         ),
         click.option(
             "--early-absorption",

@@ -78,6 +78,7 @@ FIGURES = ("gamma", "ngpt_alpha", "random_weights", "rates")
 )
 @overwrite_option()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object to stdout.")
+@click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
 @cli_errors
 def schemes(**options) -> None:
     """Clustering speed of the normalization schemes (seed 004 Figs 2-4, rate table).
@@ -104,6 +105,7 @@ def schemes(**options) -> None:
             schemes=scheme_names,
             alphas=alphas,
             seed=options["seed"],
+            progress=not options["no_progress"],
             **{k: options[k] for k in ("tokens", "dim", "beta", "horizon", "tau", "r0")},
             **rw,
         )

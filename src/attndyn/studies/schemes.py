@@ -11,6 +11,7 @@ Four parts, all in one dataset (:func:`schemes_study`):
 
 import dataclasses
 import math
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -21,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 from jaxtyping import Array, Float, PRNGKeyArray
+from tqdm.auto import tqdm
 
 from .._core.attention import Attention
 from .._core.errors import (
@@ -199,16 +201,43 @@ def _measured_slope(scheme, x0, *, beta: float, horizon: float, theory_slope: fl
     return float((4 * g[0] - g[1]) / (2 * h))
 
 
-def _scheme_part(scheme, x0, *, beta, tokens, r0, horizon, ts) -> dict[str, Any]:
+class _Stages:
+    """The study's progress bar on stderr: one step per stage (two per scheme, nGPT over
+    α, one random-weight stack per scheme), the running stage named beside it."""
+
+    def __init__(self, total: int, progress: bool):
+        self.bar = tqdm(
+            total=total,
+            unit="stage",
+            desc="attndyn schemes",
+            file=sys.stderr,
+            disable=not progress,
+            dynamic_ncols=True,
+        )
+        self.started = False
+
+    def begin(self, label: str) -> None:
+        """Count the stage before as done and name this one."""
+        if self.started:
+            self.bar.update(1)
+        self.started = True
+        self.bar.set_postfix_str(label)
+
+    def close(self) -> None:
+        if self.started:
+            self.bar.update(1)
+        self.bar.close()
+
+
+def _scheme_part(scheme, x0, stages, *, beta, tokens, r0, horizon, ts) -> dict[str, Any]:
     """Part (a) and (d) for one scheme: γ(t) both ways, initial slopes, terminal rate."""
-    say = _progress
-    say(f"  {scheme.name}: symmetric start")
+    stages.begin(f"{scheme.name}: symmetric start")
     red = SymmetricODE(scheme, beta, n_tokens=tokens, r0=r0, saveat=SaveAt(horizon, ts)).solve()
     full = NormalizedAttentionODE(Attention(beta), scheme, saveat=SaveAt(horizon, ts)).solve(x0)
     _check_solved(f"{scheme.name} (symmetric start)", horizon, red.gamma, red.r)
     _check_solved(f"{scheme.name} (full ODE)", horizon, full.theta)
     theory_slope = initial_slope(scheme, beta=beta, n_tokens=tokens, r0=r0)
-    say(f"  {scheme.name}: terminal rate")
+    stages.begin(f"{scheme.name}: terminal rate")
     theory, fit, curve = terminal_fit(scheme, beta=beta, n_tokens=tokens, r0=r0)
     return {
         "gamma_reduced": np.asarray(red.gamma),
@@ -240,18 +269,12 @@ def _check_solved(what: str, horizon: float, *arrays) -> None:
         )
 
 
-def _progress(message: str) -> None:
-    import sys
-
-    print(message, file=sys.stderr)
-
-
-def _random_weights_part(objs, *, seed, rw_tokens, rw_dim, rw_beta, rw_layers, rw_runs):
+def _random_weights_part(objs, stages, *, seed, rw_tokens, rw_dim, rw_beta, rw_layers, rw_runs):
     """Part (c): (scheme, run, layer) mean cosines of random-weight stacks."""
-    _progress("  random weights")
     keys = jax.random.split(jax.random.key(seed), rw_runs)
     rw = []
     for scheme in objs:
+        stages.begin(f"{scheme.name}: random weights")
         run = eqx.filter_jit(
             jax.vmap(
                 lambda k, s=scheme: random_weights_cosine(
@@ -329,8 +352,10 @@ def schemes_study(
     rw_beta: float | None = None,
     rw_layers: int = 48,
     rw_runs: int = 8,
+    progress: bool = True,
 ) -> xr.Dataset:
-    """All four parts as one dataset (see the module docstring); ``alphas[0]`` is nGPT's α."""
+    """All four parts as one dataset (see the module docstring); ``alphas[0]`` is nGPT's α.
+    ``progress`` shows a bar of the study's stages on stderr."""
     started = time.perf_counter()
     _check_arguments(
         schemes, tokens=tokens, dim=dim, beta=beta, horizon=horizon, alphas=alphas, tau=tau,
@@ -346,20 +371,24 @@ def schemes_study(
     objs = _schemes(schemes, tau=tau, alpha=alpha)
     ts = np.linspace(0.0, horizon, N_SAVES)
     kw = {"beta": beta, "tokens": tokens, "r0": r0, "horizon": horizon, "ts": ts}
-    parts = [_scheme_part(scheme, x0, **kw) for scheme in objs]
-    _progress("  nGPT over alpha")
-    saveat = SaveAt(horizon, ts)
-    ngpt = np.stack(
-        [
-            np.asarray(SymmetricODE(NGPT(alpha=a), beta, tokens, r0, saveat).solve().gamma)
-            for a in alphas
-        ]
-    )
-    _check_solved("nGPT over alpha", horizon, ngpt)
-    rw = _random_weights_part(
-        objs, seed=seed, rw_tokens=rw_tokens, rw_dim=rw_dim, rw_beta=rw_beta,
-        rw_layers=rw_layers, rw_runs=rw_runs,
-    )  # fmt: skip
+    stages = _Stages(3 * len(objs) + 1, progress)
+    try:
+        parts = [_scheme_part(scheme, x0, stages, **kw) for scheme in objs]
+        stages.begin("nGPT over alpha")
+        saveat = SaveAt(horizon, ts)
+        ngpt = np.stack(
+            [
+                np.asarray(SymmetricODE(NGPT(alpha=a), beta, tokens, r0, saveat).solve().gamma)
+                for a in alphas
+            ]
+        )
+        _check_solved("nGPT over alpha", horizon, ngpt)
+        rw = _random_weights_part(
+            objs, stages, seed=seed, rw_tokens=rw_tokens, rw_dim=rw_dim, rw_beta=rw_beta,
+            rw_layers=rw_layers, rw_runs=rw_runs,
+        )  # fmt: skip
+    finally:
+        stages.close()
     names = [s.name for s in objs]
     ds = _dataset(
         parts, ngpt, rw, names=names, ts=ts, alphas=alphas, rw_layers=rw_layers, rw_runs=rw_runs
