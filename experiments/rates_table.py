@@ -12,7 +12,6 @@ parser.add_argument("--beta", type=float, default=3.0)
 parser.add_argument("--tokens", type=int, default=32)
 parser.add_argument("--dim", type=int, default=32)
 parser.add_argument("--alpha", default="1")
-parser.add_argument("--out", default="attndyn-results/rates")
 args = parser.parse_args()
 
 ds = attndyn.studies.schemes_study(

@@ -30,6 +30,8 @@ def test_evolution_round_trip(tmp_path):
     assert ds.sizes["time"] == 5 and ds.sizes["point"] == 2
     ds.close()
     assert (tmp_path / "evolution.png").stat().st_size > 10_000
+    assert payload["pair_density_figure"] == str(tmp_path / "evolution_pair_density.png")
+    assert (tmp_path / "evolution_pair_density.png").stat().st_size > 10_000
 
 
 @pytest.mark.parametrize(

@@ -371,6 +371,50 @@ def test_a_figure_without_its_dataset_is_not_replaced(tmp_path, stub_study):
     assert (tmp_path / "phase_diagram.png").read_bytes() == b"someone's figure"
 
 
+@pytest.fixture
+def stub_evolution(monkeypatch, tmp_path):
+    """Replace the evolution study and its two figures by instant stand-ins; the heatmap
+    records whether the dataset was already on disk when it was drawn."""
+    from attndyn.cli import _evolution
+
+    drawn = []
+
+    def study(spec, mc, points, *, saves, checkpoint, progress, metadata):
+        del spec, mc, saves, checkpoint, progress
+        ds = xr.Dataset({"count": ("point", np.arange(len(points)))})
+        return attach_provenance(ds, provenance_record(0.0, engine="discrete", **metadata))
+
+    def heatmap(ds):
+        drawn.append((tmp_path / "evolution.nc").exists())
+        return matplotlib.figure.Figure()
+
+    monkeypatch.setattr(_evolution, "evolution_study", study)
+    monkeypatch.setattr(_evolution, "series", lambda ds: [])
+    monkeypatch.setattr(attndyn.plot, "evolution", lambda ds, **kw: matplotlib.figure.Figure())
+    monkeypatch.setattr(attndyn.plot, "pair_density", heatmap)
+    return drawn
+
+
+EVOLUTION = ["evolution", "--beta", "1", "--tokens", "3", "--trajectories", "8", "--no-progress"]
+
+
+def test_evolution_writes_its_heatmap_after_the_dataset_and_guards_it(tmp_path, stub_evolution):
+    # The pair-density heatmap was written before the dataset and was not among the files
+    # an --out of other arguments protects (audit): a run that died in between left a
+    # figure no dataset explains, which the next run replaced silently.
+    (tmp_path / "evolution_pair_density.png").write_bytes(b"someone's heatmap")
+    refused = CliRunner().invoke(main, [*EVOLUTION, "--out", str(tmp_path)])
+    assert refused.exit_code == 2
+    assert "evolution_pair_density.png from another run" in refused.output
+    assert (tmp_path / "evolution_pair_density.png").read_bytes() == b"someone's heatmap"
+    assert stub_evolution == []
+    (tmp_path / "evolution_pair_density.png").unlink()
+    result = CliRunner().invoke(main, [*EVOLUTION, "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert stub_evolution == [True]
+    assert set(_files(tmp_path)) == {"evolution.nc", "evolution.png", "evolution_pair_density.png"}
+
+
 def test_output_that_is_a_file_or_unwritable_fails_before_computing(
     tmp_path, stub_study, monkeypatch
 ):

@@ -60,11 +60,12 @@ def estimate_probabilities(
         n_trajectories: trajectories per point (independent uniform starts on the sphere,
             scaled by ``radius``).
         tol: clustering tolerance, in (0, 1).
-        chunk_size: trajectories simulated at once (at most the trajectory count, rounded
-            up to a multiple of the local device count); chosen from device memory when
-            omitted. It does not change the numbers.
+        chunk_size: trajectories simulated at once (cut to the trajectory count, then
+            rounded up to whole tiles on every local device; the padding is not counted);
+            chosen from device memory when omitted. It does not change the numbers.
         checkpoint: a netCDF path; progress is saved there (atomically) after each point
-            and at most every 20 s, and a run of the same study resumes from it, with any
+            and, within a point, after the first chunk that ends more than 20 s after the
+            last save, and a run of the same study resumes from it, with any
             chunk size. A checkpoint of another study (any other model field, grid,
             trajectory count, key, ``tol``, ``radius``, route or package version) or a
             damaged one is refused with a ParameterError that says why; delete the file

@@ -5,8 +5,9 @@ import json
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import click
@@ -312,12 +313,15 @@ def model_spec(options: dict[str, Any], *, noise: str, attention: str) -> ModelS
     )
 
 
-def study_output(options: dict[str, Any], name: str, *, writer: bool) -> Output:
-    """The checked, locked ``--out`` folder of a Monte Carlo study (``name``.nc and .png)."""
+def study_output(
+    options: dict[str, Any], name: str, *, writer: bool, more_figures: Sequence[str] = ()
+) -> Output:
+    """The checked, locked ``--out`` folder of a Monte Carlo study (``name``.nc and .png,
+    and ``more_figures``)."""
     return Output(
         options["out"],
         dataset=f"{name}.nc",
-        figures=[f"{name}.png"],
+        figures=[f"{name}.png", *more_figures],
         arguments=result_arguments(options),
         overwrite=options["overwrite"],
         writer=writer,
@@ -346,15 +350,26 @@ def save_png(figure, path: Path, *, dpi: int) -> None:
 
 
 def finish(
-    ds, name: str, out: Output, checkpoint: Path | None, figure, options: dict[str, Any], **extra
+    ds,
+    name: str,
+    out: Output,
+    checkpoint: Path | None,
+    figure,
+    options: dict[str, Any],
+    more_figures: Mapping[str, Callable] = MappingProxyType({}),
+    **extra,
 ) -> None:
-    """Write the dataset, then its figure (``figure(ds)``), each atomically; drop the
-    checkpoint they supersede; then report: one JSON object on stdout with ``--json``,
-    else one line on stderr."""
+    """Write the dataset, then its figure (``figure(ds)``) and ``more_figures`` (file name
+    → draw function, each path also reported under ``<stem>_figure``), each atomically;
+    drop the checkpoint they supersede; then report: one JSON object on stdout with
+    ``--json``, else one line on stderr."""
     warn_merged(ds)
     dataset_path = out.write(f"{name}.nc", ds.to_netcdf)
     fig = figure(ds)
     figure_path = out.write(f"{name}.png", functools.partial(save_png, fig, dpi=130))
+    for file, draw in more_figures.items():
+        path = out.write(file, functools.partial(save_png, draw(ds), dpi=130))
+        extra[f"{Path(file).stem.removeprefix(name + '_')}_figure"] = str(path)
     if checkpoint is not None:
         checkpoint.unlink(missing_ok=True)
     seconds = time.perf_counter() - options["started"]

@@ -1,6 +1,5 @@
 """``attndyn evolution``: clustering fractions against time (seed 003 Figs. 7-9)."""
 
-import functools
 import time
 
 import click
@@ -17,13 +16,15 @@ from ._common import (
     model_spec,
     monte_carlo,
     names,
-    save_png,
     start_processes,
     study_checkpoint,
     study_metadata,
     study_options,
     study_output,
 )
+
+#: The (t, β) heatmap of the pair density, written after the dataset and the main figure.
+PAIR_DENSITY_FIGURE = "evolution_pair_density.png"
 
 
 @click.command("evolution")
@@ -73,7 +74,9 @@ def evolution(**options) -> None:
     )
     spec = model_spec(options, noise="full", attention=options["attention"])
     mc = monte_carlo(options)
-    with study_output(options, "evolution", writer=writer) as out:
+    with study_output(
+        options, "evolution", writer=writer, more_figures=[PAIR_DENSITY_FIGURE]
+    ) as out:
         checkpoint = study_checkpoint(out, "evolution", fresh=options["fresh"])
         ds = evolution_study(
             spec,
@@ -90,10 +93,6 @@ def evolution(**options) -> None:
             def draw(ds):
                 return plot.evolution(ds, label_keys=("model", "beta", "dim", "tokens", "eps"))
 
-            figure = plot.pair_density(ds)
-            heatmap = out.write(
-                "evolution_pair_density.png", functools.partial(save_png, figure, dpi=130)
-            )
             finish(
                 ds,
                 "evolution",
@@ -101,7 +100,7 @@ def evolution(**options) -> None:
                 checkpoint,
                 draw,
                 options,
+                more_figures={PAIR_DENSITY_FIGURE: plot.pair_density},
                 kind="evolution",
                 series=series(ds),
-                pair_density_figure=str(heatmap),
             )
