@@ -105,13 +105,34 @@ def test_routes_are_chosen_by_the_model():
 
 
 def test_saveat_is_validated_once_for_every_model():
-    for bad, needle in (((1.0, 3.0), "save_at"), ((), "save_at"), ((2.0, 1.0), "non-decreasing")):
+    # A time given twice would be two rows of one time coordinate (audit): refused.
+    cases = (((1.0, 3.0), "save_at"), ((), "save_at"), ((2.0, 1.0), "increasing"))
+    for bad, needle in (*cases, ((0.5, 0.5), "increasing")):
         with pytest.raises(ad.ParameterError, match=needle):
             ad.SaveAt(2.0, bad)
     with pytest.raises(ad.ParameterError, match="horizon"):
         ad.SaveAt(0.0)
     np.testing.assert_array_equal(ad.SaveAt(2.0).times, [2.0])
     np.testing.assert_array_equal(ad.SaveAt(1.0, (0.26, 1.0)).steps(0.1), [3, 10])
+
+
+@pytest.mark.parametrize("engine", ["discrete", "sde"])
+def test_save_times_that_round_to_one_step_are_refused(engine):
+    # 11 saves in [0, 1] on a grid of step 1/2 (or dt = 1/4) snapped to repeated layers:
+    # the dataset had the time coordinate [0, 0, 0, 0.5, 0.5, ...] (audit).
+    saveat = ad.SaveAt(1.0, tuple(np.linspace(0.0, 1.0, 11)))
+    if engine == "discrete":
+        model = ad.DiscreteTransformer(ad.Attention(1.0), depth=2, saveat=saveat)
+    else:
+        model = ad.TransformerSDE(
+            ad.Attention(1.0), saveat=saveat, integrator=ad.SDEIntegrator(dt=0.25)
+        )
+    with pytest.raises(ad.ParameterError, match="round to the same step"):
+        _ = model.save_times
+    fine = ad.SaveAt(1.0, (0.0, 0.5, 1.0))
+    assert np.array_equal(
+        ad.DiscreteTransformer(ad.Attention(1.0), depth=2, saveat=fine).save_times, [0.0, 0.5, 1.0]
+    )
 
 
 def test_symmetric_ode_frames_carry_the_cosine():

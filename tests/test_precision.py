@@ -102,6 +102,23 @@ def test_tokens_one_ulp_apart_count_as_merged(sign):
     assert not bool(ad.numerically_merged(x[jnp.array([0, 2])]))
 
 
+@pytest.mark.parametrize("block_elements", [1, 40, 1 << 18])
+def test_merges_are_found_in_blocks_of_rows_as_at_once(block_elements, monkeypatch):
+    # Large N × d compare blocks of rows (all at once needed N²d numbers: 6.9 GB at
+    # N = d = 1,500): the same pairs are found whatever the block, with a merged pair
+    # in the last rows, in the first, or none.
+    from attndyn._core import observables
+
+    monkeypatch.setattr(observables, "MERGE_BLOCK_ELEMENTS", block_elements)
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((7, 5)).astype(np.float32)
+    last, first = x.copy(), x.copy()
+    last[6] = -last[5]
+    first[3] = first[0]
+    for tokens, expected in ((x, False), (last, True), (first, True)):
+        assert bool(observables.numerically_merged(jnp.asarray(tokens))) is expected
+
+
 def test_frame_coordinates_with_a_tiny_gap_are_not_merged():
     # The reduced routes carry a gap in its own coordinate (sin φ against 0): resolved, not
     # merged, however small, as long as it is a normal float.

@@ -25,10 +25,11 @@ class SaveAt(eqx.Module):
 
     Args:
         horizon: T > 0, in units of t = n/L for the layer maps.
-        ts: save times in [0, T], non-decreasing (default: T only).
+        ts: save times in [0, T], increasing (default: T only).
 
     Models that step on a grid (layers of size 1/L, SDE steps of size dt) round each save
-    time to the nearest grid point: :meth:`steps` says which.
+    time to the nearest grid point: :meth:`steps` says which, and refuses two times that
+    round to one point (they would be two rows of one time in a dataset).
     """
 
     horizon: float = eqx.field(static=True, converter=float)
@@ -46,8 +47,10 @@ class SaveAt(eqx.Module):
                 f"save_at={np.array2string(times, threshold=6)} has a time outside "
                 f"[0, {self.horizon}]; every save time must lie in [0, horizon]."
             )
-        if np.any(np.diff(times) < 0):
-            raise ParameterError("save_at must be non-decreasing.")
+        if np.any(np.diff(times) <= 0):
+            # A time given twice is two rows of one time coordinate: selecting by time
+            # then fails or picks one of them.
+            raise ParameterError("save_at must be increasing: every save time once, in order.")
 
     @property
     def times(self) -> np.ndarray:
@@ -55,5 +58,15 @@ class SaveAt(eqx.Module):
         return np.asarray((self.horizon,) if self.ts is None else self.ts, dtype=np.float64)
 
     def steps(self, step: float) -> np.ndarray:
-        """Indices of the grid points ``k·step`` nearest to the save times (int64)."""
-        return np.rint(self.times / step).astype(np.int64)
+        """Indices of the grid points ``k·step`` nearest to the save times (int64); two
+        save times that round to one grid point are refused."""
+        steps = np.rint(self.times / step).astype(np.int64)
+        same = np.flatnonzero(np.diff(steps) == 0)
+        if same.size:
+            a, b = self.times[same[0]], self.times[same[0] + 1]
+            raise ParameterError(
+                f"save times {a:g} and {b:g} round to the same step of the model's grid "
+                f"(step {step:g}); save fewer times or use a finer grid (a larger depth L, "
+                "or a smaller dt)."
+            )
+        return steps
