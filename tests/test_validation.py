@@ -532,3 +532,22 @@ def test_a_symmetric_start_that_does_not_fit_the_dimension_is_refused():
             make, [dict(dim=3, tokens=5, beta=1.0)], key=jax.random.key(0), n_trajectories=8,
             progress=False,
         )  # fmt: skip
+
+
+def test_softmax_past_its_float32_resolution_is_named_as_the_cause():
+    # At β = 10¹² a float32 score rounds by ~6·10⁴, more than exp can take: the small
+    # products fused into both the row maximum and the exponentials rounded differently,
+    # every weight of a row underflowed and the row was 0/0. The error said no parameter
+    # was past a threshold (audit). The threshold is ln(max)/eps = 7.4·10⁸ in float32.
+    def make(beta, dim, tokens):
+        del dim, tokens
+        return ad.DiscreteTransformer(ad.Attention(beta), depth=5, saveat=ad.SaveAt(1.0))
+
+    assert "No parameter of the model is past" in overflow_message(make(1e6, 4, 3))
+    message = overflow_message(make(1e12, 4, 3))
+    assert "softmax attention (attention.beta)" in message and "7.4e+08" in message, message
+    points = [{"beta": 1e12, "dim": 4, "tokens": 3}]
+    with pytest.raises(ad.NonFiniteError, match=r"softmax attention \(attention.beta\)"):
+        ad.estimate_probabilities(
+            make, points, key=jax.random.key(0), n_trajectories=8, progress=False, route="full"
+        )

@@ -43,7 +43,9 @@ class Attention(eqx.Module):
     Scores are ``s_ij = β ⟨q_i, k_j⟩`` per head and
 
     - ``kind="softmax"`` (SA): ``A_i = Σ_j softmax_j(s_ij) v_j``, computed with a
-      log-sum-exp shift so that it never overflows;
+      log-sum-exp shift so that it never overflows; past ``β‖Q‖‖K‖ ≈ 7·10⁸`` float32
+      scores round by more than ``exp`` can take and a row can be 0/0, which the
+      estimators detect and report with this cause;
     - ``kind="unnormalized"`` (USA): ``A_i = (1/N) Σ_j exp(s_ij) v_j``. ``exp`` overflows
       float32 once ``β ≳ 88.7``, and a layer, whose norm squares this output, once
       ``β‖Q‖‖K‖ ≳ 44.4``: the result is then non-finite, which the estimators detect and

@@ -11,6 +11,12 @@ scalar parameters (σ, drift, ε, ...), never at their classes.
   of the weighted sums: these overflow once ``2β‖Q‖‖K‖`` passes ``ln(max)`` of the float
   type, i.e. ``β‖Q‖‖K‖ ≳ 44.4`` in float32 (354.9 in float64), well before ``exp`` itself
   overflows (88.7).
+- Softmax attention never overflows, but its scores β⟨Q x_i, K x_j⟩ carry an absolute
+  rounding error of about ``β‖Q‖‖K‖·eps``. Once that passes ``ln(max)``, two roundings of
+  one score (XLA fuses the small products into both the row maximum and the exponentials)
+  can differ by more than ``exp`` can take, every weight of a row underflows and the row
+  is 0/0: from ``β‖Q‖‖K‖ ≈ 7.4·10⁸`` in float32 (3.2·10¹⁸ in float64), flagged from a
+  factor 10 below.
 - A scalar parameter overflows when its square does: ``|value| ≳ √max`` (1.8·10¹⁹ in
   float32).
 
@@ -52,20 +58,47 @@ def overflow_causes(model: AbstractModel) -> list[str]:
     for path, leaf in jax.tree_util.tree_flatten_with_path(model, is_leaf=is_core)[0]:
         name = jax.tree_util.keystr(path).lstrip(".")
         if isinstance(leaf, Attention):
-            if leaf.kind == "unnormalized":
-                exponent, threshold = attention_threshold(leaf, dtype)
-                if exponent + math.log(OVERFLOW_MARGIN) >= threshold:
-                    causes.append(
-                        f"unnormalised attention ({name}.beta): β·‖Q‖‖K‖ = {exponent:.4g} is "
-                        f"near or above {threshold:.1f} = ½·ln(max {dtype.name}), where the "
-                        "squared norms of its weights exp(β⟨Qx_i, Kx_j⟩) overflow; lower β, use "
-                        f"softmax attention{_x64_hint(dtype)}"
-                    )
+            causes += attention_causes(name, leaf, dtype)
             continue
         array = np.asarray(leaf) if isinstance(leaf, jax.Array | np.ndarray) else None
         if array is not None and array.ndim == 0 and np.issubdtype(array.dtype, np.floating):
             causes += scalar_overflow(name, float(array), dtype)
     return causes
+
+
+def softmax_resolution(dtype: np.dtype) -> float:
+    """β‖Q‖‖K‖ above which a float score's rounding (β‖Q‖‖K‖·eps) passes ln(max): 7.4·10⁸
+    in float32, 3.2·10¹⁸ in float64."""
+    info = np.finfo(dtype)
+    return math.log(float(info.max)) / float(info.eps)
+
+
+def attention_causes(name: str, core: Attention, dtype: np.dtype) -> list[str]:
+    """Why attention ``core`` may leave a trajectory non-finite at its β (see the module
+    docstring), or nothing."""
+    exponent, threshold = attention_threshold(core, dtype)
+    if core.kind == "unnormalized" and exponent + math.log(OVERFLOW_MARGIN) >= threshold:
+        return [
+            f"unnormalised attention ({name}.beta): β·‖Q‖‖K‖ = {exponent:.4g} is "
+            f"near or above {threshold:.1f} = ½·ln(max {dtype.name}), where the "
+            "squared norms of its weights exp(β⟨Qx_i, Kx_j⟩) overflow; lower β, use "
+            f"softmax attention{_x64_hint(dtype)}"
+        ]
+    resolution = softmax_resolution(dtype)
+    if core.kind == "softmax" and exponent * SOFTMAX_MARGIN >= resolution:
+        return [
+            f"softmax attention ({name}.beta): β·‖Q‖‖K‖ = {exponent:.4g} is near or above "
+            f"{resolution:.2g} = ln(max)/eps of {dtype.name}, where the rounding of its scores "
+            "passes what exp can take and a row's weights can all underflow (0/0); lower β "
+            "or run a reduced route (Q = K = I, N < d)"
+            + (" or in float64 (--x64, x64=True)" if dtype == np.float32 else "")
+        ]
+    return []
+
+
+#: Softmax scores are flagged from this factor below :func:`softmax_resolution` (the
+#: rounding of a score is up to a few ulps of β‖Q‖‖K‖).
+SOFTMAX_MARGIN = 10.0
 
 
 def scalar_overflow(name: str, value: float, dtype: np.dtype) -> list[str]:
