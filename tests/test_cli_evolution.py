@@ -41,6 +41,8 @@ def test_evolution_round_trip(tmp_path):
         (["--eps", "-0.5", "--model", "hybrid"], "eps"),
         (["--engine", "sde", "--dt", "10"], "dt"),
         (["--saves", "0"], "saves"),
+        # One save was t = 0 alone, after simulating the whole horizon (audit).
+        (["--saves", "1"], "saves"),
         (["--model", "full,full"], "--model lists full more than once"),
         # The discrete engine refuses SDE flags, naming the flag (the message lacked an f).
         (["--dt", "0.5"], "(drop --dt, or add --engine sde)"),

@@ -1,6 +1,6 @@
 """Input validation that runs before anything is traced or compiled."""
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import jax
@@ -104,6 +104,48 @@ def check_scalar(name: str, value: Any) -> None:
             f"{name} must be a scalar; got an array of shape {shape}. To sweep it, build one "
             "model per value (e.g. a grid of points), not one model with an array."
         )
+
+
+def check_bool(name: str, value: Any) -> None:
+    """A flag must be a real bool: a truthy string such as ``"no"`` would switch it on."""
+    if not isinstance(value, bool | np.bool_):
+        raise ParameterError(f"{name}={value!r} must be True or False.")
+
+
+def check_sequence(name: str, value: Any) -> None:
+    """A list of values (list, tuple, range or 1-d array). A string is refused, since it
+    would be read character by character; so are sets and dicts, whose order is not the
+    caller's, and a bare number or None."""
+    is_array = isinstance(value, np.ndarray | jax.Array)
+    if is_array and value.ndim == 1:
+        return
+    if is_array or isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        hint = f" (for one value write [{shown}])" if isinstance(value, str) else ""
+        raise ParameterError(
+            f"{name} must be a list of values (a list, tuple, range or 1-d array, e.g. "
+            f"[1, 2]); got {type(value).__name__} {shown}{hint}."
+        )
+
+
+def check_real(name: str, value: Any) -> None:
+    """One real number (Python, NumPy or 0-d array): a string, a bool or None would reach
+    NumPy's checks and fail there with a raw TypeError, or pass as 0/1."""
+    if isinstance(value, np.ndarray | jax.Array) and value.ndim == 0:
+        real = np.dtype(value.dtype).kind in "iuf"
+    else:
+        real = isinstance(value, int | float | np.integer | np.floating)
+    if not real or isinstance(value, bool | np.bool_):
+        raise ParameterError(f"{name}={value!r} must be a real number.")
+
+
+def check_unique(name: str, values: Iterable[Any]) -> None:
+    """Refuse a value given twice: it would be computed twice and label two rows alike."""
+    seen: list[Any] = []
+    for value in values:
+        if any(value == other for other in seen):
+            raise ParameterError(f"{name} gives {value!r} twice; give each value once.")
+        seen.append(value)
 
 
 #: Seeds are 32-bit: ``jax.random.key(seed)`` keeps only the low 32 bits of a larger seed.

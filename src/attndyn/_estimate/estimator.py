@@ -15,7 +15,7 @@ import xarray as xr
 from jaxtyping import PRNGKeyArray
 from tqdm.auto import tqdm
 
-from .._core.errors import NonFiniteError, NumericalMergeWarning, ParameterError
+from .._core.errors import NonFiniteError, NumericalMergeWarning, ParameterError, check_bool
 from .._models.base import AbstractModel
 from .checkpoint import load_checkpoint, signature, study_record, write_checkpoint
 from .dataset import attach_provenance, probabilities_dataset, provenance_record
@@ -30,6 +30,29 @@ from .tallies import Tallies
 
 #: Seconds between checkpoint writes within a point (one is always written after each point).
 CHECKPOINT_EVERY = 20.0
+#: The provenance fields the estimator records itself (:func:`_provenance`): ``metadata``
+#: may not name them. ``kind`` is not among them: a study names its own kind.
+ESTIMATOR_FIELDS = (
+    "key_data",
+    "n_trajectories",
+    "tol",
+    "radius",
+    "chunk_size",
+    "tiles",
+    "devices",
+    "prng_impl",
+    "route",
+    "routes",
+    "simulated",
+    "route_requested",
+    "early_absorption",
+    "process_count",
+    "dtype",
+    "compile_seconds",
+    "on_nonfinite",
+    "model",
+    "signature",
+)
 
 
 def estimate_probabilities(
@@ -63,7 +86,8 @@ def estimate_probabilities(
         chunk_size: trajectories simulated at once (cut to the trajectory count, then
             rounded up to whole tiles on every local device; the padding is not counted);
             chosen from device memory when omitted. It does not change the numbers.
-        checkpoint: a netCDF path; progress is saved there (atomically) after each point
+        checkpoint: a netCDF path in an existing folder (a missing folder is refused, not
+            created); progress is saved there (atomically) after each point
             and, within a point, after the first chunk that ends more than 20 s after the
             last save, and a run of the same study resumes from it, with any
             chunk size. A checkpoint of another study (any other model field, grid,
@@ -75,7 +99,9 @@ def estimate_probabilities(
             ``"raise"`` a :class:`NonFiniteError`, or ``"exclude"`` it from the
             denominators with a warning (the count is kept as ``n_nonfinite``).
         progress: show a progress bar on stderr.
-        metadata: extra provenance stored in the dataset's attributes.
+        metadata: extra provenance stored in the dataset's attributes; a key that the
+            provenance records itself (``n_trajectories``, ``seconds``, ``attndyn_version``,
+            ...) is refused, except ``kind``.
         route: ``"auto"`` simulates a model's reduced form wherever it has one that is
             exact in law (for :class:`DiscreteTransformer`: Q = K = I, one head, no random
             weights, a built-in scheme with an RMS norm, N < d, and Gaussian value matrices
@@ -93,8 +119,9 @@ def estimate_probabilities(
             provenance.
         x64: run in float64 (starts, states and the model's parameters), for the full
             routes where float32 coordinates merge tokens closer than ~10⁻⁷; recorded in
-            provenance as ``dtype``. Either way, trajectories whose tokens became
-            numerically identical are counted in ``n_merged``.
+            provenance as ``dtype``; a bool (a truthy string is refused). Either way,
+            trajectories whose tokens became numerically identical are counted in
+            ``n_merged``.
 
     With several processes (``jax.distributed``, see :func:`attndyn.initialize_distributed`),
     each process runs its block of tiles of every point (:func:`.distributed.process_block`)
@@ -108,6 +135,8 @@ def estimate_probabilities(
         coordinate per parameter along ``point``, and full provenance in ``attrs``.
     """
     key = check_key(key)
+    check_bool("x64", x64)
+    check_metadata(metadata)
     checkpoint = None if checkpoint is None else check_checkpoint_path(checkpoint)
     with jax.enable_x64(bool(x64)):
         plan = make_plan(
@@ -152,12 +181,37 @@ def warn_merged(plan: Plan, tallies: Tallies) -> None:
     )
 
 
+def check_metadata(metadata: Mapping[str, Any] | None) -> None:
+    """Refuse, before anything runs, metadata keys that the provenance records itself: they
+    would either fail after the simulation (a key passed twice) or overwrite the record of
+    what ran (the package version, the trajectory count...)."""
+    if metadata is None:
+        return
+    if not isinstance(metadata, Mapping):
+        raise ParameterError(
+            f"metadata must be a dict of extra provenance; got {type(metadata).__name__}."
+        )
+    reserved = sorted({*provenance_record(0.0), *ESTIMATOR_FIELDS})
+    taken = [k for k in metadata if k in reserved]
+    if taken:
+        raise ParameterError(
+            f"metadata names {', '.join(map(repr, taken))}, which the provenance records "
+            f"itself; use other keys than {', '.join(reserved)}."
+        )
+
+
 def check_checkpoint_path(checkpoint: str | os.PathLike) -> Path:
-    """A checkpoint path that can be written: not a folder, in a writable folder."""
+    """A checkpoint path that can be written: not a folder, in an existing writable folder
+    (a mistyped folder is refused rather than created, wherever it would land)."""
     path = Path(checkpoint)
     if path.is_dir():
         raise ParameterError(
             f"checkpoint={str(path)!r} is a folder; give a file path (e.g. {str(path / 'x.nc')!r})."
+        )
+    if not path.parent.exists():
+        raise ParameterError(
+            f"checkpoint={str(path)!r} is in a folder that does not exist "
+            f"({str(path.parent)!r}); create it first, or give a path in an existing folder."
         )
     writable_folder(path.parent, "the checkpoint's folder")
     return path

@@ -13,7 +13,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._core.attention import Attention
-from .._core.errors import ParameterError, check_bound, check_choice, check_int
+from .._core.errors import (
+    ParameterError,
+    check_bound,
+    check_choice,
+    check_int,
+    check_sequence,
+)
 from .._models.base import ROUTES, AbstractModel, select_route
 from .._models.reduced.absorption import DEFAULT_BOUND
 from .keys import Point, numeric_identity, point_id
@@ -34,6 +40,7 @@ def grid(**axes: Sequence[Any]) -> list[dict[str, Any]]:
      {'dim': 6, 'beta': 1.0}, {'dim': 6, 'beta': 2.0}]
     """
     for name, values in axes.items():
+        check_sequence(name, values)
         if len(values) == 0:
             raise ParameterError(f"the range for {name!r} is empty; give at least one value.")
     names = list(axes)
@@ -98,7 +105,7 @@ def check_options(*, n_trajectories, tol, radius, on_nonfinite, chunk_size, rout
 def check_points(points: Sequence[Point]) -> list[dict[str, Any]]:
     """The points as dicts; each names an integer ``dim`` ≥ 2 and ``tokens`` ≥ 1, and each
     has an identity (:func:`.keys.point_id`), checked before any point runs."""
-    if isinstance(points, Mapping) or not all(isinstance(p, Mapping) for p in points):
+    if not isinstance(points, Sequence) or not all(isinstance(p, Mapping) for p in points):
         raise ParameterError(
             "points must be a list of dicts, one per parameter point (e.g. from attndyn.grid)."
         )

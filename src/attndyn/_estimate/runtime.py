@@ -11,7 +11,7 @@ from pathlib import Path
 import jax
 from jax._src import xla_bridge
 
-from .._core.errors import ParameterError
+from .._core.errors import ParameterError, check_int
 
 #: Environment overrides: the cache folder, and "0" to switch the cache off.
 ENV_CACHE_DIR = "ATTNDYN_CACHE_DIR"
@@ -40,13 +40,14 @@ def compile_seconds() -> float:
 
 
 def use_all_cores(n_devices: int | None = None) -> int:
-    """One XLA CPU device per core (or ``n_devices``), so the estimator's sharding uses
+    """One XLA CPU device per core (or ``n_devices`` ≥ 1), so the estimator's sharding uses
     every core. Call before JAX starts its backend (before any array is created); the
     results do not depend on the device count. Respects ``XLA_FLAGS`` that already set
     ``--xla_force_host_platform_device_count``. Returns the device count asked for."""
-    count = n_devices or os.cpu_count() or 1
-    if count < 1:
-        raise ParameterError(f"n_devices={count} must be an integer >= 1.")
+    # Checked against None, not by truth: 0 must be refused, not read as "every core".
+    if n_devices is not None:
+        check_int("n_devices", n_devices, lower=1)
+    count = int(n_devices) if n_devices is not None else (os.cpu_count() or 1)
     if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
         return count
     if xla_bridge.backends_are_initialized():

@@ -3,23 +3,20 @@
 import numpy as np
 from scipy import stats
 
-from .._core.errors import ParameterError
+from .._core.errors import ParameterError, check_bound
 
 
 def wilson_interval(
     successes: np.ndarray | int, trials: np.ndarray | int, confidence: float = 0.95
 ) -> tuple[np.ndarray, np.ndarray]:
     """Wilson score interval for a binomial proportion; NaN where ``trials == 0``.
+    Both counts are whole numbers (integers or whole floats), 0 ≤ successes ≤ trials.
 
     Unlike the normal (Wald) interval it stays inside [0, 1] and is not degenerate at
     0 or n successes, which is where phase-diagram estimates live.
     """
-    k = np.asarray(successes, dtype=np.float64)
-    n = np.asarray(trials, dtype=np.float64)
-    if np.any(k < 0) or np.any(k > n):
-        raise ParameterError(
-            "successes must be between 0 and trials; got successes above trials or below 0."
-        )
+    k, n = check_counts(successes, trials)
+    check_bound("confidence", confidence, lower=0.0, upper=1.0, lower_open=True, upper_open=True)
     z = stats.norm.ppf(0.5 + confidence / 2)
     with np.errstate(invalid="ignore", divide="ignore"):
         p = k / n
@@ -33,3 +30,26 @@ def wilson_interval(
     lower = np.where(n > 0, lower, np.nan)
     upper = np.where(n > 0, upper, np.nan)
     return lower, upper
+
+
+def check_counts(successes, trials) -> tuple[np.ndarray, np.ndarray]:
+    """Both counts as float64 arrays, once each is a whole number and 0 ≤ successes ≤
+    trials; each refusal names the count at fault (a fraction of a trial has no binomial
+    meaning, and would give an interval all the same)."""
+    k = np.asarray(successes, dtype=np.float64)
+    n = np.asarray(trials, dtype=np.float64)
+    for name, count in (("trials", n), ("successes", k)):
+        if not np.all(np.isfinite(count) & (count >= 0) & (count == np.floor(count))):
+            raise ParameterError(f"{name}={_show(count)} must be whole numbers >= 0.")
+    if np.any(k > n):
+        raise ParameterError(
+            f"successes={_show(k)} exceed trials={_show(n)}; successes must be between 0 "
+            "and trials."
+        )
+    return k, n
+
+
+def _show(array: np.ndarray) -> str:
+    if np.all(np.isfinite(array) & (array == np.floor(array))):
+        array = array.astype(np.int64)  # counts as the integers they are
+    return repr(array.item()) if array.ndim == 0 else np.array2string(array, threshold=6)

@@ -8,7 +8,13 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from .._core.errors import ParameterError, check_bound, check_choice, check_int
+from .._core.errors import (
+    ParameterError,
+    check_bound,
+    check_choice,
+    check_int,
+    check_sequence,
+)
 from .._estimate.plan import check_distinct
 from .phase import ModelSpec, MonteCarlo, add_sphere_drift, phase_model, phase_points
 
@@ -32,6 +38,9 @@ def evolution_points(
     scalar noise, so every point has the same numeric coordinates. β and ε are written as
     floats, as the CLI writes them (see :func:`phase_points`); a point given twice is
     refused."""
+    axes = {"models": models, "betas": betas, "dims": dims, "tokens": tokens, "eps": eps}
+    for name, values in axes.items():
+        check_sequence(name, values)
     if not models:
         raise ParameterError("model is empty; give one or more of " + ", ".join(MODELS) + ".")
     for m in models:
@@ -63,7 +72,8 @@ def evolution_study(
 ) -> xr.Dataset:
     """Fractions of every class at ``saves`` evenly spaced times in [0, T], per point;
     each point's ``model`` picks the noise of ``spec``'s equation."""
-    check_int("saves", saves, lower=1, upper=MAX_SAVES)
+    # One save would be t = 0 alone: the start, after the whole horizon was simulated.
+    check_int("saves", saves, lower=2, upper=MAX_SAVES)
     save_at = tuple(np.linspace(0.0, spec.horizon, saves).tolist())
     spec = dataclasses.replace(spec, save_at=save_at)
     fields = dataclasses.asdict(spec)

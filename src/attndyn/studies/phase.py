@@ -22,10 +22,12 @@ from .._core.attention import ATTENTION_KINDS, Attention
 from .._core.errors import (
     INT32_MAX,
     ParameterError,
+    check_bool,
     check_bound,
     check_choice,
     check_int,
     check_seed,
+    check_sequence,
 )
 from .._core.norms import NORM_NAMES
 from .._core.saveat import SaveAt
@@ -34,7 +36,7 @@ from .._core.sphere import uniform_sphere
 from .._core.values import DISTRIBUTIONS, MatrixValues, ScalarValues
 from .._estimate.estimator import estimate_probabilities
 from .._estimate.plan import MAX_DIM, MAX_TOKENS, MAX_TRAJECTORIES, check_distinct, grid
-from .._models.base import AbstractModel
+from .._models.base import ROUTES, AbstractModel
 from .._models.discrete import DiscreteTransformer
 from .._models.integrators import SDEIntegrator
 from .._models.sde import HybridSDE, TransformerSDE
@@ -48,6 +50,15 @@ from ..theory import (
 from ..theory._hybrid import STEP_WARNING
 
 KINDS = ("beta-d", "beta-eps", "beta-n")
+#: The value noise each kind is defined for (as the CLI pairs them): the exact curves of
+#: ``beta-d`` and ``beta-eps`` hold for these models only.
+NOISE_OF_KIND = {"beta-d": "full", "beta-eps": "hybrid", "beta-n": "full"}
+#: The keys every point of a kind gives (:func:`phase_points`).
+POINT_KEYS = {
+    "beta-d": ("dim", "tokens", "beta"),
+    "beta-eps": ("dim", "tokens", "eps", "beta"),
+    "beta-n": ("dim", "tokens", "beta"),
+}
 ENGINES = ("discrete", "sde")
 NOISES = ("full", "hybrid", "none")
 #: The attention each kind uses unless said otherwise. Fig. 4 tests Prop. 1, which holds
@@ -233,6 +244,9 @@ class MonteCarlo:
             check_bound(
                 "early-absorption", self.early_absorption, lower=0.0, upper=1.0, lower_open=True
             )
+        check_choice("route", self.route, ROUTES)
+        check_bool("exclude_nonfinite", self.exclude_nonfinite)
+        check_bool("x64", self.x64)
 
     def estimate(
         self,
@@ -276,6 +290,8 @@ def phase_points(
     floats, so the API and the CLI draw the same trajectories for the same point. A value
     given twice is refused (:func:`attndyn._estimate.plan.check_distinct`)."""
     check_choice("kind", kind, KINDS)
+    for name, values in (("betas", betas), ("dims", dims), ("tokens", tokens), ("eps", eps)):
+        check_sequence(name, values)
     check_bound("beta", np.asarray(betas, dtype=np.float64), lower=0.0)
     for d in dims:
         check_int("dim", d, lower=2, upper=MAX_DIM)
@@ -303,7 +319,10 @@ def phase_diagram_study(
 ) -> xr.Dataset:
     """Estimate a phase diagram; add the exact t = ∞ two-token curve (``beta-d``; computed
     before the simulation, NaN with a note where β > :data:`attndyn.theory.EXACT_BETA_MAX`)
-    and the SDE solver's measured drift off the sphere (``engine="sde"``)."""
+    and the SDE solver's measured drift off the sphere (``engine="sde"``). ``kind`` fixes
+    ``spec.noise`` (beta-d and beta-n: ``"full"``, beta-eps: ``"hybrid"``, as the CLI pairs
+    them) and the keys of every point (:func:`phase_points`)."""
+    check_study(kind, spec, points)
     model_fn = spec.model_fn()
     for p in points:  # build (and so validate) every model before anything runs
         model_fn(**p)
@@ -328,6 +347,28 @@ def phase_diagram_study(
     if spec.engine == "sde":
         add_sphere_drift(ds, model_fn, points, seed=mc.seed)
     return ds
+
+
+def check_study(kind: str, spec: ModelSpec, points: Sequence[Mapping[str, Any]]) -> None:
+    """The kind, the spec's noise and the points' keys must fit together, before anything
+    runs: another noise would run one model and attach the exact curve of another, and a
+    missing key would fail deep in tracing."""
+    check_choice("kind", kind, KINDS)
+    noise = NOISE_OF_KIND[kind]
+    if spec.noise != noise:
+        raise ParameterError(
+            f"kind={kind!r} needs ModelSpec(noise={noise!r}); got noise={spec.noise!r} "
+            f"(the kinds' noises: {', '.join(f'{k}: {n}' for k, n in NOISE_OF_KIND.items())})."
+        )
+    if not isinstance(points, Sequence) or not all(isinstance(p, Mapping) for p in points):
+        raise ParameterError("points must be a list of dicts, e.g. from phase_points.")
+    keys = POINT_KEYS[kind]
+    for p in points:
+        if set(p) != set(keys):
+            raise ParameterError(
+                f"every point of kind={kind!r} gives exactly the keys {', '.join(keys)} "
+                f"(see phase_points); got {p}."
+            )
 
 
 def warn_hybrid_step(points: Sequence[Mapping[str, Any]], spec: ModelSpec) -> None:

@@ -32,7 +32,10 @@ from .._core.errors import (
     check_bound,
     check_choice,
     check_int,
+    check_real,
     check_seed,
+    check_sequence,
+    check_unique,
 )
 from .._core.linalg import dot
 from .._core.observables import mean_cosine
@@ -170,20 +173,28 @@ MAX_SIZE = 2**14
 def _check_arguments(
     schemes, *, tokens, dim, beta, horizon, alphas, tau, r0, seed, rw_layers, rw_runs
 ):
+    check_sequence("schemes", schemes)
     if len(schemes) == 0:
         raise ParameterError("schemes must name at least one scheme.")
     for name in schemes:
         check_choice("scheme", name, SCHEME_NAMES)
+    check_unique("schemes", schemes)  # the CLI refuses them too: two rows of one name
     check_int("tokens", tokens, lower=2, upper=MAX_SIZE)
     check_int("dim", dim, lower=2, upper=MAX_SIZE)
     check_seed("seed", seed)
+    for name, value in (("beta", beta), ("horizon", horizon), ("tau", tau), ("r0", r0)):
+        check_real(name, value)
     check_bound("beta", beta, lower=0.0)
     check_bound("horizon", horizon, lower=0.0, lower_open=True)
     check_bound("tau", tau, lower=0.0)
     check_bound("r0", r0, lower=0.0, lower_open=True)
+    check_sequence("alphas", alphas)
     if len(alphas) == 0:
         raise ParameterError("alpha must name at least one value.")
+    for alpha in alphas:
+        check_real("alpha", alpha)
     check_bound("alpha", np.asarray(alphas), lower=0.0, lower_open=True)
+    check_unique("alphas", alphas)  # one nGPT curve per α: a repeat is a duplicate coordinate
     check_int("rw_layers", rw_layers, lower=1, upper=INT32_MAX)
     check_int("rw_runs", rw_runs, lower=1, upper=INT32_MAX)
 
@@ -364,6 +375,7 @@ def schemes_study(
     check_int("rw_dim", rw_dim, lower=2, upper=MAX_SIZE)
     check_int("rw_tokens", rw_tokens, lower=2, upper=MAX_SIZE)
     if rw_beta is not None:
+        check_real("rw_beta", rw_beta)
         check_bound("rw_beta", rw_beta, lower=0.0)
     x0 = symmetric_start(tokens, dim, r0)  # n > d is refused here, before any solve
     rw_beta = math.sqrt(rw_dim) if rw_beta is None else rw_beta

@@ -1,0 +1,344 @@
+"""Bad arguments to the Python API are refused with a ParameterError, before any work.
+
+Each test makes the work itself fail loudly (a ``model_fn`` or study stage that raises an
+AssertionError), so a check that came too late, or not at all, fails the test instead of
+running a simulation. Arguments of the wrong type are tried in a child process (see
+:func:`refusals`): in this one, the tests' runtime type checker would refuse them first,
+and a user's process has only attndyn's own checks.
+"""
+
+import os
+import re
+import subprocess
+import sys
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import attndyn as ad
+from attndyn._estimate import estimator
+from attndyn.studies import evolution_points, phase, phase_points, schemes, schemes_study
+from attndyn.studies.phase import ModelSpec, MonteCarlo, phase_diagram_study
+
+POINTS = [{"dim": 3, "tokens": 2, "beta": 1.0}]
+SPEC = ModelSpec(depth=2, horizon=1.0)
+
+
+def never(**point: Any):
+    raise AssertionError(f"a model was built for {point}: the argument was not checked first")
+
+
+def estimate(**kwargs: Any):
+    """``estimate_probabilities`` with a ``model_fn`` that must never be called."""
+    options: dict[str, Any] = {"key": jax.random.key(0), "n_trajectories": 4, "progress": False}
+    return ad.estimate_probabilities(never, kwargs.pop("points", POINTS), **options, **kwargs)
+
+
+@pytest.fixture
+def no_simulation(monkeypatch):
+    """Fail any Monte Carlo estimate a phase study starts."""
+
+    def refuse(self, *args, **kwargs):
+        raise AssertionError("the study was simulated before its arguments were checked")
+
+    monkeypatch.setattr(phase.MonteCarlo, "estimate", refuse)
+
+
+@pytest.fixture
+def no_schemes_work(monkeypatch):
+    """Fail the first step of a schemes study after its checks."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the schemes study started before its arguments were checked")
+
+    monkeypatch.setattr(schemes, "symmetric_start", refuse)
+
+
+# --- Arguments of the wrong type, as a user meets them (no runtime type checker) -------------
+
+_WRONG_TYPES_CHILD = """
+import jax, numpy as np
+import attndyn as ad
+from attndyn.studies import evolution_points, phase, phase_points, schemes, schemes_study
+
+def never(**point):
+    raise AssertionError("a model was built before the arguments were checked")
+
+def refuse(*args, **kwargs):
+    raise AssertionError("the study started before its arguments were checked")
+
+def expect(ok):
+    if not ok:
+        raise AssertionError("an accepted argument gave the wrong result")
+
+phase.MonteCarlo.estimate = refuse
+schemes.symmetric_start = refuse
+POINTS = [{"dim": 3, "tokens": 2, "beta": 1.0}]
+AXES = {"betas": [1.0], "dims": [3], "tokens": [2], "eps": [0.5]}
+
+def estimate(points=POINTS, **kwargs):
+    return ad.estimate_probabilities(
+        never, points, key=jax.random.key(0), n_trajectories=4, progress=False, **kwargs
+    )
+
+CASES = {
+    "grid beta=1": lambda: ad.grid(dim=[3], beta=1),
+    "grid beta=None": lambda: ad.grid(dim=[3], beta=None),
+    "grid beta={1.0, 2.0}": lambda: ad.grid(dim=[3], beta={1.0, 2.0}),
+    "grid beta=np.float64(1.0)": lambda: ad.grid(dim=[3], beta=np.float64(1.0)),
+    "grid of 1-d arrays": lambda: expect(
+        len(ad.grid(dim=[3], beta=np.asarray([1.0, 2.0]), eps=jax.numpy.asarray([0.5, 1.0]))) == 4
+    ),
+    "phase_points betas='12'": lambda: phase_points("beta-eps", **{**AXES, "betas": "12"}),
+    "phase_points dims=4": lambda: phase_points("beta-eps", **{**AXES, "dims": 4}),
+    "phase_points tokens=None": lambda: phase_points("beta-eps", **{**AXES, "tokens": None}),
+    "phase_points eps='5'": lambda: phase_points("beta-eps", **{**AXES, "eps": "5"}),
+    "evolution_points betas='1'": lambda: evolution_points(["full"], **{**AXES, "betas": "1"}),
+    "evolution_points dims=3": lambda: evolution_points(["full"], **{**AXES, "dims": 3}),
+    "estimate points=5": lambda: estimate(points=5),
+    "estimate x64='no'": lambda: estimate(x64="no"),
+    "estimate metadata=list": lambda: estimate(metadata=[("note", 1)]),
+    "MonteCarlo x64='no'": lambda: phase.MonteCarlo(x64="no"),
+    "MonteCarlo x64=1": lambda: phase.MonteCarlo(x64=1),
+    "MonteCarlo exclude_nonfinite='no'": lambda: phase.MonteCarlo(exclude_nonfinite="no"),
+    "MonteCarlo exclude_nonfinite=None": lambda: phase.MonteCarlo(exclude_nonfinite=None),
+    "MonteCarlo numpy bools": lambda: phase.MonteCarlo(x64=np.True_, exclude_nonfinite=np.False_),
+    "phase_diagram_study points=dict": lambda: phase.phase_diagram_study(
+        "beta-d", phase.ModelSpec(depth=2, horizon=1.0), phase.MonteCarlo(), POINTS[0]
+    ),
+    "schemes_study alphas=2": lambda: schemes_study(alphas=2, progress=False),
+    "schemes_study beta='3'": lambda: schemes_study(beta="3", progress=False),
+    "schemes_study horizon=None": lambda: schemes_study(horizon=None, progress=False),
+    "schemes_study alphas=[1.0, '2']": lambda: schemes_study(alphas=[1.0, "2"], progress=False),
+    "schemes_study rw_beta='1'": lambda: schemes_study(rw_beta="1", progress=False),
+    "use_all_cores 2.5": lambda: ad.use_all_cores(2.5),
+    "wilson_interval 1.5 of 3": lambda: ad.wilson_interval(1.5, 3),
+    "wilson_interval 2 of 2.5": lambda: ad.wilson_interval(2, 2.5),
+    "wilson_interval nan of 3": lambda: ad.wilson_interval(float("nan"), 3),
+    "wilson_interval 3.0 of 4.0": lambda: ad.wilson_interval(3.0, 4.0),
+}
+for name, case in CASES.items():
+    try:
+        case()
+        outcome = "accepted"
+    except ad.ParameterError as error:
+        outcome = "ParameterError: " + str(error)
+    except Exception as error:
+        outcome = type(error).__name__ + ": " + str(error)
+    print(name + "\\t" + outcome.replace("\\n", " | "))
+"""
+
+WRONG_TYPES = {
+    "grid beta=1": "ParameterError: beta must be a list of values",
+    "grid beta=None": "ParameterError: beta must be a list of values",
+    "grid beta={1.0, 2.0}": "ParameterError: beta must be a list of values",
+    "grid beta=np.float64(1.0)": "ParameterError: beta must be a list of values",
+    "grid of 1-d arrays": "accepted",
+    "phase_points betas='12'": "ParameterError: betas must be a list of values",  # β = 1, 2
+    "phase_points dims=4": "ParameterError: dims must be a list of values",
+    "phase_points tokens=None": "ParameterError: tokens must be a list of values",
+    "phase_points eps='5'": "ParameterError: eps must be a list of values",
+    "evolution_points betas='1'": "ParameterError: betas must be a list of values",
+    "evolution_points dims=3": "ParameterError: dims must be a list of values",
+    "estimate points=5": "ParameterError: points must be a list of dicts",
+    "estimate x64='no'": "ParameterError: x64='no' must be True or False",  # ran in float64
+    "estimate metadata=list": "ParameterError: metadata must be a dict",
+    "MonteCarlo x64='no'": "ParameterError: x64='no' must be True or False",
+    "MonteCarlo x64=1": "ParameterError: x64=1 must be True or False",
+    "MonteCarlo exclude_nonfinite='no'": "ParameterError: exclude_nonfinite='no' must be True",
+    "MonteCarlo exclude_nonfinite=None": "ParameterError: exclude_nonfinite=None must be True",
+    "MonteCarlo numpy bools": "accepted",
+    "phase_diagram_study points=dict": "ParameterError: points must be a list of dicts",
+    "schemes_study alphas=2": "ParameterError: alphas must be a list of values",
+    "schemes_study beta='3'": "ParameterError: beta='3' must be a real number",
+    "schemes_study horizon=None": "ParameterError: horizon=None must be a real number",
+    "schemes_study alphas=[1.0, '2']": "ParameterError: alpha='2' must be a real number",
+    "schemes_study rw_beta='1'": "ParameterError: rw_beta='1' must be a real number",
+    "use_all_cores 2.5": "ParameterError: n_devices=2.5 must be an integer >= 1",
+    "wilson_interval 1.5 of 3": "ParameterError: successes=1.5 must be whole numbers >= 0",
+    "wilson_interval 2 of 2.5": "ParameterError: trials=2.5 must be whole numbers >= 0",
+    "wilson_interval nan of 3": "ParameterError: successes=nan must be whole numbers >= 0",
+    "wilson_interval 3.0 of 4.0": "accepted",
+}
+
+
+@pytest.fixture(scope="module")
+def refusals() -> dict[str, str]:
+    """Each case of the child (one process for all: it imports JAX once) and what came of
+    it: ``accepted``, or the exception's type and message on one line."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    child = subprocess.run(
+        [sys.executable, "-c", _WRONG_TYPES_CHILD],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert child.returncode == 0, child.stderr[-2000:]
+    lines = [line.split("\t", 1) for line in child.stdout.splitlines() if "\t" in line]
+    return dict((name, outcome) for name, outcome in lines)
+
+
+@pytest.mark.parametrize("case", list(WRONG_TYPES))
+def test_wrong_types_are_refused_by_name(refusals, case):
+    assert refusals[case].startswith(WRONG_TYPES[case]), refusals[case]
+
+
+# --- 1. phase_diagram_study: the kind, its noise and its points ------------------------------
+
+
+def test_phase_study_refuses_an_unknown_kind(no_simulation):
+    # Ran and was recorded as kind 'zzz'.
+    with pytest.raises(ad.ParameterError, match="kind='zzz' is not allowed; choose one of"):
+        phase_diagram_study("zzz", SPEC, MonteCarlo(), POINTS)
+
+
+@pytest.mark.parametrize(
+    ("kind", "noise", "needed"),
+    [
+        ("beta-d", "hybrid", "full"),  # ran eq. 7 and attached eq. 4's exact curve
+        ("beta-d", "none", "full"),
+        ("beta-n", "hybrid", "full"),
+        ("beta-eps", "full", "hybrid"),
+    ],
+)
+def test_phase_study_refuses_a_noise_that_does_not_fit_the_kind(no_simulation, kind, noise, needed):
+    points = phase_points(kind, betas=[1.0], dims=[3], tokens=[2], eps=[0.5])
+    spec = ModelSpec(noise=noise, depth=2, horizon=1.0)
+    needs = re.escape(f"kind='{kind}' needs ModelSpec(noise='{needed}')")
+    with pytest.raises(ad.ParameterError, match=needs):
+        phase_diagram_study(kind, spec, MonteCarlo(), points)
+
+
+def test_phase_study_refuses_points_without_the_keys_of_the_kind(no_simulation):
+    # beta-eps points without eps failed with a raw JAX ValueError while building the model.
+    spec = ModelSpec(noise="hybrid", depth=2, horizon=1.0)
+    with pytest.raises(ad.ParameterError, match="gives exactly the keys dim, tokens, eps, beta"):
+        phase_diagram_study("beta-eps", spec, MonteCarlo(), POINTS)
+    extra = [{**POINTS[0], "eps": 0.5}]  # eps would be ignored by the full-noise model
+    with pytest.raises(ad.ParameterError, match="gives exactly the keys dim, tokens, beta"):
+        phase_diagram_study("beta-d", SPEC, MonteCarlo(), extra)
+
+
+# --- 2. lists of values: a string is not one ---------------------------------------------------
+
+
+def test_grid_refuses_a_string():
+    # 'abc' gave the points 'a', 'b', 'c'.
+    with pytest.raises(ad.ParameterError, match=r"beta must be a list of values.*write \['abc'\]"):
+        ad.grid(dim=[3], beta="abc")
+
+
+def test_grid_takes_lists_tuples_and_ranges():
+    # (and 1-d arrays: see the child above, where the type checker does not refuse them)
+    points = ad.grid(dim=range(2, 4), tokens=(2,), beta=[1.0, 2.0])
+    assert [(p["dim"], p["beta"]) for p in points] == [(2, 1.0), (2, 2.0), (3, 1.0), (3, 2.0)]
+
+
+def test_evolution_points_refuse_a_string_of_models():
+    # models='full' was read as the models 'f', 'u', 'l', 'l'.
+    with pytest.raises(ad.ParameterError, match="models must be a list of values"):
+        evolution_points("full", betas=[1.0], dims=[3], tokens=[2], eps=[0.5])
+
+
+def test_schemes_study_refuses_a_string_of_schemes(no_schemes_work):
+    # schemes='post-ln' was read as the schemes 'p', 'o', ...
+    with pytest.raises(ad.ParameterError, match="schemes must be a list of values"):
+        schemes_study(schemes="post-ln", progress=False)
+
+
+# --- 3. routes are checked at construction (flags: see the child above) ------------------------
+
+
+def test_monte_carlo_checks_the_route_at_construction():
+    with pytest.raises(ad.ParameterError, match="route='x' is not allowed; choose one of"):
+        MonteCarlo(route="x")
+    assert MonteCarlo(route="full").route == "full"
+
+
+# --- 4. metadata may not overwrite the provenance ----------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["n_trajectories", "seconds", "attndyn_version", "signature"])
+def test_metadata_that_names_a_provenance_field_is_refused_first(name):
+    # n_trajectories raised "provenance_record() got multiple values" after the simulation;
+    # attndyn_version silently replaced the real version.
+    with pytest.raises(ad.ParameterError, match=f"metadata names '{name}'"):
+        estimate(metadata={name: 999})
+
+
+def test_the_reserved_metadata_keys_are_the_provenance_fields():
+    # Every field the estimator records is reserved, except kind (a study names its own).
+    model = ad.DiscreteTransformer(ad.Attention(1.0), depth=1, saveat=ad.SaveAt(1.0))
+    ds = ad.estimate_probabilities(
+        lambda **p: model,
+        [{"dim": 3, "tokens": 2}],
+        key=jax.random.key(0),
+        n_trajectories=2,
+        progress=False,
+        metadata={"kind": "mine", "note": 1},
+    )
+    recorded = set(ad.provenance(ds)) - {"kind", "note"}
+    reserved = set(estimator.provenance_record(0.0)) | set(estimator.ESTIMATOR_FIELDS)
+    assert recorded == reserved
+    assert ad.provenance(ds)["kind"] == "mine"
+
+
+# --- 5. schemes_study: no repeats ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"schemes": ["post-ln", "post-ln"]}, "schemes gives 'post-ln' twice"),
+        ({"alphas": [1.0, 1.0]}, "alphas gives 1.0 twice"),
+        ({"alphas": (2.0, 0.5, 2.0)}, "alphas gives 2.0 twice"),
+    ],
+)
+def test_schemes_study_refuses_repeats(no_schemes_work, arguments, message):
+    # Each ran, and gave two rows with one coordinate.
+    with pytest.raises(ad.ParameterError, match=message):
+        schemes_study(progress=False, **arguments)
+
+
+# --- 6. use_all_cores: 0 is not "every core" ---------------------------------------------------
+
+
+@pytest.mark.parametrize("n_devices", [0, -2, True])
+def test_use_all_cores_refuses_counts_below_one(n_devices):
+    jnp.zeros(1)  # JAX has started: nothing here may reconfigure it
+    with pytest.raises(ad.ParameterError, match=f"n_devices={n_devices!r} must be an integer"):
+        ad.use_all_cores(n_devices)
+
+
+# --- 7. wilson_interval: accurate messages (whole counts: see the child above) -----------------
+
+
+@pytest.mark.parametrize(
+    ("successes", "trials", "message"),
+    [
+        (1, 0, r"successes=1 exceed trials=0"),  # said "above trials or below 0"
+        (-1, 3, r"successes=-1 must be whole numbers >= 0"),
+        (2, -1, r"trials=-1 must be whole numbers >= 0"),
+        (np.asarray([1, 4]), 3, r"successes=\[1 4\] exceed trials=3"),
+    ],
+)
+def test_wilson_interval_names_the_count_at_fault(successes, trials, message):
+    with pytest.raises(ad.ParameterError, match=message):
+        ad.wilson_interval(successes, trials)
+
+
+def test_wilson_interval_checks_the_confidence():
+    with pytest.raises(ad.ParameterError, match=r"confidence=1\.5 is outside"):
+        ad.wilson_interval(3, 4, confidence=1.5)
+
+
+# --- 8. a checkpoint's folder must exist -------------------------------------------------------
+
+
+def test_checkpoint_in_a_missing_folder_is_refused_and_nothing_is_created(tmp_path):
+    # The folder (even a tree of them) used to be created.
+    path = tmp_path / "missing" / "deeper" / "study.nc"
+    with pytest.raises(ad.ParameterError, match=r"checkpoint=.* folder that does not exist"):
+        estimate(checkpoint=path)
+    assert not (tmp_path / "missing").exists()
