@@ -342,3 +342,11 @@ def test_checkpoint_in_a_missing_folder_is_refused_and_nothing_is_created(tmp_pa
     with pytest.raises(ad.ParameterError, match=r"checkpoint=.* folder that does not exist"):
         estimate(checkpoint=path)
     assert not (tmp_path / "missing").exists()
+
+
+def test_the_sde_records_no_value_law():
+    # The SDEs' noise is a Brownian motion: provenance said values="uniform" (or the
+    # default "gaussian") for runs in which no value law was drawn (audit).
+    assert ad.studies.ModelSpec(engine="sde").metadata()["values"] is None
+    assert ad.studies.ModelSpec(engine="sde", values="uniform").metadata()["values"] is None
+    assert ad.studies.ModelSpec(values="uniform").metadata()["values"] == "uniform"

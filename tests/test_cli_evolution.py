@@ -4,6 +4,7 @@ import pytest
 import xarray as xr
 from click.testing import CliRunner
 
+import attndyn as ad
 from attndyn.cli import main
 
 SMALL = ["--beta", "4.5", "--tokens", "6", "--dim", "4", "--trajectories", "32"]
@@ -28,7 +29,13 @@ def test_evolution_round_trip(tmp_path):
         assert s["eps"] is None
     ds = xr.open_dataset(tmp_path / "evolution.nc")
     assert ds.sizes["time"] == 5 and ds.sizes["point"] == 2
+    # Provenance describes each model the points ran: it claimed full noise, σ and the
+    # SDE's solver and dt for deterministic points of a discrete run (audit).
+    prov = ad.provenance(ds)
     ds.close()
+    assert set(prov["model_equation"]) == {"full", "deterministic"}
+    assert prov["values"] == {"full": "gaussian", "deterministic": None}
+    assert prov["sigma"] == {"full": 1.0} and "solver" not in prov and "dt" not in prov
     assert (tmp_path / "evolution.png").stat().st_size > 10_000
     assert payload["pair_density_figure"] == str(tmp_path / "evolution_pair_density.png")
     assert (tmp_path / "evolution_pair_density.png").stat().st_size > 10_000

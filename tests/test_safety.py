@@ -11,6 +11,7 @@ import functools
 import json
 import os
 import sys
+from pathlib import Path
 
 import equinox as eqx
 import jax
@@ -462,3 +463,25 @@ def test_fresh_deletes_only_under_the_lock(tmp_path, stub_study):
     assert (tmp_path / "phase_diagram.checkpoint.nc").exists()  # the live run keeps it
     assert CliRunner().invoke(main, [*CLI, "--fresh", "--out", str(tmp_path)]).exit_code == 0
     assert not (tmp_path / "phase_diagram.checkpoint.nc").exists()
+
+
+def test_a_checkpoint_of_the_other_precision_names_x64(tmp_path):
+    # Resuming a float32 checkpoint in float64 said "the model's attention.beta ... is 0.0
+    # there and 0.0 in this run" (audit): every parameter's dtype changes with x64, and
+    # the nested points were compared before x64 itself. Plain entries come first now.
+    path = tmp_path / "ck.nc"
+    write_checkpoint(path, _record(), Tallies.zeros(2, 2), POINTS, np.array([0.5, 1.0]))
+    with jax.enable_x64(True):
+        other = _record(x64=True)
+    with pytest.raises(ad.ParameterError, match="different study: x64 is false there and true"):
+        load_checkpoint(path, other, np.array([N, N]))
+
+
+def test_equal_values_of_other_types_show_their_dtypes():
+    from attndyn._estimate.checkpoint import _mismatch
+
+    def beta(dtype):
+        return {"beta": {"dtype": dtype, "shape": [], "value": [0.0]}}
+
+    message = _mismatch(Path("ck.nc"), beta("float32"), beta("float64"))
+    assert "beta is 0.0 (float32) there and 0.0 (float64) in this run" in message

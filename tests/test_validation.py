@@ -108,7 +108,7 @@ EVOLUTION += ["--depth", "2", "--horizon", "1", "--saves", "2", "--no-progress"]
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--saves", "1000000000"], "saves=1000000000 must be an integer in [1, 100000]"),
+        (["--saves", "1000000000"], "saves=1000000000 must be an integer in [2, 100000]"),
         (["--eps", "nan", "--model", "hybrid"], "every number must be finite"),
         (["--engine", "sde", "--dt", "1e-12", "--horizon", "1e4"], "horizon/dt"),
         (["--tokens", "99999999"], "tokens=99999999 must be an integer in [1, 65536]"),
@@ -124,7 +124,7 @@ def test_evolution_refuses_up_front(tmp_path, args, needle):
         (["--seed", str(2**32)], "seed=4294967296"),
         (["--beta", "nan"], "beta=nan must be finite"),
         (["--dim", "100000"], "dim=100000 must be an integer in [2, 16384]"),
-        (["--layers", str(2**40)], "rw_layers="),
+        (["--layers", str(2**40)], "--layers=1099511627776 must be an integer in [1, 2147483647]"),
     ],
 )
 def test_schemes_refuses_up_front(tmp_path, args, needle):

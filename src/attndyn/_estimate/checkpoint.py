@@ -246,7 +246,11 @@ def _mismatch(path: Path, stored: Any, current: Any) -> str:
     if where == ["points"]:
         what = f"the grid has {_count(len(old), 'point')} there and {len(new)} in this run"
     else:
-        what = f"{_name(where, current)} is {_show(old)} there and {_show(new)} in this run"
+        shown = _show(old), _show(new)
+        if shown[0] == shown[1] and _is_array(old) and _is_array(new):
+            # Equal values of other types (a float64 run's β against a float32 one's).
+            shown = tuple(f"{s} ({v['dtype']})" for s, v in zip(shown, (old, new)))
+        what = f"{_name(where, current)} is {shown[0]} there and {shown[1]} in this run"
     return f"checkpoint {str(path)!r} belongs to a different study: {what}. " + HOW_TO_START_AFRESH
 
 
@@ -261,7 +265,13 @@ def _is_array(value: Any) -> bool:
 def _first_difference(a: Any, b: Any, where: list) -> tuple[list, Any, Any]:
     """The path to the first entry where two records differ, and the two entries."""
     if isinstance(a, dict) and isinstance(b, dict) and not (_is_array(a) and _is_array(b)):
-        for key in [*sorted(set(a) & set(b)), *sorted(set(a) ^ set(b))]:
+        # Plain entries (x64, tol, the key, ...) before nested ones: a change of x64 also
+        # changes the dtype of every parameter inside points, and x64 is what the user set.
+        def plain_first(key):
+            return isinstance(a.get(key), dict | list), key
+
+        shared = sorted(set(a) & set(b), key=plain_first)
+        for key in [*shared, *sorted(set(a) ^ set(b))]:
             x, y = a.get(key, "<absent>"), b.get(key, "<absent>")
             if x != y:
                 return _first_difference(x, y, [*where, key])

@@ -39,11 +39,11 @@ def initialize_distributed(
     Returns whether a multi-process run was set up (False when no coordinator is given
     anywhere, i.e. a plain single-process run). Must run before any other JAX call.
     """
-    coordinator = coordinator or os.environ.get(ENV_COORDINATOR)
-    if process_count is None and ENV_PROCESS_COUNT in os.environ:
-        process_count = int(os.environ[ENV_PROCESS_COUNT])
-    if process_id is None and ENV_PROCESS_ID in os.environ:
-        process_id = int(os.environ[ENV_PROCESS_ID])
+    coordinator = coordinator or _environment(ENV_COORDINATOR, "HOST:PORT")
+    if process_count is None:
+        process_count = _environment_int(ENV_PROCESS_COUNT, "an integer ≥ 1")
+    if process_id is None:
+        process_id = _environment_int(ENV_PROCESS_ID, "an integer ≥ 0")
     if coordinator is None:
         if process_count is not None or process_id is not None:
             given = "process_count" if process_count is not None else "process_id"
@@ -67,6 +67,35 @@ def initialize_distributed(
         coordinator_address=coordinator, num_processes=process_count, process_id=process_id
     )
     return True
+
+
+def _environment(name: str, allowed: str) -> str | None:
+    """The value of the environment variable ``name`` (None when unset); a set but blank
+    one (``ATTNDYN_PROCESS_COUNT= attndyn …``) is refused, naming what it must hold."""
+    text = os.environ.get(name)
+    if text is not None and not text.strip():
+        raise ParameterError(
+            f"{name} is set but empty; set it to {allowed} (CLI: --{_flag(name)}), or unset it."
+        )
+    return text
+
+
+def _environment_int(name: str, allowed: str) -> int | None:
+    text = _environment(name, allowed)
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ParameterError(
+            f"{name}={text!r} is not an integer; set it to {allowed} (CLI: --{_flag(name)}), "
+            "or unset it."
+        ) from None
+
+
+def _flag(name: str) -> str:
+    """``ATTNDYN_PROCESS_COUNT`` → ``process-count``: the CLI option of the variable."""
+    return name.removeprefix("ATTNDYN_").lower().replace("_", "-")
 
 
 def check_coordinator(coordinator: str) -> None:

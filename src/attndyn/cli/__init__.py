@@ -5,6 +5,7 @@ import sys
 import click
 
 from .._version import __version__
+from ._common import one_line_warnings
 from ._evolution import evolution
 from ._phase import phase_diagram
 from ._schemes import schemes
@@ -13,9 +14,14 @@ from ._schemes import schemes
 class _OneLineErrors(click.Group):
     """A group whose errors are one line on stderr: ``Error: …`` naming the parameter and
     the allowed values (status 2 for bad input, 1 for a failed run), where click prints a
-    usage block, a hint and a blank line around it."""
+    usage block, a hint and a blank line around it. Warnings are one line too
+    (``warning: …``; :func:`._common.one_line_warnings`)."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        with one_line_warnings():
+            return self._main(args, prog_name, complete_var, standalone_mode, **extra)
+
+    def _main(self, args, prog_name, complete_var, standalone_mode, **extra):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, False, **extra)
         try:

@@ -1,17 +1,21 @@
 """Pieces shared by the CLI commands."""
 
+import contextlib
+import dataclasses
 import functools
 import json
 import sys
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 import click
 import jax
+import numpy as np
+import xarray as xr
 from click.core import ParameterSource
 
 from .._core.errors import NonFiniteError, NumericalMergeWarning, ParameterError
@@ -20,6 +24,7 @@ from .._core.serialize import plain
 from .._core.values import DISTRIBUTIONS
 from .._estimate.distributed import initialize_distributed
 from .._estimate.runtime import enable_compilation_cache, use_all_cores
+from ..studies.evolution import NOISE_OF
 from ..studies.phase import ENGINES, ModelSpec, MonteCarlo
 from ..studies.summary import json_points
 from ._output import Output, result_arguments
@@ -56,8 +61,65 @@ def cli_errors(func: Callable) -> Callable:
                 f"{error.strerror or error}{where}. Work already checkpointed is kept: rerun "
                 "the same command to resume."
             ) from None
+        except (jax.errors.JaxRuntimeError, MemoryError) as error:
+            raise run_failure(error) from None
 
     return wrapper
+
+
+def run_failure(error: BaseException) -> click.ClickException:
+    """One line (status 1) for an error of the JAX runtime: out of memory (XLA's
+    RESOURCE_EXHAUSTED, or Python's MemoryError) says what to lower; any other says what
+    JAX reported, in its first line."""
+    lines = str(error).strip().splitlines()
+    first = lines[0] if lines else type(error).__name__
+    if isinstance(error, MemoryError) or "RESOURCE_EXHAUSTED" in str(error):
+        context = click.get_current_context(silent=True)
+        known = {o for p in context.command.params for o in p.opts} if context else set()
+        lower = "--tokens or --dim"
+        if "--chunk-size" in known:  # a smaller batch needs less memory, same results
+            lower = "--chunk-size (trajectories per batch; results unchanged), or " + lower
+        return click.ClickException(
+            f"the run ran out of memory ({first}); lower {lower}. Work already "
+            "checkpointed is kept: a rerun resumes it."
+        )
+    return click.ClickException(f"the computation failed in JAX: {first}")
+
+
+@contextlib.contextmanager
+def one_line_warnings() -> Iterator[None]:
+    """While the CLI runs (only there: importing attndyn leaves :func:`warnings.showwarning`
+    alone), show each warning as one line on stderr, ``warning: <message>``, once per run
+    (Python shows the caller's source path and line over two lines, and shows a warning
+    again wherever a filter change reset its registry)."""
+    shown: set[tuple[type, str]] = set()
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        del filename, lineno, line
+        text = " ".join(str(message).split())
+        if (category, text) not in shown:
+            shown.add((category, text))
+            click.echo(f"warning: {text}", file=file, err=True)
+
+    previous = warnings.showwarning
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = previous
+
+
+def nonempty_path(context: click.Context, param: click.Parameter, value: str | None):
+    """Click callback of the folder options: an empty (or blank) path would be the current
+    folder, filled with results or cache files; refused, naming the option."""
+    if value is not None and not value.strip():
+        raise click.BadParameter(
+            "an empty path would write into the current folder; give a folder path, or "
+            "leave the option out for its default.",
+            context,
+            param,
+        )
+    return value
 
 
 def names(option: str, text: str) -> list[str]:
@@ -115,10 +177,17 @@ def study_options(func: Callable) -> Callable:
             "--values",
             default=None,
             type=click.Choice(DISTRIBUTIONS),
-            help="Law of the value noise [default: gaussian matrix entries for full noise, "
-            "rademacher scalars v_n for hybrid noise (003 eq. 7 assumes them bounded)].",
+            help="Law of the value noise, discrete engine only [default: gaussian matrix "
+            "entries for full noise, rademacher scalars v_n for hybrid noise (003 eq. 7 "
+            "assumes them bounded)].",
         ),
-        click.option("--sigma", default=1.0, show_default=True, type=float, help="σ > 0."),
+        click.option(
+            "--sigma",
+            default=1.0,
+            show_default=True,
+            type=float,
+            help="σ > 0: the scale of the full value noise (not of the hybrid model's ε).",
+        ),
         click.option(
             "--norm",
             default="rms",
@@ -161,6 +230,7 @@ def study_options(func: Callable) -> Callable:
             "--out",
             default="attndyn-results",
             show_default=True,
+            callback=nonempty_path,
             help="Output folder for the dataset and figure (locked while a run uses it).",
         ),
         click.option(
@@ -244,6 +314,7 @@ def scale_options(func: Callable) -> Callable:
             "--cache-dir",
             envvar="ATTNDYN_CACHE_DIR",
             default=None,
+            callback=nonempty_path,
             help="Compilation cache folder [default: ~/.cache/attndyn/jax].",
         ),
     ]
@@ -258,17 +329,69 @@ def overwrite_option() -> Callable:
     )
 
 
+def given(name: str) -> bool:
+    """Whether the user gave option ``name`` (on the command line or in its environment
+    variable), rather than leaving its default."""
+    source = click.get_current_context().get_parameter_source(name)
+    return source not in (ParameterSource.DEFAULT, None)
+
+
+#: Why the SDE engine has no use for a discrete-engine option given with it.
+SDE_IGNORES = {
+    "step": "the sde engine steps by --dt",
+    "values": "the sde engine's noise is Brownian, whatever the law of the values",
+}
+
+
 def check_engine_flags(options: dict[str, Any]) -> None:
-    """Refuse SDE-only flags given with the discrete engine (they would be ignored)."""
-    context = click.get_current_context()
-    if options["engine"] != "discrete":
+    """Refuse flags of the other engine (they would be ignored): --solver and --dt with
+    the discrete engine, --step and --values with the sde engine."""
+    if options["engine"] == "sde":
+        for name, why in SDE_IGNORES.items():
+            if given(name):
+                raise ParameterError(
+                    f"--{name} applies to --engine discrete only; {why} (drop --{name}, or "
+                    "drop --engine sde)."
+                )
         return
     for name in ("solver", "dt"):
-        if context.get_parameter_source(name) not in (ParameterSource.DEFAULT, None):
+        if given(name):
             raise ParameterError(
                 f"--{name} applies to --engine sde only; the discrete engine steps by "
                 f"1/--depth (drop --{name}, or add --engine sde)."
             )
+
+
+def depth_conflicts(options: dict[str, Any]) -> list[str]:
+    """Messages for a --depth that the run would ignore: with the sde engine, or with
+    --step (which sets the layer step itself)."""
+    if not given("depth"):
+        return []
+    if options["engine"] == "sde":
+        return [
+            "--depth applies to --engine discrete only; the sde engine steps by --dt (drop "
+            "--depth, or drop --engine sde)."
+        ]
+    if given("step"):
+        return [
+            "--depth and --step both set the discrete engine's layer step (--step η, or "
+            "1/--depth); give one of them (drop --depth or --step)."
+        ]
+    return []
+
+
+def refuse_unused(
+    problems: Sequence[str], spec: ModelSpec, points: Sequence[Mapping[str, Any]]
+) -> None:
+    """Refuse the first of ``problems`` (options given that the run would ignore), after
+    building every point's model, so that a value the model refuses is named first."""
+    if not problems:
+        return
+    for point in points:
+        p = dict(point)
+        noise = NOISE_OF[p.pop("model")] if "model" in p else spec.noise
+        dataclasses.replace(spec, noise=noise).model_fn()(**p)
+    raise ParameterError(problems[0])
 
 
 def start_processes(options: dict[str, Any]) -> bool:
@@ -337,7 +460,30 @@ def study_checkpoint(out: Output, name: str, *, fresh: bool) -> Path | None:
     checkpoint = out.folder / f"{name}.checkpoint.nc"
     if fresh:
         checkpoint.unlink(missing_ok=True)
+    elif checkpoint.exists():
+        check_checkpoint_precision(out, checkpoint)
     return checkpoint
+
+
+def check_checkpoint_precision(out: Output, checkpoint: Path) -> None:
+    """Refuse to resume a checkpoint of the other precision, naming --x64 (the
+    checkpoint's own message names the first model field whose dtype differs, with equal
+    values). A checkpoint whose record cannot be read is left to the study to report."""
+    try:
+        with xr.open_dataset(checkpoint) as ds:
+            record = json.loads(ds["study"].values.astype(np.uint8).tobytes().decode())
+        theirs = record["x64"]
+    except Exception:  # damaged, foreign or older: the study names what is wrong with it
+        return
+    ours = bool(out.arguments.get("x64", False))
+    if not isinstance(theirs, bool) or theirs == ours:
+        return
+    made, this = ("with", "without") if theirs else ("without", "with")
+    raise ParameterError(
+        f"--out {str(out.folder)!r} holds the checkpoint of a run {made} --x64 (this run: "
+        f"{this} it); {'add' if theirs else 'drop'} --x64 to resume it, or pass --fresh to "
+        "start afresh."
+    )
 
 
 def study_metadata(out: Output) -> dict[str, Any]:

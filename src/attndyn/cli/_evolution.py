@@ -10,12 +10,15 @@ from ..studies.summary import series
 from ._common import (
     check_engine_flags,
     cli_errors,
+    depth_conflicts,
     finish,
     floats,
+    given,
     ints,
     model_spec,
     monte_carlo,
     names,
+    refuse_unused,
     start_processes,
     study_checkpoint,
     study_metadata,
@@ -38,7 +41,12 @@ PAIR_DENSITY_FIGURE = "evolution_pair_density.png"
 @click.option("--beta", default="5", show_default=True, help="β values: a:b:step or a,b,c.")
 @click.option("--dim", default="4", show_default=True, help="Dimensions d ≥ 2.")
 @click.option("--tokens", default="50", show_default=True, help="Numbers of tokens N ≥ 1.")
-@click.option("--eps", default="1.0", show_default=True, help="Hybrid noise ε ≥ 0 (list).")
+@click.option(
+    "--eps",
+    default="1.0",
+    show_default=True,
+    help="Hybrid noise ε ≥ 0 (list; --model hybrid only).",
+)
 @click.option(
     "--attention",
     default="softmax",
@@ -46,7 +54,13 @@ PAIR_DENSITY_FIGURE = "evolution_pair_density.png"
     type=click.Choice(ATTENTION_KINDS),
     help="Attention kind.",
 )
-@click.option("--depth", default=100, show_default=True, type=int, help="L: layers per unit time.")
+@click.option(
+    "--depth",
+    default=100,
+    show_default=True,
+    type=int,
+    help="L: layers per unit time (discrete engine; not with --step).",
+)
 @click.option("--horizon", default=50.0, show_default=True, type=float, help="T: time horizon.")
 @click.option("--saves", default=51, show_default=True, type=int, help="Save times in [0, T].")
 @study_options
@@ -65,8 +79,9 @@ def evolution(**options) -> None:
     options["started"] = time.perf_counter()
     writer = start_processes(options)  # jax.distributed must start before other JAX work
     check_engine_flags(options)
+    models = names("--model", options["models"])
     points = evolution_points(
-        names("--model", options["models"]),
+        models,
         betas=floats("beta", options["beta"]),
         dims=ints("dim", options["dim"]),
         tokens=ints("tokens", options["tokens"]),
@@ -74,6 +89,7 @@ def evolution(**options) -> None:
     )
     spec = model_spec(options, noise="full", attention=options["attention"])
     mc = monte_carlo(options)
+    refuse_unused([*depth_conflicts(options), *model_conflicts(models)], spec, points)
     with study_output(
         options, "evolution", writer=writer, more_figures=[PAIR_DENSITY_FIGURE]
     ) as out:
@@ -104,3 +120,27 @@ def evolution(**options) -> None:
                 kind="evolution",
                 series=series(ds),
             )
+
+
+def model_conflicts(models: list[str]) -> list[str]:
+    """Messages for noise options given that no model in --model uses: σ scales the
+    value noise of full only, ε is the noise of hybrid only, and deterministic values
+    have no law."""
+    listed = ",".join(models)
+    problems = []
+    if "full" not in models and given("sigma"):
+        problems.append(
+            f"--sigma scales the value noise of --model full, and --model {listed} has no "
+            "full model (drop --sigma, or add full to --model)."
+        )
+    if "hybrid" not in models and given("eps"):
+        problems.append(
+            f"--eps is the noise of --model hybrid, and --model {listed} has no hybrid "
+            "model (drop --eps, or add hybrid to --model)."
+        )
+    if set(models) <= {"deterministic"} and given("values"):
+        problems.append(
+            "--values sets the law of the value noise, and --model deterministic has none "
+            "(drop --values, or add full or hybrid to --model)."
+        )
+    return problems

@@ -10,11 +10,14 @@ from ..theory import EXACT_BETA_MAX
 from ._common import (
     check_engine_flags,
     cli_errors,
+    depth_conflicts,
     finish,
     floats,
+    given,
     ints,
     model_spec,
     monte_carlo,
+    refuse_unused,
     say,
     start_processes,
     study_checkpoint,
@@ -36,7 +39,13 @@ from ._common import (
 @click.option("--beta", default="0:4:0.5", show_default=True, help="β values: a:b:step or a,b,c.")
 @click.option("--dim", default="4,6,8", show_default=True, help="Dimensions d ≥ 2.")
 @click.option("--tokens", default="2", show_default=True, help="Numbers of tokens N ≥ 1.")
-@click.option("--depth", default=50, show_default=True, type=int, help="L: layers per unit time.")
+@click.option(
+    "--depth",
+    default=50,
+    show_default=True,
+    type=int,
+    help="L: layers per unit time (discrete engine; not with --step).",
+)
 @click.option(
     "--horizon", default=60.0, show_default=True, type=float, help="T: time horizon (L·T layers)."
 )
@@ -103,6 +112,7 @@ def phase_diagram(**options) -> None:
         options, noise="hybrid" if kind == "beta-eps" else "full", attention=attention
     )
     mc = monte_carlo(options)
+    refuse_unused([*depth_conflicts(options), *kind_conflicts(kind)], spec, points)
     with study_output(options, "phase_diagram", writer=writer) as out:
         checkpoint = study_checkpoint(out, "phase_diagram", fresh=options["fresh"])
         ds = phase_diagram_study(
@@ -119,3 +129,19 @@ def phase_diagram(**options) -> None:
 
             draw = {"beta-d": plot.phase_diagram, "beta-eps": plot.beta_eps, "beta-n": plot.beta_n}
             finish(ds, "phase_diagram", out, checkpoint, draw[kind], options, kind=kind)
+
+
+def kind_conflicts(kind: str) -> list[str]:
+    """Messages for noise options given that ``kind`` ignores: ε is the scalar noise of
+    beta-eps only, and σ scales the full value noise of beta-d and beta-n only."""
+    if kind != "beta-eps" and given("eps"):
+        return [
+            f"--eps applies to --kind beta-eps only; --kind {kind} has full value noise, "
+            "scaled by --sigma (drop --eps, or add --kind beta-eps)."
+        ]
+    if kind == "beta-eps" and given("sigma"):
+        return [
+            "--sigma applies to --kind beta-d and beta-n only; --kind beta-eps has scalar "
+            "value noise of size --eps (drop --sigma, and set the noise with --eps)."
+        ]
+    return []

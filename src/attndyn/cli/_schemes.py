@@ -4,6 +4,7 @@ from typing import Any
 
 import click
 
+from .._core.errors import INT32_MAX, check_int
 from .._core.schemes import SCHEME_NAMES
 from .._estimate.dataset import attach_provenance, provenance
 from ..studies.schemes import schemes_study, schemes_summary
@@ -13,6 +14,7 @@ from ._common import (
     emit_json,
     floats,
     names,
+    nonempty_path,
     overwrite_option,
     say,
 )
@@ -74,6 +76,7 @@ FIGURES = ("gamma", "ngpt_alpha", "random_weights", "rates")
     "--out",
     default="attndyn-results",
     show_default=True,
+    callback=nonempty_path,
     help="Output folder: schemes.nc and schemes_*.png (locked while a run uses it).",
 )
 @overwrite_option()
@@ -90,6 +93,10 @@ def schemes(**options) -> None:
     """
     scheme_names = names("--schemes", options["scheme_list"])
     alphas = floats("alpha", options["alpha"])
+    # Checked here as the study checks them, so that the message names the options (the
+    # study's are rw_layers and rw_runs).
+    for name in ("layers", "runs"):
+        check_int(f"--{name}", options[name], lower=1, upper=INT32_MAX)
     rw: dict[str, Any] = {"rw_layers": options["layers"], "rw_runs": options["runs"]}
     if options["full_size"]:
         rw.update(rw_dim=512, rw_tokens=256)

@@ -60,6 +60,20 @@ def evolution_points(
     return points
 
 
+def models_metadata(spec: ModelSpec, models: Sequence[str]) -> dict[str, Any]:
+    """:meth:`ModelSpec.metadata` of the models the points run: a field the models share
+    once, one that differs (the equation, the value law) per model, and a field only some
+    have (σ, for full noise) for those only. Recording ``spec``'s own would claim full
+    noise (and σ) for deterministic points."""
+    per_model = {m: dataclasses.replace(spec, noise=NOISE_OF[m]).metadata() for m in models}
+    record: dict[str, Any] = {}
+    for key in dict.fromkeys(k for fields in per_model.values() for k in fields):
+        values = {m: fields[key] for m, fields in per_model.items() if key in fields}
+        shared = len(values) == len(per_model) and len({repr(v) for v in values.values()}) == 1
+        record[key] = next(iter(values.values())) if shared else values
+    return record
+
+
 def evolution_study(
     spec: ModelSpec,
     mc: MonteCarlo,
@@ -84,8 +98,8 @@ def evolution_study(
 
     for p in points:
         model_fn(**p)
-    record = {"kind": "evolution", **spec.metadata(), **(metadata or {})}
-    record.update(sigma=spec.sigma, depth=spec.depth, solver=spec.solver, dt=spec.dt)
+    models = list(dict.fromkeys(p.get("model", "full") for p in points))
+    record = {"kind": "evolution", **models_metadata(spec, models), **(metadata or {})}
     ds = mc.estimate(model_fn, points, checkpoint=checkpoint, progress=progress, metadata=record)
     if spec.engine == "sde":
         add_sphere_drift(ds, model_fn, points, seed=mc.seed)

@@ -200,7 +200,10 @@ class ModelSpec:
             "model_equation": EQUATIONS[(self.noise, self.engine)],
             "engine": self.engine,
             "attention": self.attention,
-            "values": self.values or {"full": "gaussian", "hybrid": "rademacher"}.get(self.noise),
+            # The SDEs have no value law (their noise is a Brownian motion): none recorded.
+            "values": None
+            if self.engine == "sde"
+            else self.values or {"full": "gaussian", "hybrid": "rademacher"}.get(self.noise),
             "horizon": self.horizon,
             "norm": self.norm,
         }

@@ -1,0 +1,279 @@
+"""Command-line input handling: empty environment variables and paths, options the run
+would ignore, one-line warnings and failures, option names in messages, and the
+precision of a checkpoint.
+
+Bad input exits with status 2 and one line naming the option before anything is computed
+or written; a failed run exits with status 1 and one line. Only the checkpoint test runs a
+(tiny) study; the others stop before the study or replace it by a stand-in.
+"""
+
+import json
+import warnings
+
+import jax
+import numpy as np
+import pytest
+import xarray as xr
+from click.testing import CliRunner
+
+from attndyn import ParameterError
+from attndyn._estimate.distributed import initialize_distributed
+from attndyn.cli import _evolution, _phase, _schemes, main
+
+PHASE = ["phase-diagram", "--beta", "1", "--dim", "4", "--trajectories", "8"]
+PHASE += ["--horizon", "1", "--no-progress"]
+EVOLUTION = ["evolution", "--beta", "1", "--dim", "4", "--tokens", "2", "--trajectories", "8"]
+EVOLUTION += ["--horizon", "1", "--saves", "2", "--no-progress"]
+
+
+class Reached(Exception):
+    """Raised by the stand-in studies: the command got past its checks."""
+
+
+@pytest.fixture
+def no_study(monkeypatch):
+    """Replace the studies by stand-ins that raise :class:`Reached`."""
+
+    def reached(*args, **kwargs):
+        raise Reached
+
+    for module, name in ((_phase, "phase_diagram_study"), (_evolution, "evolution_study")):
+        monkeypatch.setattr(module, name, reached)
+    monkeypatch.setattr(_schemes, "schemes_study", reached)
+
+
+def _one_line(result, status: int) -> str:
+    assert result.exit_code == status, result.output
+    assert "Traceback" not in result.output, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
+    return lines[0]
+
+
+def _refused(args, tmp_path, *needles) -> str:
+    """Status 2, one line holding every needle, and no --out folder made."""
+    out = tmp_path / "out"
+    line = _one_line(CliRunner().invoke(main, [*args, "--out", str(out)]), 2)
+    for needle in needles:
+        assert needle in line, line
+    assert not out.exists()
+    return line
+
+
+# --- empty multi-host environment variables -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "option"),
+    [
+        ("ATTNDYN_PROCESS_COUNT", "--process-count"),
+        ("ATTNDYN_PROCESS_ID", "--process-id"),
+        ("ATTNDYN_COORDINATOR", "--coordinator"),
+    ],
+)
+def test_an_empty_multi_host_variable_is_refused_in_one_line(tmp_path, monkeypatch, name, option):
+    # `ATTNDYN_PROCESS_COUNT= attndyn …` ended in int('') and a traceback, status 1 (audit).
+    monkeypatch.setenv(name, "")
+    _refused(PHASE, tmp_path, f"{name} is set but empty", option, "or unset it")
+
+
+@pytest.mark.parametrize("name", ["ATTNDYN_PROCESS_COUNT", "ATTNDYN_PROCESS_ID"])
+def test_initialize_distributed_names_a_malformed_variable(monkeypatch, name):
+    # The API reads the variables too (the CLI's own parsing never sees these values).
+    monkeypatch.delenv("ATTNDYN_COORDINATOR", raising=False)
+    monkeypatch.setenv(name, "two")
+    with pytest.raises(ParameterError, match=f"{name}='two' is not an integer"):
+        initialize_distributed()
+    monkeypatch.setenv(name, "  ")
+    with pytest.raises(ParameterError, match=f"{name} is set but empty"):
+        initialize_distributed()
+
+
+# --- empty paths ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [*PHASE, "--out", ""],
+        [*PHASE, "--out", "  "],
+        [*PHASE, "--out", "unused", "--cache-dir", ""],
+        [*EVOLUTION, "--out", ""],
+        ["schemes", "--out", ""],
+    ],
+)
+def test_an_empty_path_is_refused(tmp_path, monkeypatch, no_study, args):
+    # `--out ''` wrote the results into the current folder, `--cache-dir ''` filled it with
+    # compiled programs (audit).
+    monkeypatch.chdir(tmp_path)
+    line = _one_line(CliRunner().invoke(main, args), 2)
+    option = "--cache-dir" if "--cache-dir" in args else "--out"
+    assert f"Invalid value for '{option}': an empty path" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- options that the run would ignore ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        ([*PHASE, "--eps", "0.5"], ["--eps", "--kind beta-eps", "drop --eps"]),
+        ([*PHASE, "--kind", "beta-n", "--eps", "0.5"], ["--eps", "--kind beta-n", "drop --eps"]),
+        ([*PHASE, "--engine", "sde", "--depth", "5"], ["--depth", "--engine sde", "drop --depth"]),
+        ([*PHASE, "--depth", "5", "--step", "0.2"], ["--depth", "--step", "give one of them"]),
+        # Provenance said values "uniform" while the (Brownian) SDE ran (audit).
+        (
+            [*PHASE, "--engine", "sde", "--values", "uniform"],
+            ["--values", "--engine sde", "drop --values"],
+        ),
+        (
+            [*PHASE, "--kind", "beta-eps", "--eps", "0.5", "--sigma", "2"],
+            ["--sigma", "--kind beta-eps", "drop --sigma"],
+        ),
+        ([*EVOLUTION, "--model", "deterministic", "--sigma", "2"], ["--sigma", "--model"]),
+        ([*EVOLUTION, "--model", "hybrid", "--sigma", "2"], ["--sigma", "add full to --model"]),
+        (
+            [*EVOLUTION, "--model", "deterministic", "--values", "uniform"],
+            ["--values", "--model deterministic", "drop --values"],
+        ),
+        (
+            [*EVOLUTION, "--model", "full,deterministic", "--eps", "0.5"],
+            ["--eps", "--model full,deterministic", "add hybrid to --model"],
+        ),
+        ([*EVOLUTION, "--engine", "sde", "--depth", "5"], ["--depth", "--engine sde"]),
+    ],
+)
+def test_an_option_the_run_ignores_is_refused(tmp_path, no_study, args, needles):
+    _refused(args, tmp_path, *needles)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [*PHASE, "--engine", "sde", "--dt", "0.5"],
+        [*PHASE, "--kind", "beta-eps", "--eps", "0.5", "--values", "uniform"],
+        [*PHASE, "--step", "0.25"],
+        [*PHASE, "--sigma", "2", "--depth", "5"],
+        [*EVOLUTION, "--model", "full,deterministic", "--sigma", "2", "--values", "uniform"],
+        [*EVOLUTION, "--model", "hybrid,deterministic", "--eps", "0.5", "--values", "uniform"],
+        [*EVOLUTION, "--model", "deterministic", "--engine", "sde", "--dt", "0.5"],
+    ],
+)
+def test_options_that_apply_are_accepted(tmp_path, no_study, args):
+    # Defaults never count as given: --depth's default with --engine sde, --eps's outside
+    # beta-eps, --sigma's with the deterministic model.
+    result = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "out")])
+    assert isinstance(result.exception, Reached), result.output
+
+
+def test_a_bad_value_is_named_before_an_ignored_option(tmp_path, no_study):
+    # The model's own refusal is the more specific one: the solver, not --depth.
+    args = [*PHASE, "--engine", "sde", "--depth", "5", "--solver", "shark"]
+    line = _refused(args, tmp_path, "additive")
+    assert "--depth" not in line
+
+
+# --- warnings ---------------------------------------------------------------------------------
+
+
+def test_warnings_are_one_line_each_and_only_in_the_cli(tmp_path, monkeypatch):
+    # They came in Python's format: "click/core.py:911: UserWarning: …" and the code line.
+    def study(*args, **kwargs):
+        for _ in range(2):  # shown once
+            warnings.warn("horizon=1 is not a multiple\n of the layer step", stacklevel=2)
+        warnings.warn("another", RuntimeWarning, stacklevel=2)
+        raise Reached
+
+    monkeypatch.setattr(_phase, "phase_diagram_study", study)
+    before = warnings.showwarning
+    result = CliRunner().invoke(main, [*PHASE, "--out", str(tmp_path / "out")])
+    assert isinstance(result.exception, Reached), result.output
+    assert result.stderr.splitlines() == [
+        "warning: horizon=1 is not a multiple of the layer step",
+        "warning: another",
+    ]
+    assert warnings.showwarning is before  # restored: never installed by `import attndyn`
+
+
+# --- failures of the JAX runtime --------------------------------------------------------------
+
+
+def _raise(error):
+    def study(*args, **kwargs):
+        raise error
+
+    return study
+
+
+def test_out_of_memory_is_one_line(tmp_path, monkeypatch):
+    # A 47-line traceback ending in JaxRuntimeError: RESOURCE_EXHAUSTED (audit: --dim 1500
+    # --tokens 1500 --route full); simulated here.
+    error = jax.errors.JaxRuntimeError(
+        "RESOURCE_EXHAUSTED: Out of memory allocating 6882750464 bytes.\nmore detail"
+    )
+    monkeypatch.setattr(_phase, "phase_diagram_study", _raise(error))
+    line = _one_line(CliRunner().invoke(main, [*PHASE, "--out", str(tmp_path)]), 1)
+    assert "ran out of memory (RESOURCE_EXHAUSTED: Out of memory allocating" in line
+    assert "lower --chunk-size" in line and "--tokens or --dim" in line
+    # schemes has no --chunk-size: the hint names only its options.
+    monkeypatch.setattr(_schemes, "schemes_study", _raise(MemoryError()))
+    result = CliRunner().invoke(main, ["schemes", "--no-progress", "--out", str(tmp_path)])
+    line = _one_line(result, 1)
+    assert "ran out of memory (MemoryError); lower --tokens or --dim" in line
+
+
+def test_other_jax_runtime_errors_are_one_line(tmp_path, monkeypatch):
+    error = jax.errors.JaxRuntimeError("INTERNAL: something broke\ndetails")
+    monkeypatch.setattr(_phase, "phase_diagram_study", _raise(error))
+    line = _one_line(CliRunner().invoke(main, [*PHASE, "--out", str(tmp_path)]), 1)
+    assert line == "Error: the computation failed in JAX: INTERNAL: something broke"
+
+
+# --- option names in messages -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--layers", "0"], "--layers=0 must be an integer in [1, 2147483647]"),
+        (["--runs", "0"], "--runs=0 must be an integer in [1, 2147483647]"),
+        (["--runs", str(2**31)], "--runs=2147483648 must be an integer"),
+    ],
+)
+def test_schemes_names_its_random_weight_options(tmp_path, no_study, args, needle):
+    # The study's names rw_layers= and rw_runs= reached the user (audit).
+    line = _refused(["schemes", *args], tmp_path, needle)
+    assert "rw_" not in line
+
+
+# --- the precision of a checkpoint ------------------------------------------------------------
+
+
+def _fake_checkpoint(path, record):
+    study = np.frombuffer(json.dumps(record).encode(), dtype=np.uint8)
+    xr.Dataset({"study": ("study_bytes", study)}).to_netcdf(path)
+
+
+def test_a_checkpoint_of_the_other_precision_names_x64(tmp_path, monkeypatch):
+    # The mismatch named "the model's attention.beta … is 1.0 there and 1.0 in this run"
+    # (the dtypes differed, not the values).
+    monkeypatch.setattr(_phase, "finish", lambda *args, **kwargs: None)  # keep the checkpoint
+    run = [*PHASE, "--depth", "5", "--out", str(tmp_path)]
+    assert CliRunner().invoke(main, [*run, "--x64"]).exit_code == 0
+    assert (tmp_path / "phase_diagram.checkpoint.nc").exists()
+    line = _one_line(CliRunner().invoke(main, run), 2)
+    assert "holds the checkpoint of a run with --x64 (this run: without it)" in line
+    assert "add --x64 to resume it, or pass --fresh" in line
+    assert CliRunner().invoke(main, [*run, "--x64"]).exit_code == 0  # resumes
+
+
+def test_a_float32_checkpoint_resumed_with_x64_is_refused(tmp_path, no_study):
+    _fake_checkpoint(tmp_path / "phase_diagram.checkpoint.nc", {"x64": False})
+    run = [*PHASE, "--x64", "--out", str(tmp_path)]
+    line = _one_line(CliRunner().invoke(main, run), 2)
+    assert "run without --x64 (this run: with it); drop --x64 to resume it" in line
+    # --fresh deletes it; a checkpoint whose record is unreadable is left to the study.
+    assert isinstance(CliRunner().invoke(main, [*run, "--fresh"]).exception, Reached)
+    (tmp_path / "phase_diagram.checkpoint.nc").write_bytes(b"not netCDF")
+    assert isinstance(CliRunner().invoke(main, run).exception, Reached)
