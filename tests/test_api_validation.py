@@ -7,10 +7,7 @@ running a simulation. Arguments of the wrong type are tried in a child process (
 and a user's process has only attndyn's own checks.
 """
 
-import os
 import re
-import subprocess
-import sys
 from typing import Any
 
 import jax
@@ -22,6 +19,7 @@ import attndyn as ad
 from attndyn._estimate import estimator
 from attndyn.studies import evolution_points, phase, phase_points, schemes, schemes_study
 from attndyn.studies.phase import ModelSpec, MonteCarlo, phase_diagram_study
+from tests.helpers import run_untyped
 
 POINTS = [{"dim": 3, "tokens": 2, "beta": 1.0}]
 SPEC = ModelSpec(depth=2, horizon=1.0)
@@ -169,13 +167,8 @@ WRONG_TYPES = {
 def refusals() -> dict[str, str]:
     """Each case of the child (one process for all: it imports JAX once) and what came of
     it: ``accepted``, or the exception's type and message on one line."""
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    child = subprocess.run(
-        [sys.executable, "-c", _WRONG_TYPES_CHILD],
-        env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert child.returncode == 0, child.stderr[-2000:]
-    lines = [line.split("\t", 1) for line in child.stdout.splitlines() if "\t" in line]
+    stdout = run_untyped(_WRONG_TYPES_CHILD)
+    lines = [line.split("\t", 1) for line in stdout.splitlines() if "\t" in line]
     return dict((name, outcome) for name, outcome in lines)
 
 

@@ -7,10 +7,7 @@ except the one overflow run at the end.
 
 import functools
 import math
-import os
 import re
-import subprocess
-import sys
 import warnings
 from typing import Any
 
@@ -28,6 +25,7 @@ from attndyn.cli._evolution import evolution
 from attndyn.cli._phase import phase_diagram
 from attndyn.studies import phase as phase_study
 from attndyn.theory import _phase as theory_phase
+from tests.helpers import run_untyped
 from tests.markers import two_cpu_devices
 
 PHASE = ["phase-diagram", "--beta", "1", "--dim", "4", "--trajectories", "4", "--depth", "2"]
@@ -463,13 +461,7 @@ def test_wrong_kinds_and_numpy_scalars_as_a_user_meets_them():
     # kind failed later with AttributeError or diffrax's TermAndSolverIncompatible; NumPy
     # scalars for n_trajectories or tol failed writing provenance (JSON); a point value with
     # no identity failed after the earlier points had run (audit).
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    child = subprocess.run(
-        [sys.executable, "-c", _WRONG_KINDS_CHILD],
-        env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert child.returncode == 0, child.stderr[-2000:]
-    lines = child.stdout.strip().splitlines()[-7:]
+    lines = run_untyped(_WRONG_KINDS_CHILD).strip().splitlines()[-7:]
     assert lines[0].startswith("attention must be an attndyn.Attention")
     assert lines[1].startswith("values must be a value operator")
     assert lines[2].startswith("solver must be a diffrax ODE solver")
