@@ -473,7 +473,10 @@ def test_a_checkpoint_of_the_other_precision_names_x64(tmp_path):
     write_checkpoint(path, _record(), Tallies.zeros(2, 2), POINTS, np.array([0.5, 1.0]))
     with jax.enable_x64(True):
         other = _record(x64=True)
-    with pytest.raises(ad.ParameterError, match="different study: x64 is false there and true"):
+    with pytest.raises(
+        ad.ParameterError,
+        match=r"different study: the precision, x64 \(CLI: --x64\), is false there and true",
+    ):
         load_checkpoint(path, other, np.array([N, N]))
 
 

@@ -290,7 +290,11 @@ def _name(where: list, record: dict[str, Any]) -> str:
         if rest and rest[0] == "model":
             return f"the model's {'.'.join(rest[1:]) or 'class'} at point {point}"
         return f"{'.'.join(rest) or 'the point'} at point {point}"
-    names = {"key": "the PRNG key (seed)", "prng_impl": "the PRNG implementation"}
+    names = {
+        "key": "the PRNG key (seed)",
+        "prng_impl": "the PRNG implementation",
+        "x64": "the precision, x64 (CLI: --x64),",
+    }
     if where and where[0] in names:
         return names[where[0]]
     return ".".join(str(w) for w in where) or "the study"

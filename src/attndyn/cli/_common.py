@@ -14,8 +14,6 @@ from typing import Any
 
 import click
 import jax
-import numpy as np
-import xarray as xr
 from click.core import ParameterSource
 
 from .._core.errors import NonFiniteError, NumericalMergeWarning, ParameterError
@@ -460,30 +458,7 @@ def study_checkpoint(out: Output, name: str, *, fresh: bool) -> Path | None:
     checkpoint = out.folder / f"{name}.checkpoint.nc"
     if fresh:
         checkpoint.unlink(missing_ok=True)
-    elif checkpoint.exists():
-        check_checkpoint_precision(out, checkpoint)
     return checkpoint
-
-
-def check_checkpoint_precision(out: Output, checkpoint: Path) -> None:
-    """Refuse to resume a checkpoint of the other precision, naming --x64 (the
-    checkpoint's own message names the first model field whose dtype differs, with equal
-    values). A checkpoint whose record cannot be read is left to the study to report."""
-    try:
-        with xr.open_dataset(checkpoint) as ds:
-            record = json.loads(ds["study"].values.astype(np.uint8).tobytes().decode())
-        theirs = record["x64"]
-    except Exception:  # damaged, foreign or older: the study names what is wrong with it
-        return
-    ours = bool(out.arguments.get("x64", False))
-    if not isinstance(theirs, bool) or theirs == ours:
-        return
-    made, this = ("with", "without") if theirs else ("without", "with")
-    raise ParameterError(
-        f"--out {str(out.folder)!r} holds the checkpoint of a run {made} --x64 (this run: "
-        f"{this} it); {'add' if theirs else 'drop'} --x64 to resume it, or pass --fresh to "
-        "start afresh."
-    )
 
 
 def study_metadata(out: Output) -> dict[str, Any]:
