@@ -27,6 +27,7 @@ from ._core.attention import (
 )
 from ._core.eigenmaps import EigenmapsStep as EigenmapsStep
 from ._core.errors import (
+    DistributedError as DistributedError,
     NonFiniteError as NonFiniteError,
     NumericalMergeWarning as NumericalMergeWarning,
     ParameterError as ParameterError,

@@ -18,6 +18,12 @@ class NonFiniteError(FloatingPointError):
     """A simulation produced NaN or infinite values (overflow)."""
 
 
+class DistributedError(RuntimeError):
+    """A multi-process run could not start: no coordinator answered in time, process 0
+    could not open its port, or JAX's start-up failed. The message names the coordinator
+    and what to check."""
+
+
 class NumericalMergeWarning(UserWarning):
     """Tokens merged numerically: the float type cannot resolve their gap, so the
     arithmetic, not the dynamics, fixed those trajectories' class (counted in
