@@ -466,8 +466,24 @@ def study_metadata(out: Output) -> dict[str, Any]:
     return {"command": command_line(), "arguments": out.arguments}
 
 
-def save_png(figure, path: Path, *, dpi: int) -> None:
-    figure.savefig(path, format="png", dpi=dpi)
+def save_png(figure, path: Path, *, dpi: int, metadata: Mapping[str, str]) -> None:
+    """Write ``figure`` as a PNG carrying ``metadata`` (:func:`png_metadata`) in its text
+    chunks; matplotlib adds no date, so the same figure and metadata give the same bytes."""
+    figure.savefig(path, format="png", dpi=dpi, metadata=dict(metadata))
+
+
+def png_metadata(ds, dataset: str) -> dict[str, str]:
+    """The PNG text chunks of a figure of ``ds``, so that it can be traced without its
+    dataset: ``attndyn:provenance``, the dataset's provenance record (its
+    ``attrs["provenance"]`` JSON, verbatim); ``Description``, the command that made it;
+    ``Source``, the dataset's file name (``dataset``) beside it; ``Software``, the version."""
+    record = json.loads(ds.attrs["provenance"])
+    return {
+        "Software": f"attndyn {record['attndyn_version']}",
+        "Source": dataset,
+        "Description": record["command"],
+        "attndyn:provenance": ds.attrs["provenance"],
+    }
 
 
 def finish(
@@ -483,13 +499,14 @@ def finish(
     """Write the dataset, then its figure (``figure(ds)``) and ``more_figures`` (file name
     → draw function, each path also reported under ``<stem>_figure``), each atomically;
     drop the checkpoint they supersede; then report: one JSON object on stdout with
-    ``--json``, else one line on stderr."""
+    ``--json``, else one line on stderr. Every figure carries the dataset's provenance
+    (:func:`png_metadata`)."""
     warn_merged(ds)
     dataset_path = out.write(f"{name}.nc", ds.to_netcdf)
-    fig = figure(ds)
-    figure_path = out.write(f"{name}.png", functools.partial(save_png, fig, dpi=130))
+    save = functools.partial(save_png, dpi=130, metadata=png_metadata(ds, dataset_path.name))
+    figure_path = out.write(f"{name}.png", functools.partial(save, figure(ds)))
     for file, draw in more_figures.items():
-        path = out.write(file, functools.partial(save_png, draw(ds), dpi=130))
+        path = out.write(file, functools.partial(save, draw(ds)))
         extra[f"{Path(file).stem.removeprefix(name + '_')}_figure"] = str(path)
     if checkpoint is not None:
         checkpoint.unlink(missing_ok=True)

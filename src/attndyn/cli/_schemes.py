@@ -1,5 +1,6 @@
 """``attndyn schemes``: clustering speed of the six normalization schemes (seed 004)."""
 
+import functools
 from typing import Any
 
 import click
@@ -16,6 +17,8 @@ from ._common import (
     names,
     nonempty_path,
     overwrite_option,
+    png_metadata,
+    save_png,
     say,
 )
 from ._output import Output, result_arguments
@@ -121,10 +124,9 @@ def schemes(**options) -> None:
         path = out.write("schemes.nc", ds.to_netcdf)
         from .. import plot
 
+        save = functools.partial(save_png, dpi=120, metadata=png_metadata(ds, path.name))
         for key, fig in plot.schemes(ds).items():
-            out.write(
-                f"schemes_{key}.png", lambda p, fig=fig: fig.savefig(p, format="png", dpi=120)
-            )
+            out.write(f"schemes_{key}.png", functools.partial(save, fig))
     if options["as_json"]:
         emit_json(schemes_summary(ds))
     else:
