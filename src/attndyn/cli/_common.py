@@ -20,7 +20,11 @@ from .._core.errors import NonFiniteError, NumericalMergeWarning, ParameterError
 from .._core.norms import NORM_NAMES
 from .._core.serialize import plain
 from .._core.values import DISTRIBUTIONS
-from .._estimate.distributed import initialize_distributed
+from .._estimate.distributed import (
+    DEFAULT_COORDINATOR_TIMEOUT,
+    DistributedError,
+    initialize_distributed,
+)
 from .._estimate.runtime import enable_compilation_cache, use_all_cores
 from ..studies.evolution import NOISE_OF
 from ..studies.phase import ENGINES, ModelSpec, MonteCarlo
@@ -302,6 +306,16 @@ def scale_options(func: Callable) -> Callable:
         click.option("--process-count", envvar="ATTNDYN_PROCESS_COUNT", type=int, default=None),
         click.option("--process-id", envvar="ATTNDYN_PROCESS_ID", type=int, default=None),
         click.option(
+            "--coordinator-timeout",
+            envvar="ATTNDYN_COORDINATOR_TIMEOUT",
+            type=int,
+            default=None,
+            metavar="SECONDS",
+            help="With --coordinator: how long each process waits for the coordinator and "
+            "all the processes to join before stopping with an error "
+            f"[default: {DEFAULT_COORDINATOR_TIMEOUT}].",
+        ),
+        click.option(
             "--cache/--no-cache",
             default=True,
             show_default=True,
@@ -399,7 +413,18 @@ def start_processes(options: dict[str, Any]) -> bool:
     use_all_cores()
     if options.get("cache", True):
         enable_compilation_cache(options.get("cache_dir"))
-    initialize_distributed(options["coordinator"], options["process_count"], options["process_id"])
+    # How long to wait never changes the numbers: not one of the recorded arguments.
+    timeout = options.pop("coordinator_timeout", None)
+    try:
+        initialize_distributed(
+            options["coordinator"],
+            options["process_count"],
+            options["process_id"],
+            timeout,
+            progress=True,
+        )
+    except DistributedError as error:  # a runtime failure (status 1), not bad input
+        raise click.ClickException(str(error)) from None
     return jax.process_index() == 0
 
 
