@@ -108,6 +108,9 @@ def test_beta_n_sde_has_antipodal_pair_positive(tmp_path):
     # SDE engine the drift off the sphere is reported (projection: rounding only).
     args = ["--kind", "beta-n", "--engine", "sde", "--beta", "6", "--tokens", "3,4"]
     args += ["--dim", "4", "--trajectories", "48", "--horizon", "10", "--dt", "0.02"]
+    # Clusters at β = 6 reach float32's resolution on the N × d SDE: counted, as Fig. 6's
+    # classes are deep inside the clusters (the default would stop at the first merge).
+    args += ["--on-merged", "count"]
     result = CliRunner().invoke(
         main, ["phase-diagram", *args, "--no-progress", "--out", str(tmp_path), "--json"]
     )
@@ -166,6 +169,32 @@ def test_overflow_is_an_error_unless_excluded(tmp_path):
     point = json.loads(result.stdout.strip().splitlines()[-1])["points"][0]
     assert point["n_nonfinite"] == 10 and point["n_valid"] == 0
     assert point["p_antipodal"] is None
+
+
+def test_a_numerical_merge_stops_the_cli_and_a_rerun_resumes_with_a_choice(tmp_path):
+    # Deterministic-in-law Post-LN at β = 4 over T = 30 on the float32 N × d route: some
+    # pairs come within float32's resolution. The default stops (status 1, one line,
+    # before any file), keeping the checkpoint; --on-merged count resumes from it, and
+    # exclude gives the estimate over the other trajectories.
+    merging = ["phase-diagram", "--beta", "4", "--dim", "3", "--tokens", "2", "--route",
+               "full", "--trajectories", "64", "--horizon", "30", "--depth", "5",
+               "--no-progress", "--out", str(tmp_path)]  # fmt: skip
+    result = CliRunner().invoke(main, merging)
+    assert result.exit_code == 1
+    assert len(result.output.strip().splitlines()) == 1
+    assert "merged numerically in" in result.output and "--on-merged exclude" in result.output
+    assert not (tmp_path / "phase_diagram.nc").exists()
+    assert (tmp_path / "phase_diagram.checkpoint.nc").exists()
+    points = {}
+    for choice in ("count", "exclude"):
+        args = [*merging, "--on-merged", choice, "--json", "--overwrite"]
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, result.output
+        assert "merged numerically" in result.stderr
+        points[choice] = json.loads(result.stdout.strip().splitlines()[-1])["points"][0]
+    counted, excluded = points["count"], points["exclude"]
+    assert counted["n_merged"] == excluded["n_merged"] > 0
+    assert counted["n_counted"] == 64 and excluded["n_counted"] == 64 - counted["n_merged"]
 
 
 def test_version_is_the_running_source_version(monkeypatch):

@@ -125,7 +125,7 @@ def test_overlap_route_beats_full_route_coalescence():
     kw = {"key": jax.random.key(0), "n_trajectories": 500, "progress": False}
     points = [{"beta": 2.0, "dim": 3, "tokens": 2}]
     auto = ad.estimate_probabilities(make, points, **kw)
-    full = ad.estimate_probabilities(make, points, route="full", **kw)
+    full = ad.estimate_probabilities(make, points, route="full", on_merged="count", **kw)
     assert ad.provenance(auto)["simulated"] == ["OverlapSDE"]
     last_auto, last_full = auto.isel(time=-1, point=0), full.isel(time=-1, point=0)
     assert int(last_auto["n_merged"]) == 0

@@ -1,7 +1,8 @@
 """One model interface: a model defined here plugs into the estimator unchanged, and every
 built-in model offers the same batch-level methods."""
 
-from typing import final
+import functools
+from typing import ClassVar, final
 
 import equinox as eqx
 import jax
@@ -20,6 +21,7 @@ class CoinModel(ad.AbstractModel):
 
     p: jax.Array = eqx.field(converter=jnp.asarray)
     saveat: ad.SaveAt = ad.SaveAt(1.0)
+    tokens_can_meet: ClassVar[bool] = True  # its jump is dynamics, not a numerical merge
 
     @property
     def save_times(self) -> np.ndarray:
@@ -30,6 +32,20 @@ class CoinModel(ad.AbstractModel):
         sign = jnp.where(heads, 1.0, -1.0).astype(x0.dtype)
         moved = x0.at[:, 1].set(sign[:, None] * x0[:, 0])
         return moved[:, None]
+
+
+@final
+class UndeclaredCoinModel(ad.AbstractModel):
+    """:class:`CoinModel` without ``tokens_can_meet``: its jumps look like merges."""
+
+    coin: CoinModel
+
+    @property
+    def save_times(self) -> np.ndarray:
+        return self.coin.save_times
+
+    def simulate(self, x0, keys):
+        return self.coin.simulate(x0, keys)
 
 
 def test_a_new_model_plugs_into_the_estimator():
@@ -51,6 +67,22 @@ def test_a_new_model_plugs_into_the_estimator():
         p = point["p"]
         assert abs(single[i] - p) < 4.5 * binomial_se(p, 4000)
         assert single[i] + antipodal[i] == pytest.approx(1.0)
+
+
+def test_tokens_that_meet_are_a_merge_unless_the_model_says_they_can():
+    # The estimator cannot tell an exact coincidence of the dynamics from rounding; a model
+    # declares which it is. Undeclared, every trajectory is a (numerical) merge.
+    run = functools.partial(
+        ad.estimate_probabilities,
+        points=[{"dim": 3, "tokens": 2, "p": 0.5}],
+        key=jax.random.key(0),
+        n_trajectories=8,
+        progress=False,
+    )
+    with pytest.raises(ad.NumericalMergeError, match="8 of 8"):
+        run(lambda dim, tokens, p: UndeclaredCoinModel(CoinModel(p)))
+    ds = run(lambda dim, tokens, p: CoinModel(p))
+    assert int(ds["n_merged"].max()) == 0
 
 
 def test_model_fn_must_return_a_model():

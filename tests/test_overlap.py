@@ -164,3 +164,32 @@ def test_bad_input():
         ad.OverlapSDE(1.0, saveat=ad.SaveAt(1.0), integrator=ad.SDEIntegrator(dt=5.0))
     with pytest.raises(ad.ParameterError, match="noise"):
         ad.OverlapSDE(1.0, noise="pink")  # pyright: ignore[reportArgumentType]
+
+
+@pytest.mark.parametrize("x", [9.0, 60.0, 95.0, 1e30, -95.0])
+def test_saved_frames_of_a_far_state_are_not_a_numerical_merge(x):
+    # X = artanh Z is exact on the whole line; its frame row (tanh X, 1/cosh X) underflowed
+    # to (±1, 0) past |X| ≈ 89 in float32, and the estimator counted those trajectories
+    # as merged (200 of 200 at β = 1, ε = 0.5, T = 200) though nothing had merged.
+    from attndyn._models.overlap import _overlap_frame
+
+    frame = _overlap_frame(jnp.float32(x))
+    assert not bool(ad.numerically_merged(frame))
+    single, antipodal = (bool(c) for c in ad.cluster_classes(frame, 1e-6)[:2])
+    assert (single, antipodal) == ((True, False) if x > 0 else (False, True))
+
+
+def test_a_long_overlap_run_reports_no_merge():
+    def make(beta, dim, tokens, eps):
+        del dim, tokens
+        return ad.HybridSDE(
+            ad.Attention(beta, kind="unnormalized"), eps=eps, saveat=ad.SaveAt(200.0)
+        )
+
+    ds = ad.estimate_probabilities(
+        make, [{"beta": 1.0, "dim": 3, "tokens": 2, "eps": 0.5}], key=jax.random.key(0),
+        n_trajectories=16, progress=False,
+    )  # fmt: skip
+    assert ad.provenance(ds)["simulated"] == ["OverlapSDE"]
+    assert int(ds["n_merged"].max()) == 0
+    assert int(ds["count"].sel(outcome="single").isel(time=-1, point=0)) == 16

@@ -62,6 +62,7 @@ def test_plan_routes_each_point_and_checks_options():
         ({"chunk_size": 0}, "chunk_size"),
         ({"route": "fast"}, "route"),
         ({"on_nonfinite": "ignore"}, "on_nonfinite"),
+        ({"on_merged": "ignore"}, "on_merged"),
         ({"early_absorption": 2.0}, "early_absorption"),
     ):
         with pytest.raises(ad.ParameterError, match=needle):
@@ -124,12 +125,50 @@ def test_totals_beyond_two_million_trajectories_do_not_depend_on_chunk_order():
         t = Tallies.zeros(1, 1)
         t.cosine_sum[0] = 3 * 2**21 * 2**32
         for values in order:
-            t.add_chunk(0, np.zeros((1, 4), int), 0, 0, values, values, values, np.zeros(1, int))
+            merged = np.zeros((50, 1), bool)
+            t.add_chunk(0, np.zeros((1, 4), int), 0, 0, values, values, values, merged, 0)
         totals.append(t.cosine_sum.copy())
     np.testing.assert_array_equal(totals[0], totals[1])
     assert totals[0].dtype == np.int64
     expected = 3 * 2**21 + np.concatenate(chunks).sum()
     np.testing.assert_allclose(totals[0][0, 0] / FIXED_POINT, expected, rtol=1e-15)
+
+
+def test_excluding_merged_trajectories_is_the_estimate_over_the_others():
+    # Two routes to one number: the dataset built with exclude_merged from the tallies
+    # (all trajectories, and the merged ones apart) against NumPy over the unmerged
+    # trajectories alone, per save time, for the counts, probabilities and the means.
+    from attndyn._estimate.dataset import probabilities_dataset
+
+    rng = np.random.default_rng(7)
+    n, saves = 200, 3
+    classes = rng.random((n, saves, 4)) < 0.4
+    values = rng.uniform(-1, 1, (n, saves))
+    merged = np.cumsum(rng.random((n, saves)) < 0.2, axis=1) > 0  # merges are absorbing
+    t = Tallies.zeros(1, saves)
+    for part in np.array_split(np.arange(n), 7):  # several chunks, as the estimator adds
+        c, m = classes[part], merged[part]
+        t.add_chunk(0, c.sum(0), len(part), 0, values[part], values[part], values[part], m,
+                    (c & m[..., None]).sum(0))  # fmt: skip
+    t.n_done[0] = n
+    ds = probabilities_dataset(t, [{"dim": 3}], np.arange(1.0, saves + 1), exclude_merged=True)
+    kept = ~merged
+    np.testing.assert_array_equal(ds["n_counted"].values[0], kept.sum(0))
+    np.testing.assert_array_equal(ds["n_merged"].values[0], merged.sum(0))
+    np.testing.assert_array_equal(ds["count"].values[0], (classes & kept[..., None]).sum(0))
+    for s in range(saves):
+        mine = values[kept[:, s], s]
+        # Each value is rounded to 2⁻³² before it is summed: agreement to ~1e-9.
+        np.testing.assert_allclose(ds["mean_cosine"].values[0, s], mine.mean(), atol=1e-8)
+        np.testing.assert_allclose(
+            ds["mean_cosine_se"].values[0, s], mine.std(ddof=1) / np.sqrt(mine.size), rtol=1e-6
+        )
+        np.testing.assert_allclose(
+            ds["probability"].values[0, s], (classes[kept[:, s], s]).mean(0), rtol=1e-12
+        )
+    counted = probabilities_dataset(t, [{"dim": 3}], np.arange(1.0, saves + 1))
+    np.testing.assert_array_equal(counted["count"].values[0], classes.sum(0))
+    np.testing.assert_allclose(counted["mean_cosine"].values[0], values.mean(0), atol=1e-8)
 
 
 def test_a_checkpoint_of_format_2_is_read_as_integers(tmp_path, monkeypatch):

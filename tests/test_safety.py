@@ -80,6 +80,10 @@ def _estimate(checkpoint=None, *, chunk_size, sigma=1.0):
         chunk_size=chunk_size,
         checkpoint=checkpoint,
         progress=False,
+        # The toy's second step maps both tokens to one point (x₁ + x₂ normalised). It does
+        # not declare tokens_can_meet, so the estimator sees numerical merges: counted, so
+        # that the merge tallies are resumed too.
+        on_merged="count",
     )
 
 

@@ -471,28 +471,67 @@ def test_wrong_kinds_and_numpy_scalars_as_a_user_meets_them():
     assert lines[6].startswith("points must be a list of dicts")
 
 
-def test_numerically_merged_tokens_are_warned_of_by_the_api():
+def _merging(beta, dim, tokens, horizon):
     # Deterministic Post-LN at β = 4 over t = 30 merges the tokens to float32 resolution:
-    # their class is then the arithmetic's. The CLI printed a line; the API said nothing
-    # (audit): it now warns, and n_merged counts them.
-    def make(beta, dim, tokens, horizon):
-        del dim, tokens
-        return ad.DiscreteTransformer(
-            ad.Attention(beta), ad.DeterministicValues(), ad.PostLN(), depth=5,
-            saveat=ad.SaveAt(horizon),
-        )  # fmt: skip
-
-    run = functools.partial(
-        ad.estimate_probabilities, make, key=jax.random.key(0), n_trajectories=40,
-        route="full", progress=False,
+    # their class is then the arithmetic's.
+    del dim, tokens
+    return ad.DiscreteTransformer(
+        ad.Attention(beta), ad.DeterministicValues(), ad.PostLN(), depth=5,
+        saveat=ad.SaveAt(horizon, (horizon / 2, horizon)),
     )  # fmt: skip
-    with pytest.warns(ad.NumericalMergeWarning, match=r"at 1 of 1 points tokens merged"):
-        ds = run([dict(dim=3, tokens=5, beta=4.0, horizon=30.0)])
-    assert int(ds["n_merged"].values[0, -1]) > 0
+
+
+_MERGING = [dict(dim=3, tokens=5, beta=4.0, horizon=30.0)]
+_run_merging = functools.partial(
+    ad.estimate_probabilities, _merging, key=jax.random.key(0), n_trajectories=40,
+    route="full", progress=False,
+)  # fmt: skip
+
+
+def test_numerically_merged_tokens_stop_the_run_by_default(tmp_path):
+    # A merge is reported, never averaged in: by default the run stops at the first chunk
+    # with one, naming the point and the ways out, after saving the checkpoint.
+    path = tmp_path / "ck.nc"
+    with pytest.raises(ad.NumericalMergeError, match=r"merged numerically in \d+ of 40") as e:
+        _run_merging(_MERGING, checkpoint=path)
+    assert "x64=True" in str(e.value) and "on_merged='exclude'" in str(e.value)
+    assert "resumes from the checkpoint" in str(e.value) and path.exists()
+    # The choice is not part of the study: a rerun with either resumes, its work kept.
+    with pytest.warns(ad.NumericalMergeWarning, match="They are counted in their class"):
+        resumed = _run_merging(_MERGING, checkpoint=path, on_merged="count")
+    with pytest.warns(ad.NumericalMergeWarning):
+        fresh = _run_merging(_MERGING, on_merged="count")
+    np.testing.assert_array_equal(resumed["count"], fresh["count"])
+    assert ad.provenance(resumed)["on_merged"] == "count"
     with warnings.catch_warnings():
         warnings.simplefilter("error", ad.NumericalMergeWarning)
-        quiet = run([dict(dim=3, tokens=5, beta=4.0, horizon=1.0)])  # t = 1: far apart
-    assert int(quiet["n_merged"].values[0, -1]) == 0
+        far = _run_merging([{**_MERGING[0], "horizon": 1.0}])  # t = 1: far apart, no merge
+    assert int(far["n_merged"].max()) == 0
+    assert np.all(far["n_counted"].values == far["n_valid"].values[:, None])
+
+
+def test_excluded_merged_trajectories_leave_every_estimate():
+    # exclude = count less the merged trajectories, per save time: the counts, the
+    # denominators and the means' sums, two runs of the same trajectories.
+    with pytest.warns(ad.NumericalMergeWarning, match="They are excluded"):
+        excluded = _run_merging(_MERGING, on_merged="exclude")
+    with pytest.warns(ad.NumericalMergeWarning):
+        counted = _run_merging(_MERGING, on_merged="count")
+    n_merged = counted["n_merged"].values
+    assert n_merged[0, -1] > 0 and np.all(n_merged[:, -1] >= n_merged[:, 0])
+    n_valid = counted["n_valid"].values[:, None]
+    np.testing.assert_array_equal(excluded["n_counted"], n_valid - n_merged)
+    np.testing.assert_array_equal(counted["n_counted"], np.broadcast_to(n_valid, n_merged.shape))
+    removed = (counted["count"] - excluded["count"]).values
+    assert np.all(removed >= 0) and np.all(removed.max(axis=-1) <= n_merged)
+    # single, antipodal and unclustered partition the trajectories: exactly the merged
+    # ones left them.
+    partition = [list(ad.OUTCOMES).index(o) for o in ("single", "antipodal", "unclustered")]
+    np.testing.assert_array_equal(removed[..., partition].sum(-1), n_merged)
+    probability = excluded["probability"].values
+    with np.errstate(invalid="ignore"):
+        n_kept = excluded["n_counted"].values[..., None]
+        np.testing.assert_allclose(probability, excluded["count"].values / n_kept)
 
 
 @pytest.mark.parametrize("name", ["query", "key_matrix", "value", "output"])

@@ -29,6 +29,7 @@ from ._core.eigenmaps import EigenmapsStep as EigenmapsStep
 from ._core.errors import (
     DistributedError as DistributedError,
     NonFiniteError as NonFiniteError,
+    NumericalMergeError as NumericalMergeError,
     NumericalMergeWarning as NumericalMergeWarning,
     ParameterError as ParameterError,
 )

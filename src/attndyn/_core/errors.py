@@ -24,10 +24,16 @@ class DistributedError(RuntimeError):
     and what to check."""
 
 
+class NumericalMergeError(FloatingPointError):
+    """Tokens merged numerically (``on_merged="raise"``, the default): the float type
+    cannot resolve their gap, so the arithmetic, not the dynamics, would fix those
+    trajectories' class. A checkpointed run keeps its work: rerun it with
+    ``on_merged="exclude"`` or ``"count"`` to resume."""
+
+
 class NumericalMergeWarning(UserWarning):
-    """Tokens merged numerically: the float type cannot resolve their gap, so the
-    arithmetic, not the dynamics, fixed those trajectories' class (counted in
-    ``n_merged``)."""
+    """Tokens merged numerically and were counted (``on_merged="count"``) or excluded
+    (``on_merged="exclude"``); ``n_merged`` says how many."""
 
 
 def concrete(value: Any) -> np.ndarray | None:

@@ -142,6 +142,7 @@ def write_checkpoint(
 ) -> None:
     """Write the tallies atomically (a temporary file, flushed, then renamed)."""
     dims = {"counts": ("point", "time", "outcome"), "n_valid": ("point",)}
+    dims.update(merged_counts=("point", "time", "outcome"))
     dims.update(n_nonfinite=("point",), n_done=("point",))
     study = np.frombuffer(_json(record).encode(), dtype=np.uint8)
     ds = xr.Dataset(

@@ -103,8 +103,9 @@ MEAN_DESCRIPTIONS = {
 
 
 def mean_and_se(total: np.ndarray, total_sq: np.ndarray, n: np.ndarray):
-    """Sample mean and its standard error from Σ, Σ² over ``n`` (per point) trajectories."""
-    n = n[:, None]
+    """Sample mean and its standard error from Σ, Σ² over ``n`` trajectories (per point
+    and save time, or per point)."""
+    n = n if n.ndim == total.ndim else n[:, None]
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = total / n
         var = total_sq / n - mean**2
@@ -113,23 +114,32 @@ def mean_and_se(total: np.ndarray, total_sq: np.ndarray, n: np.ndarray):
 
 
 def probabilities_dataset(
-    tallies: Tallies, points: Sequence[Mapping[str, Any]], save_times: np.ndarray
+    tallies: Tallies,
+    points: Sequence[Mapping[str, Any]],
+    save_times: np.ndarray,
+    *,
+    exclude_merged: bool = False,
 ) -> xr.Dataset:
     """Counts, probabilities, Wilson 95 % bounds over (point, time, outcome), and the mean
-    cosine, pair density and span dimension (with standard errors) over (point, time)."""
-    n_valid = tallies.n_valid[:, None, None]
+    cosine, pair density and span dimension (with standard errors) over (point, time),
+    over the valid trajectories, less those whose tokens merged with ``exclude_merged``."""
+    counts = tallies.counts
+    n_counted = np.broadcast_to(tallies.n_valid[:, None], tallies.n_merged.shape)
+    if exclude_merged:
+        counts, n_counted = counts - tallies.merged_counts, n_counted - tallies.n_merged
+    n = np.broadcast_to(n_counted[..., None], counts.shape)
     with np.errstate(invalid="ignore", divide="ignore"):
-        probability = tallies.counts / n_valid
+        probability = counts / n
     means = {}
     for name in MEANS:
-        mean, se = mean_and_se(*tallies.sums(name), tallies.n_valid)
+        mean, se = mean_and_se(*tallies.sums(name, exclude_merged), n_counted)
         means[name] = (("point", "time"), mean)
         means[f"{name}_se"] = (("point", "time"), se)
-    lower, upper = wilson_interval(tallies.counts, np.broadcast_to(n_valid, tallies.counts.shape))
+    lower, upper = wilson_interval(counts, n)
     dims3 = ("point", "time", "outcome")
     ds = xr.Dataset(
         {
-            "count": (dims3, tallies.counts),
+            "count": (dims3, counts),
             "probability": (dims3, probability),
             "ci_lower": (dims3, lower),
             "ci_upper": (dims3, upper),
@@ -137,6 +147,7 @@ def probabilities_dataset(
             "n_nonfinite": ("point", tallies.n_nonfinite),
             **means,
             "n_merged": (("point", "time"), tallies.n_merged),
+            "n_counted": (("point", "time"), np.array(n_counted)),
         },
         coords={
             "point": np.arange(len(points)),
@@ -153,5 +164,9 @@ def probabilities_dataset(
     ds["n_merged"].attrs["description"] = (
         "valid trajectories whose tokens became numerically identical (or exactly "
         "antipodal): the arithmetic, not the dynamics, fixed their class"
+    )
+    ds["n_counted"].attrs["description"] = (
+        "trajectories in the probabilities and means at each save time: n_valid, less "
+        "n_merged where merged trajectories are excluded (provenance on_merged)"
     )
     return ds

@@ -15,7 +15,13 @@ import xarray as xr
 from jaxtyping import PRNGKeyArray
 from tqdm.auto import tqdm
 
-from .._core.errors import NonFiniteError, NumericalMergeWarning, ParameterError, check_bool
+from .._core.errors import (
+    NonFiniteError,
+    NumericalMergeError,
+    NumericalMergeWarning,
+    ParameterError,
+    check_bool,
+)
 from .._models.base import AbstractModel
 from .checkpoint import load_checkpoint, signature, study_record, write_checkpoint
 from .dataset import attach_provenance, probabilities_dataset, provenance_record
@@ -50,6 +56,7 @@ ESTIMATOR_FIELDS = (
     "dtype",
     "compile_seconds",
     "on_nonfinite",
+    "on_merged",
     "model",
     "signature",
 )
@@ -71,6 +78,7 @@ def estimate_probabilities(
     route: str = "auto",
     early_absorption: bool | float | Literal["auto"] = False,
     x64: bool = False,
+    on_merged: Literal["raise", "exclude", "count"] = "raise",
 ) -> xr.Dataset:
     """Estimate the probability of each clustering class at each save time, per point.
 
@@ -119,9 +127,16 @@ def estimate_probabilities(
             provenance.
         x64: run in float64 (starts, states and the model's parameters), for the full
             routes where float32 coordinates merge tokens closer than ~10⁻⁷; recorded in
-            provenance as ``dtype``; a bool (a truthy string is refused). Either way,
-            trajectories whose tokens became numerically identical are counted in
-            ``n_merged``.
+            provenance as ``dtype``; a bool (a truthy string is refused).
+        on_merged: what to do when a trajectory's tokens merge numerically (the float type
+            cannot resolve their gap, so the arithmetic, not the dynamics, would fix its
+            class; see :func:`attndyn.numerically_merged`): ``"raise"`` a
+            :class:`NumericalMergeError` at the end of the first chunk where it happens
+            (the checkpoint is saved first, and serves a rerun with another choice);
+            ``"exclude"`` such trajectories from the probabilities and means at each save
+            time where they are merged (``n_counted`` = ``n_valid`` − ``n_merged``), or
+            ``"count"`` them in the class the arithmetic fixed. Either of the last two
+            warns (:class:`NumericalMergeWarning`), and ``n_merged`` says how many.
 
     With several processes (``jax.distributed``, see :func:`attndyn.initialize_distributed`),
     each process runs its block of tiles of every point (:func:`.distributed.process_block`)
@@ -131,8 +146,9 @@ def estimate_probabilities(
     Returns:
         An ``xarray.Dataset`` over ``(point, time, outcome)`` with ``count``,
         ``probability``, Wilson 95 % bounds ``ci_lower``/``ci_upper``, ``n_valid``,
-        ``n_nonfinite``, ``n_merged``, the mean pairwise cosine with its standard error, one
-        coordinate per parameter along ``point``, and full provenance in ``attrs``.
+        ``n_nonfinite``, ``n_merged``, ``n_counted`` (the denominators), the mean
+        pairwise cosine with its standard error, one coordinate per parameter along
+        ``point``, and full provenance in ``attrs``.
     """
     key = check_key(key)
     check_bool("x64", x64)
@@ -150,32 +166,48 @@ def estimate_probabilities(
             early_absorption=early_absorption,
             on_nonfinite=on_nonfinite,
             x64=bool(x64),
+            on_merged=on_merged,
         )
         with _Study(plan, key, checkpoint) as study:
             study.run(progress)
             tallies = study.combined()
     record = _provenance(plan, study, tallies, metadata)
     warn_merged(plan, tallies)
-    return attach_provenance(
-        probabilities_dataset(tallies, [p.point for p in plan.points], plan.save_times), record
+    points = [p.point for p in plan.points]
+    ds = probabilities_dataset(
+        tallies, points, plan.save_times, exclude_merged=plan.on_merged == "exclude"
+    )
+    return attach_provenance(ds, record)
+
+
+def merge_message(plan: Plan, tallies: Tallies, index: int) -> str:
+    """Where and how often tokens merged at point ``index``, and the ways out."""
+    merged = tallies.n_merged[index]
+    first = int(np.argmax(merged > 0))
+    dtype = "float64" if plan.x64 else "float32"
+    ways_out = "a reduced route (route='auto', where one applies)" + (
+        "" if plan.x64 else " or x64=True (CLI: --x64)"
+    )
+    return (
+        f"tokens merged numerically in {int(merged.max())} of {int(tallies.n_valid[index])} "
+        f"trajectories at {plan.points[index].point} (first at t = "
+        f"{plan.save_times[first]:.4g}): {dtype} cannot resolve their gap, so the "
+        f"arithmetic, not the dynamics, fixes their class; {ways_out} resolves far smaller "
+        "gaps."
     )
 
 
 def warn_merged(plan: Plan, tallies: Tallies) -> None:
-    """Tell the user where tokens merged numerically at the last save: those trajectories
-    are counted (their class is the one the arithmetic fixed), and ``n_merged`` says how
-    many; a warning says where."""
-    merged = tallies.n_merged[:, -1]
-    points = [i for i, n in enumerate(merged) if n > 0]
+    """Tell the user where tokens merged numerically (``on_merged`` "count" or "exclude":
+    "raise" stopped at the first merge); ``n_merged`` says how many."""
+    points = [i for i, n in enumerate(tallies.n_merged.max(axis=1)) if n > 0]
     if not points:
         return
-    first = points[0]
+    done = "counted in their class" if plan.on_merged == "count" else "excluded"
     warnings.warn(
-        f"at {len(points)} of {len(plan.points)} points tokens merged numerically (e.g. "
-        f"{int(merged[first])} of {int(tallies.n_valid[first])} trajectories at "
-        f"{plan.points[first].point}): float32 cannot resolve their gap, so the arithmetic "
-        "fixed their class; they are counted, and n_merged says how many. x64=True or a "
-        "reduced route (route='auto') resolves far smaller gaps.",
+        f"at {len(points)} of {len(plan.points)} points: "
+        f"{merge_message(plan, tallies, points[0])} They are {done} (on_merged="
+        f"{plan.on_merged!r}); n_merged says how many at each point and save time.",
         NumericalMergeWarning,
         stacklevel=3,
     )
@@ -383,6 +415,7 @@ class _Study:
                 pending = results, min(group, stop - tile_start)
             if pending is not None:
                 self.add(index, *pending, bar)
+            self.check_merged(index)
             if time.perf_counter() - self.last_save > CHECKPOINT_EVERY:
                 self.save()
 
@@ -391,6 +424,20 @@ class _Study:
         self.tallies.add_chunk(index, *results)
         self.tallies.n_done[index] += done
         bar.update(done)
+
+    def check_merged(self, index: int) -> None:
+        """Under ``on_merged="raise"``, stop at the end of the first chunk in which tokens
+        merged, once the checkpoint holds it: a rerun with another ``on_merged`` resumes
+        there (the choice is not part of the study record: the tallies serve both)."""
+        if self.plan.on_merged != "raise" or not self.tallies.n_merged[index].any():
+            return
+        self.save()
+        raise NumericalMergeError(
+            merge_message(self.plan, self.tallies, index) + " Pass on_merged='exclude' "
+            "(CLI: --on-merged exclude) to drop such trajectories from the estimates, or "
+            "'count' to keep them in the class the arithmetic fixed"
+            + (": a rerun resumes from the checkpoint." if self.checkpoint else ".")
+        )
 
     def check_nonfinite(self, index: int, point: PointPlan) -> None:
         bad = int(self.tallies.n_nonfinite[index])
@@ -443,6 +490,7 @@ def _provenance(
         dtype="float64" if plan.x64 else "float32",
         compile_seconds=compile_seconds() - study.compile_before,
         on_nonfinite=plan.on_nonfinite,
+        on_merged=plan.on_merged,
         model=repr(plan.points[0].user_model),
         signature=study.signature,
         **fields,

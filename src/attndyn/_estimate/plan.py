@@ -25,6 +25,8 @@ from .._models.reduced.absorption import DEFAULT_BOUND
 from .keys import Point, numeric_identity, point_id
 
 NONFINITE_POLICIES = ("raise", "exclude")
+#: What to do with trajectories whose tokens merged numerically (see ``on_merged``).
+MERGE_POLICIES = ("raise", "exclude", "count")
 #: Trajectories per point: their indices (plus one chunk of padding) stay in int32.
 MAX_TRAJECTORIES = 2**30
 #: Largest token dimension d and token count N (far beyond any device's memory already).
@@ -73,6 +75,7 @@ class Plan:
     on_nonfinite: str
     save_times: np.ndarray
     x64: bool = False
+    on_merged: str = "raise"
 
     @property
     def routes(self) -> list[str]:
@@ -91,12 +94,15 @@ def absorption_bound_of(early_absorption: bool | float | str) -> float | None:
     return float(early_absorption)
 
 
-def check_options(*, n_trajectories, tol, radius, on_nonfinite, chunk_size, route) -> None:
+def check_options(
+    *, n_trajectories, tol, radius, on_nonfinite, chunk_size, route, on_merged="raise"
+) -> None:
     """The estimator's own arguments."""
     check_int("n_trajectories", n_trajectories, lower=1, upper=MAX_TRAJECTORIES)
     check_bound("tol", tol, lower=0.0, upper=1.0, lower_open=True, upper_open=True)
     check_bound("radius", radius, lower=0.0, lower_open=True)
     check_choice("on_nonfinite", on_nonfinite, NONFINITE_POLICIES)
+    check_choice("on_merged", on_merged, MERGE_POLICIES)
     if chunk_size is not None:
         check_int("chunk_size", chunk_size, lower=1, upper=MAX_TRAJECTORIES)
     check_choice("route", route, ROUTES)
@@ -221,6 +227,7 @@ def make_plan(
     early_absorption: bool | float | str,
     on_nonfinite: str,
     x64: bool = False,
+    on_merged: str = "raise",
 ) -> Plan:
     """Check the arguments and build every point's model; refuse anything inconsistent."""
     check_options(
@@ -230,6 +237,7 @@ def make_plan(
         on_nonfinite=on_nonfinite,
         chunk_size=chunk_size,
         route=route,
+        on_merged=on_merged,
     )
     # NumPy scalars pass the checks; the plan keeps Python numbers (JSON provenance).
     n_trajectories, tol, radius = int(n_trajectories), float(tol), float(radius)
@@ -264,6 +272,7 @@ def make_plan(
         on_nonfinite,
         save_times,
         x64,
+        on_merged,
     )
 
 

@@ -148,7 +148,10 @@ def simulate_tile(model: AbstractModel, point_key, indices, tol, radius, n_token
         classes = jax.vmap(cluster_classes, in_axes=(0, None))(saves, tol)
         cosines = jax.vmap(mean_cosine)(saves)
         densities = jax.vmap(pair_density)(saves)
-        merged = jax.vmap(numerically_merged)(saves)
+        if model.tokens_can_meet:  # coincidences are the model's dynamics, not rounding
+            merged = jnp.zeros(saves.shape[0], bool)
+        else:
+            merged = jax.vmap(numerically_merged)(saves)
         return classes, cosines, densities, merged, finite
 
     classes, cosines, densities, merged, finite = jax.vmap(observe)(saves)
@@ -174,11 +177,14 @@ def _span_dimensions_per_device(saves: Array, mesh: jax.sharding.Mesh) -> Array:
 
 
 def tally(classes, cosines, densities, spans, merged, finite, indices, n_total):
-    """Counts over the valid trajectories of the chunk (in range and finite)."""
+    """Counts over the valid trajectories of the chunk (in range and finite), and over
+    those of them whose tokens merged numerically (with the per-trajectory flags, so the
+    host can sum the means over them too)."""
     in_range = indices < n_total
     valid = in_range & finite
     counts = jnp.sum(classes & valid[:, None, None], axis=0, dtype=jnp.int32)
-    n_merged = jnp.sum(merged & valid[:, None], axis=0, dtype=jnp.int32)
+    merged = merged & valid[:, None]
+    merged_counts = jnp.sum(classes & merged[..., None], axis=0, dtype=jnp.int32)
     # Per-trajectory means (cosine, pair density, span dimension) go back to the host,
     # which sums them exactly (fixed point, or integers): the totals are then independent
     # of chunk size, device and process count.
@@ -190,7 +196,8 @@ def tally(classes, cosines, densities, spans, merged, finite, indices, n_total):
         jnp.where(keep, cosines, 0),
         jnp.where(keep, densities, 0),
         jnp.where(keep, spans, 0),
-        n_merged,
+        merged,
+        merged_counts,
     )
 
 

@@ -36,11 +36,13 @@ def _sum_prefix(mean: str) -> str:
     return "cosine" if mean == "mean_cosine" else mean
 
 
-#: The unit of every fixed-point sum field of :class:`Tallies`.
+#: The unit of every fixed-point sum field of :class:`Tallies` (the sums over all valid
+#: trajectories, and the same sums over the numerically merged ones).
 SUM_UNITS = {
-    f"{_sum_prefix(mean)}{suffix}": unit
+    f"{merged}{_sum_prefix(mean)}{suffix}": unit
     for mean, unit in MEANS.items()
     for suffix in ("_sum", "_sumsq")
+    for merged in ("", "merged_")
 }
 
 
@@ -48,7 +50,12 @@ SUM_UNITS = {
 class Tallies:
     """Per point (P) and save time (S): class counts, trajectories valid, non-finite and
     finished, and the sums (and sums of squares) of the per-trajectory mean cosine, pair
-    density and span dimension; ``seconds`` of simulation so far."""
+    density and span dimension; ``seconds`` of simulation so far.
+
+    The same counts and sums are kept over the valid trajectories whose tokens merged
+    numerically (``merged_*``), so that how merged trajectories enter the estimates
+    (``on_merged``: counted or excluded) is decided when the dataset is made, not while
+    the study runs: a checkpoint serves either choice."""
 
     counts: np.ndarray  # (P, S, 4)
     n_valid: np.ndarray  # (P,)
@@ -61,6 +68,13 @@ class Tallies:
     span_dim_sum: np.ndarray  # (P, S)
     span_dim_sumsq: np.ndarray  # (P, S)
     n_merged: np.ndarray  # (P, S): valid trajectories with numerically merged tokens
+    merged_counts: np.ndarray  # (P, S, 4): class counts over those trajectories
+    merged_cosine_sum: np.ndarray  # (P, S), and the means' sums over them
+    merged_cosine_sumsq: np.ndarray
+    merged_pair_density_sum: np.ndarray
+    merged_pair_density_sumsq: np.ndarray
+    merged_span_dim_sum: np.ndarray
+    merged_span_dim_sumsq: np.ndarray
     seconds: float = 0.0
 
     FIELDS = (
@@ -75,49 +89,73 @@ class Tallies:
         "span_dim_sum",
         "span_dim_sumsq",
         "n_merged",
+        "merged_counts",
+        "merged_cosine_sum",
+        "merged_cosine_sumsq",
+        "merged_pair_density_sum",
+        "merged_pair_density_sumsq",
+        "merged_span_dim_sum",
+        "merged_span_dim_sumsq",
     )
 
     @classmethod
     def zeros(cls, n_points: int, n_saves: int) -> "Tallies":
-        z = np.zeros
-        return cls(
-            counts=z((n_points, n_saves, len(OUTCOMES)), np.int64),
-            n_valid=z(n_points, np.int64),
-            n_nonfinite=z(n_points, np.int64),
-            n_done=z(n_points, np.int64),
-            cosine_sum=z((n_points, n_saves), np.int64),
-            cosine_sumsq=z((n_points, n_saves), np.int64),
-            pair_density_sum=z((n_points, n_saves), np.int64),
-            pair_density_sumsq=z((n_points, n_saves), np.int64),
-            span_dim_sum=z((n_points, n_saves), np.int64),
-            span_dim_sumsq=z((n_points, n_saves), np.int64),
-            n_merged=z((n_points, n_saves), np.int64),
+        per_point: tuple[int, ...] = (n_points,)
+        per_outcome: tuple[int, ...] = (n_points, n_saves, len(OUTCOMES))
+        shapes: dict[str, tuple[int, ...]] = dict.fromkeys(
+            ("n_valid", "n_nonfinite", "n_done"), per_point
         )
+        shapes.update(dict.fromkeys(("counts", "merged_counts"), per_outcome))
+        arrays = {
+            name: np.zeros(shapes.get(name, (n_points, n_saves)), np.int64) for name in cls.FIELDS
+        }
+        return cls(**arrays)  # pyright: ignore[reportArgumentType]
 
     def arrays(self) -> list[np.ndarray]:
         return [getattr(self, name) for name in self.FIELDS]
 
-    def fixed_point(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+    def fixed_point(self, name: str, merged: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """(Σ, Σ²) of the mean called ``name`` (a key of :data:`MEANS`), int64 multiples of
-        its unit (the arrays themselves: adding to them adds to the tallies)."""
-        prefix = _sum_prefix(name)
+        its unit (the arrays themselves: adding to them adds to the tallies); over the
+        merged trajectories only with ``merged``."""
+        prefix = ("merged_" if merged else "") + _sum_prefix(name)
         return getattr(self, f"{prefix}_sum"), getattr(self, f"{prefix}_sumsq")
 
-    def sums(self, name: str) -> tuple[np.ndarray, np.ndarray]:
-        """(Σ, Σ²) of the mean called ``name`` as float64 (one rounding of the exact totals)."""
+    def sums(self, name: str, exclude_merged: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """(Σ, Σ²) of the mean called ``name`` as float64 (one rounding of the exact
+        totals), over the valid trajectories, or over those whose tokens did not merge."""
         first, second = self.fixed_point(name)
+        if exclude_merged:
+            merged_first, merged_second = self.fixed_point(name, merged=True)
+            first, second = first - merged_first, second - merged_second
         return first / MEANS[name], second / MEANS[name]
 
     def add_chunk(
-        self, p: int, counts, n_valid, n_nonfinite, cosines, densities, spans, n_merged
+        self,
+        p: int,
+        counts,
+        n_valid,
+        n_nonfinite,
+        cosines,
+        densities,
+        spans,
+        merged,
+        merged_counts,
     ) -> None:
-        """Add one chunk's device results to point ``p`` (its ``n_done`` is the caller's)."""
-        self.n_merged[p] += np.asarray(n_merged)
+        """Add one chunk's device results to point ``p`` (its ``n_done`` is the caller's).
+        ``merged``: (trajectories, S), the valid trajectories whose tokens merged, and
+        ``merged_counts`` their class counts; the means are already 0 where a trajectory
+        is not valid."""
+        merged = np.asarray(merged)
+        self.n_merged[p] += merged.sum(axis=0)
+        self.merged_counts[p] += np.asarray(merged_counts)
         self.counts[p] += np.asarray(counts)
         self.n_valid[p] += int(n_valid)
         self.n_nonfinite[p] += int(n_nonfinite)
         for (name, unit), values in zip(MEANS.items(), (cosines, densities, spans)):
-            total, total_sq = self.fixed_point(name)
-            first, second = fixed_point_sums(np.asarray(values), unit)
-            total[p] += first
-            total_sq[p] += second
+            values = np.asarray(values)
+            for subset, kept in ((False, values), (True, np.where(merged, values, 0))):
+                total, total_sq = self.fixed_point(name, merged=subset)
+                first, second = fixed_point_sums(kept, unit)
+                total[p] += first
+                total_sq[p] += second

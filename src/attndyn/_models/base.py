@@ -54,6 +54,13 @@ class AbstractModel(eqx.Module):
     #: (``shard_map``): true for the layer maps and exact chains; diffrax solves are left
     #: to the compiler's partitioner instead.
     per_device: ClassVar[bool] = True
+    #: Whether the model's own map can send two distinct tokens onto one point (or onto
+    #: antipodes) in finite time. False for every built-in model (distinct tokens only
+    #: approach each other): coinciding tokens in the saves are then a numerical merge,
+    #: which the estimator counts in ``n_merged`` and treats as ``on_merged`` says. A model
+    #: whose map makes tokens meet (a jump, a projection) sets it True: its coincidences
+    #: are dynamics, and are not counted.
+    tokens_can_meet: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs):
         # The abstract/final pattern, enforced: a subclass of a concrete model could change

@@ -16,7 +16,12 @@ import click
 import jax
 from click.core import ParameterSource
 
-from .._core.errors import NonFiniteError, NumericalMergeWarning, ParameterError
+from .._core.errors import (
+    NonFiniteError,
+    NumericalMergeError,
+    NumericalMergeWarning,
+    ParameterError,
+)
 from .._core.norms import NORM_NAMES
 from .._core.serialize import plain
 from .._core.values import DISTRIBUTIONS
@@ -47,7 +52,7 @@ def cli_errors(func: Callable) -> Callable:
                 return func(*args, **kwargs)
         except ParameterError as error:
             raise click.UsageError(str(error)) from None
-        except NonFiniteError as error:
+        except (NonFiniteError, NumericalMergeError) as error:
             raise click.ClickException(str(error)) from None
         except KeyboardInterrupt:
             # Click would print "Aborted!" alone: say how to go on (status 130, as for SIGINT).
@@ -292,6 +297,17 @@ def scale_options(func: Callable) -> Callable:
             "than ~1e-7; merged trajectories are counted in n_merged either way).",
         ),
         click.option(
+            "--on-merged",
+            type=click.Choice(["raise", "exclude", "count"]),
+            default="raise",
+            show_default=True,
+            help="Trajectories whose tokens merged numerically (the arithmetic, not the "
+            "dynamics, fixed their class): raise stops with an error (a rerun with another "
+            "choice resumes from the checkpoint); exclude drops them from the estimates at "
+            "each save time (n_counted); count keeps them in that class. n_merged counts "
+            "them either way.",
+        ),
+        click.option(
             "--exclude-nonfinite",
             is_flag=True,
             help="Drop trajectories that overflow (NaN/inf) from the probabilities, with a "
@@ -439,6 +455,7 @@ def monte_carlo(options: dict[str, Any]) -> MonteCarlo:
         early_absorption=options.get("early_absorption"),
         exclude_nonfinite=options.get("exclude_nonfinite", False),
         x64=options.get("x64", False),
+        on_merged=options.get("on_merged", "raise"),
     )
 
 
@@ -546,17 +563,21 @@ def finish(
 
 
 def warn_merged(ds) -> None:
-    """One line on stderr per point whose tokens merged numerically at the last save."""
+    """One line on stderr per point whose tokens merged numerically (the run went on, with
+    --on-merged exclude or count)."""
     if "n_merged" not in ds:
         return
-    last = ds["n_merged"].isel(time=-1).values
-    for i in [i for i, n in enumerate(last) if n > 0]:
+    record = json.loads(ds.attrs.get("provenance", "{}"))
+    done = "counted in their class" if record.get("on_merged") == "count" else "excluded"
+    most = ds["n_merged"].max("time").values
+    for i in [i for i, n in enumerate(most) if n > 0]:
         row = ds.isel(point=i)
         params = ", ".join(
             f"{k}={row[k].item()}" for k in ("beta", "eps", "dim", "tokens") if k in row.coords
         )
         say(
-            f"warning: {int(last[i])} of {int(row['n_valid'])} trajectories at {params} have "
-            "tokens that merged numerically (float32 cannot resolve their gap, so the "
-            "arithmetic fixed their class); rerun with --x64, or on a reduced route."
+            f"warning: {int(most[i])} of {int(row['n_valid'])} trajectories at {params} have "
+            f"tokens that merged numerically ({record.get('dtype', 'float32')} cannot resolve "
+            f"their gap, so the arithmetic fixed their class); they are {done} (n_merged). "
+            "--x64 or a reduced route resolves far smaller gaps."
         )

@@ -35,7 +35,14 @@ from .._core.schemes import PostLN
 from .._core.sphere import uniform_sphere
 from .._core.values import DISTRIBUTIONS, MatrixValues, ScalarValues
 from .._estimate.estimator import estimate_probabilities
-from .._estimate.plan import MAX_DIM, MAX_TOKENS, MAX_TRAJECTORIES, check_distinct, grid
+from .._estimate.plan import (
+    MAX_DIM,
+    MAX_TOKENS,
+    MAX_TRAJECTORIES,
+    MERGE_POLICIES,
+    check_distinct,
+    grid,
+)
 from .._models.base import ROUTES, AbstractModel
 from .._models.discrete import DiscreteTransformer
 from .._models.integrators import SDEIntegrator
@@ -234,6 +241,8 @@ class MonteCarlo:
     early_absorption: float | Literal["auto"] | None = None
     exclude_nonfinite: bool = False
     x64: bool = False
+    #: Trajectories whose tokens merged numerically: "raise" (stop), "exclude" or "count".
+    on_merged: str = "raise"
 
     def __post_init__(self):
         check_int("trajectories", self.trajectories, lower=1, upper=MAX_TRAJECTORIES)
@@ -250,6 +259,7 @@ class MonteCarlo:
         check_choice("route", self.route, ROUTES)
         check_bool("exclude_nonfinite", self.exclude_nonfinite)
         check_bool("x64", self.x64)
+        check_choice("on_merged", self.on_merged, MERGE_POLICIES)
 
     def estimate(
         self,
@@ -275,6 +285,7 @@ class MonteCarlo:
             early_absorption=False if self.early_absorption is None else self.early_absorption,
             on_nonfinite="exclude" if self.exclude_nonfinite else "raise",
             x64=self.x64,
+            on_merged=self.on_merged,  # type: ignore[arg-type]
         )
 
 

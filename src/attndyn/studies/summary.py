@@ -36,6 +36,8 @@ def json_points(ds: xr.Dataset) -> list[dict[str, Any]]:
             n_valid=int(row["n_valid"]),
             n_nonfinite=int(row["n_nonfinite"]),
             n_merged=int(row["n_merged"]) if "n_merged" in row else 0,
+            # The denominators: n_valid, less n_merged with --on-merged exclude.
+            n_counted=int(row["n_counted"]) if "n_counted" in row else int(row["n_valid"]),
             p_single=p("single"),
             p_antipodal=p("antipodal"),
             p_unclustered=p("unclustered"),

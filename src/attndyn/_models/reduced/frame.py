@@ -21,6 +21,14 @@ def two_token_frame(cz: Array, sz: Array) -> Float[Array, "2 2"]:
     return jnp.stack([jnp.stack([one, zero]), jnp.stack([cz, sz])])
 
 
+def held_sine(sz: Array) -> Array:
+    """sin φ of a route whose state carries it exactly (in log sin φ, or as 1/cosh X), held
+    at the smallest normal number of its dtype when it is smaller (gaps below ~10⁻⁷⁶ in
+    float32): the state never merges the tokens, and the observables see a gap that tiny
+    as what it is — together, or antipodal — not as a numerical merge."""
+    return jnp.maximum(sz, jnp.finfo(sz.dtype).tiny)
+
+
 def two_token_attention(attention: Attention, z: Array) -> tuple[Array, Array, Array, Array]:
     """The 2 × 2 attention matrix of two unit tokens with overlap z, entry by entry.
 

@@ -29,7 +29,7 @@ from ..._core.schemes import PostLN
 from ..._core.values import AbstractScalarValues
 from ..base import AbstractModel
 from ..discrete import DiscreteTransformer
-from .frame import lq, two_token_attention, two_token_frame
+from .frame import held_sine, lq, two_token_attention, two_token_frame
 
 
 @final
@@ -107,10 +107,7 @@ class SpanTransformer(AbstractModel):
 
 
 def _frame_view(cz: Array, log_sz: Array) -> Float[Array, "2 2"]:
-    """The frame rows (1, 0), (cos φ, sin φ), with sin φ held at the smallest normal number
-    of its dtype when it is smaller (gaps below ~10⁻⁷⁶ in float32): the state itself keeps
-    log sin φ, so the tokens never merge, and the observables see a gap that tiny as what it
-    is — together, or antipodal."""
-    tiny = jnp.finfo(cz.dtype).tiny
-    sz = jnp.where(jnp.isneginf(log_sz), 0.0, jnp.maximum(jnp.exp(log_sz), tiny))
+    """The frame rows (1, 0), (cos φ, sin φ), sin φ :func:`held_sine` (the state keeps
+    log sin φ); 0 only for tokens that started merged (log sin φ = −∞)."""
+    sz = jnp.where(jnp.isneginf(log_sz), 0.0, held_sine(jnp.exp(log_sz).astype(cz.dtype)))
     return two_token_frame(cz, sz.astype(cz.dtype))
