@@ -8,7 +8,7 @@ import click
 from .._core.errors import INT32_MAX, check_int
 from .._core.schemes import SCHEME_NAMES
 from .._estimate.dataset import attach_provenance, provenance
-from ..studies.schemes import schemes_study, schemes_summary
+from ..studies.schemes import check_schemes_start, schemes_study, schemes_summary
 from ._common import (
     cli_errors,
     command_line,
@@ -100,6 +100,15 @@ def schemes(**options) -> None:
     # study's are rw_layers and rw_runs).
     for name in ("layers", "runs"):
         check_int(f"--{name}", options[name], lower=1, upper=INT32_MAX)
+    # What the study would find only mid-run (a terminal-rate fit that cannot start by
+    # t = 1e7, a start radius float32 cannot hold), refused in closed form before the
+    # output folder is touched, naming the options.
+    check_schemes_start(
+        scheme_names,
+        alpha=alphas[0],
+        prefix="--",
+        **{k: options[k] for k in ("tokens", "dim", "beta", "tau", "r0")},
+    )
     rw: dict[str, Any] = {"rw_layers": options["layers"], "rw_runs": options["runs"]}
     if options["full_size"]:
         rw.update(rw_dim=512, rw_tokens=256)

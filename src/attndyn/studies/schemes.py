@@ -13,7 +13,7 @@ import dataclasses
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import equinox as eqx
@@ -40,14 +40,24 @@ from .._core.errors import (
 from .._core.linalg import dot
 from .._core.observables import mean_cosine
 from .._core.saveat import SaveAt
-from .._core.schemes import NGPT, SCHEME_NAMES, AbstractScheme, MixLN, scheme_from_name
+from .._core.schemes import (
+    NGPT,
+    SCHEME_NAMES,
+    AbstractScheme,
+    MixLN,
+    PeriLN,
+    PostLN,
+    PreLN,
+    scheme_from_name,
+)
 from .._core.sphere import uniform_sphere
 from .._core.weights import RandomWeights
 from .._estimate.dataset import attach_provenance, provenance, provenance_record
 from .._models.integrators import ODEIntegrator
 from .._models.ode import NormalizedAttentionODE
-from .._models.symmetric import SymmetricODE, symmetric_start
+from .._models.symmetric import SymmetricODE, check_fits, symmetric_start
 from ..theory import initial_slope, terminal_rate_theory
+from ..theory._symmetric import time_to_gap
 from .rates import fit_terminal_rate
 
 #: Save points of the γ(t) curves.
@@ -132,38 +142,58 @@ def _rate_window(kind: str, t_start: float, value: float) -> tuple[np.ndarray, t
     return ts, (float(ts[40]), end)
 
 
+#: The terminal-rate fit starts where 1 − γ first falls to FIT_GAP, which must happen by
+#: t = FIT_HORIZON: refused up front otherwise (:func:`check_schemes_start`).
+FIT_GAP = 1e-2
+FIT_HORIZON = 1e7
+#: Where the probe looks for that start: geometric in t up to FIT_HORIZON and one step of
+#: its grid past it, so that the solver's own error (1e-6 relative, against the closed form
+#: 1e-11) cannot move a start the closed form puts before FIT_HORIZON out of the probe.
+_PROBE = np.geomspace(1e-2, FIT_HORIZON, 400)
+_PROBE = np.append(_PROBE, _PROBE[-1] * _PROBE[-1] / _PROBE[-2])
+
+
 def terminal_fit(scheme: AbstractScheme, *, beta: float, n_tokens: int, r0: float):
-    """Fit the terminal rate of 1 − γ on the reduced ODE, deep in the terminal regime."""
+    """Fit the terminal rate of 1 − γ on the reduced ODE, deep in the terminal regime.
+
+    The reduced ODE runs in float64 (it is two numbers): in float32 the fit window of an
+    exponential law, 40/rate long, is not resolved once it starts past t ≈ 1e4 (float32's
+    spacing at 1e7 is 1).
+    """
     theory = terminal_rate_theory(scheme)
-    probe_ts = np.geomspace(1e-2, 1e7, 400)
-    probe = SymmetricODE(
-        scheme, beta, n_tokens=n_tokens, r0=r0, saveat=SaveAt(float(probe_ts[-1]), probe_ts)
-    ).solve()
-    reached = np.nonzero(np.asarray(probe.log_gap) <= math.log(1e-2))[0]
-    if reached.size == 0:
-        raise ParameterError(
-            f"{scheme.name}: 1 − γ never reaches 1e-2 by t = 1e7; lower beta or the tokens."
-        )
-    t_start = float(probe_ts[reached[0]])
-    ts, window = _rate_window(theory.kind, t_start, theory.value)
-    fits = []
-    for integrator in (ODEIntegrator(rtol=1e-8, atol=1e-10), ODEIntegrator(rtol=1e-10, atol=1e-12)):
-        sol = SymmetricODE(
-            scheme,
-            beta,
-            n_tokens=n_tokens,
-            r0=r0,
-            saveat=SaveAt(float(ts[-1]), ts),
-            integrator=integrator,
-        ).solve()
-        fits.append(fit_terminal_rate(sol.ts, kind=theory.kind, log_gap=sol.log_gap, window=window))
+    with jax.enable_x64(True):
+        probe = _reduced(scheme, beta, n_tokens, r0, _PROBE)
+        reached = np.nonzero(np.asarray(probe.log_gap) <= math.log(FIT_GAP))[0]
+        if reached.size == 0:
+            raise ParameterError(
+                f"{scheme.name}: 1 − γ does not fall to {FIT_GAP:g} by t = {_PROBE[-1]:.3g}, "
+                "so its terminal rate cannot be fitted; lower beta (check_schemes_start "
+                "refuses this in closed form)."
+            )
+        t_start = float(_PROBE[reached[0]])
+        ts, window = _rate_window(theory.kind, t_start, theory.value)
+        fits = []
+        for rtol in (1e-8, 1e-10):
+            sol = _reduced(
+                scheme, beta, n_tokens, r0, ts, ODEIntegrator(rtol=rtol, atol=rtol / 100)
+            )
+            fits.append(
+                fit_terminal_rate(sol.ts, kind=theory.kind, log_gap=sol.log_gap, window=window)
+            )
     # The fit's interval covers the pre-asymptotic bias; the solver's own global error
-    # (seen: 1.1e-6 in sqrt-scaling's exactly linear law at rtol 1e-8) is estimated by a
-    # solve 100x tighter, and the interval widened by the difference.
+    # (seen: 1.1e-6 in sqrt-scaling's exactly linear law at rtol 1e-8 in float32) is
+    # estimated by a solve 100x tighter, and the interval widened by the difference.
     loose, fit = fits
     solver = abs(fit.value - loose.value)
     fit = dataclasses.replace(fit, interval=(fit.interval[0] - solver, fit.interval[1] + solver))
     return theory, fit, (np.asarray(sol.ts), np.asarray(sol.log_gap))
+
+
+def _reduced(scheme, beta, n_tokens, r0, ts, integrator=None):
+    """The reduced ODE's solution at the save times ``ts``."""
+    saveat = SaveAt(float(ts[-1]), ts)
+    integrator = integrator or ODEIntegrator(rtol=1e-8, atol=1e-10)
+    return SymmetricODE(scheme, beta, n_tokens, r0, saveat, integrator).solve()
 
 
 #: Largest n and d of the symmetric start, and of the random-weight stacks.
@@ -171,8 +201,10 @@ MAX_SIZE = 2**14
 
 
 def _check_arguments(
-    schemes, *, tokens, dim, beta, horizon, alphas, tau, r0, seed, rw_layers, rw_runs
-):
+    schemes, *, tokens, dim, beta, horizon, alphas, tau, r0, seed, rw_dim, rw_tokens, rw_beta,
+    rw_layers, rw_runs,
+):  # fmt: skip
+    """Every argument of :func:`schemes_study`, then :func:`check_schemes_start`."""
     check_sequence("schemes", schemes)
     if len(schemes) == 0:
         raise ParameterError("schemes must name at least one scheme.")
@@ -197,6 +229,162 @@ def _check_arguments(
     check_unique("alphas", alphas)  # one nGPT curve per α: a repeat is a duplicate coordinate
     check_int("rw_layers", rw_layers, lower=1, upper=INT32_MAX)
     check_int("rw_runs", rw_runs, lower=1, upper=INT32_MAX)
+    check_int("rw_dim", rw_dim, lower=2, upper=MAX_SIZE)
+    check_int("rw_tokens", rw_tokens, lower=2, upper=MAX_SIZE)
+    if rw_beta is not None:
+        check_real("rw_beta", rw_beta)
+        check_bound("rw_beta", rw_beta, lower=0.0)
+    alpha = float(alphas[0])
+    check_schemes_start(schemes, tokens=tokens, dim=dim, beta=beta, alpha=alpha, tau=tau, r0=r0)
+
+
+#: The start radius r0 as the full ODE holds it: r0·e_i in float32, divided by its norm,
+#: so r0² must be a normal float32 (2**-126 ≤ r0² < 2**128).
+R0_RANGE = (2.0**-63, 2.0**64)
+
+
+def check_schemes_start(
+    schemes: Sequence[str], *, tokens, dim, beta, alpha, tau, r0, prefix: str = ""
+) -> None:
+    """Refuse, before anything is solved, what the study would only find mid-run.
+
+    - a start radius outside :data:`R0_RANGE` (its square underflows or overflows float32);
+    - a scheme whose 1 − γ falls to :data:`FIT_GAP` (where its terminal-rate fit starts)
+      only after :data:`FIT_HORIZON`, from the closed form
+      :func:`attndyn.theory._symmetric.time_to_gap`. The message gives the allowed
+      values of beta (the time grows with β for every scheme), r0 (Pre-, Peri-LN, Mix-LN
+      at τ = 0: the time is proportional to r0), nGPT's alpha (inversely proportional) and
+      Mix-LN's tau (the time falls as τ grows).
+
+    ``alpha`` is nGPT's α in the scheme table (the study's ``alphas[0]``); ``prefix`` is
+    put before every parameter name (``"--"``: the CLI's options).
+    """
+    p = prefix
+    check_int(p + "tokens", tokens, lower=2, upper=MAX_SIZE)
+    check_int(p + "dim", dim, lower=2, upper=MAX_SIZE)
+    check_fits(tokens, dim)
+    for name, value in (("beta", beta), ("tau", tau), ("r0", r0), ("alpha", alpha)):
+        check_real(p + name, value)
+    check_bound(p + "beta", beta, lower=0.0)
+    check_bound(p + "tau", tau, lower=0.0)
+    check_bound(p + "r0", r0, lower=0.0, lower_open=True)
+    check_bound(p + "alpha", alpha, lower=0.0, lower_open=True)
+    beta, tau, r0, alpha = float(beta), float(tau), float(r0), float(alpha)
+    with np.errstate(over="ignore"):
+        held = float(np.float32(r0))
+    if not R0_RANGE[0] <= held < R0_RANGE[1]:
+        raise ParameterError(
+            f"{p}r0={_short(r0, 6)} is outside the allowed range [2**-63, 2**64) ≈ [1.0842e-19, "
+            "1.8447e19): the full ODE holds the start r0·e_i in float32, where r0² must be "
+            "a normal number."
+        )
+    starts = [
+        (s, _fit_start(s, beta=beta, tokens=tokens, r0=r0))
+        for s in _schemes(schemes, tau=tau, alpha=alpha)
+    ]
+    late = [(scheme, t) for scheme, t in starts if not t <= FIT_HORIZON]
+    if late:
+        raise ParameterError(_late_start(late, beta=beta, tokens=tokens, r0=r0, p=p))
+
+
+def _fit_start(scheme: AbstractScheme, *, beta: float, tokens: int, r0: float) -> float:
+    return time_to_gap(scheme, beta=beta, n_tokens=tokens, r0=r0, gap=FIT_GAP)
+
+
+def _late_start(late, *, beta, tokens, r0, p: str) -> str:
+    """The one line of :func:`check_schemes_start` for the schemes whose fit would start
+    too late (``late``: (scheme, time) pairs): the values that matter, and those of one
+    parameter at which every one of them starts in time."""
+    bounds = [_bounds(scheme, t, beta=beta, tokens=tokens, r0=r0) for scheme, t in late]
+    shown = {"beta": beta, "tokens": tokens, "r0": r0}
+    for scheme, _ in late:
+        shown |= {"alpha": float(scheme.alpha)} if isinstance(scheme, NGPT) else {}
+        shown |= {"tau": float(scheme.tau)} if isinstance(scheme, MixLN) else {}
+    if not any(_uses_r0(scheme) for scheme, _ in late):
+        del shown["r0"]
+    label = {k: p + k for k in shown} | {"alpha": p + "alpha" if p else "alphas[0]"}
+    allowed = []
+    for key in ("beta", "r0", "alpha", "tau"):
+        if all(key in b for b in bounds):
+            side = bounds[0][key][0]
+            value = (max if side == "≥" else min)(b[key][1] for b in bounds)
+            allowed.append(f"{label[key]} {side} {_rounded(value, up=side == '≥')}")
+    names = ", ".join(scheme.name for scheme, _ in late[:-1])
+    names = f"{names} and {late[-1][0].name}" if names else late[-1][0].name
+    times = ", ".join(
+        f"t {'≈ ' + _short(t) if math.isfinite(t) else '> 1e308'}"
+        + (f" ({scheme.name})" if len(late) > 1 else "")
+        for scheme, t in late
+    )
+    values = ", ".join(f"{label[k]}={_short(v, 6)}" for k, v in shown.items())
+    return (
+        f"{names} at {values}: 1 − γ falls to {_short(FIT_GAP)}, where the terminal-rate "
+        f"fit starts, only at {times}, after t = {_short(FIT_HORIZON)}; allowed: "
+        f"{''.join(a + ', or ' for a in allowed)}leaving {names} out of {p}schemes."
+    )
+
+
+def _uses_r0(scheme: AbstractScheme) -> bool:
+    """Whether the scheme's reduced ODE starts from r0 (the others start from r = 1)."""
+    return isinstance(scheme, PreLN | PeriLN) or (
+        isinstance(scheme, MixLN) and float(scheme.tau) == 0
+    )
+
+
+def _bounds(scheme, t: float, *, beta, tokens, r0) -> dict[str, tuple[str, float]]:
+    """The values of each parameter at which ``scheme``'s fit starts by FIT_HORIZON, the
+    others as given: {name: ("≤" or "≥", bound)}."""
+
+    def late(**change) -> bool:
+        kw = {"scheme": scheme, "beta": beta, "tokens": tokens, "r0": r0, **change}
+        return not _fit_start(kw.pop("scheme"), **kw) <= FIT_HORIZON
+
+    out = {}
+    if not late(beta=0.0):  # the time grows with β
+        out["beta"] = ("≤", _bisect(lambda b: late(beta=b), 0.0, beta))
+    if _uses_r0(scheme) and r0 * FIT_HORIZON / t >= R0_RANGE[0]:
+        out["r0"] = ("≤", r0 * FIT_HORIZON / t)  # the time is proportional to r0
+    if isinstance(scheme, NGPT) and math.isfinite(t):
+        out["alpha"] = ("≥", float(scheme.alpha) * t / FIT_HORIZON)  # ... to 1/α
+    if isinstance(scheme, MixLN):
+        # The time falls as τ grows, down to Post-LN's (reached within the Post-LN phase).
+        post = _fit_start(PostLN(norm=scheme.norm), beta=beta, tokens=tokens, r0=r0)
+        if post <= FIT_HORIZON:
+
+            def late_at(tau: float) -> bool:
+                return late(scheme=MixLN(tau=tau, norm=scheme.norm))
+
+            out["tau"] = ("≥", _bisect(late_at, post, float(scheme.tau)))
+    return out
+
+
+def _short(value: float | int, digits: int = 3) -> str:
+    """``value`` to ``digits`` significant digits, exponents without '+' or leading zeros."""
+    text = f"{value:.{digits}g}"
+    return text.replace("e+0", "e").replace("e+", "e").replace("e-0", "e-")
+
+
+def _bisect(late: Callable[[float], bool], ok: float, bad: float) -> float:
+    """The boundary between ``ok`` (in time) and ``bad`` (too late) to 1e-4 relative, from
+    the ``ok`` side; geometric steps across a wide range."""
+    for _ in range(60):
+        if abs(ok - bad) <= 1e-4 * abs(ok):
+            break
+        lo, hi = sorted((ok, bad))
+        mid = math.sqrt(lo * hi) if lo > 0 and hi > 4 * lo else (lo + hi) / 2
+        if late(mid):
+            bad = mid
+        else:
+            ok = mid
+    return ok
+
+
+def _rounded(value: float, *, up: bool) -> str:
+    """``value`` to 3 significant digits, rounded towards the allowed side."""
+    if value == 0:
+        return "0"
+    scale = 10.0 ** (math.floor(math.log10(abs(value))) - 2)
+    return _short((math.ceil if up else math.floor)(value / scale) * scale)
 
 
 def _measured_slope(scheme, x0, *, beta: float, horizon: float, theory_slope: float) -> float:
@@ -246,7 +434,9 @@ def _scheme_part(scheme, x0, stages, *, beta, tokens, r0, horizon, ts) -> dict[s
     red = SymmetricODE(scheme, beta, n_tokens=tokens, r0=r0, saveat=SaveAt(horizon, ts)).solve()
     full = NormalizedAttentionODE(Attention(beta), scheme, saveat=SaveAt(horizon, ts)).solve(x0)
     _check_solved(f"{scheme.name} (symmetric start)", horizon, red.gamma, red.r)
-    _check_solved(f"{scheme.name} (full ODE)", horizon, full.theta)
+    # nGPT's clustered tokens make its full ODE stiff at rate α: about 0.3·α·horizon steps.
+    lower = "the horizon, or alpha" if isinstance(scheme, NGPT) else "the horizon"
+    _check_solved(f"{scheme.name} (full ODE)", horizon, full.theta, lower=lower)
     theory_slope = initial_slope(scheme, beta=beta, n_tokens=tokens, r0=r0)
     stages.begin(f"{scheme.name}: terminal rate")
     theory, fit, curve = terminal_fit(scheme, beta=beta, n_tokens=tokens, r0=r0)
@@ -270,14 +460,28 @@ def _scheme_part(scheme, x0, stages, *, beta, tokens, r0, horizon, ts) -> dict[s
     }
 
 
-def _check_solved(what: str, horizon: float, *arrays) -> None:
+def _check_solved(what: str, horizon: float, *arrays, lower: str = "the horizon") -> None:
     """Refuse NaN from a solve (a failed solve returns NaN states: max_steps reached, or a
-    field that overflowed) instead of writing it into the dataset."""
+    field that overflowed) instead of writing it into the dataset; ``lower`` names what
+    to lower."""
     if not all(bool(np.all(np.isfinite(np.asarray(a)))) for a in arrays):
         raise NonFiniteError(
             f"the ODE solve of {what} failed (NaN states) before horizon={horizon:g}: its "
-            "step budget (max_steps) was used up or the field overflowed; lower the horizon."
+            f"step budget (max_steps) was used up or the field overflowed; lower {lower}."
         )
+
+
+def _ngpt_part(alphas, *, beta, tokens, r0, horizon, ts) -> np.ndarray:
+    """Part (b): (alpha, time) γ of nGPT's reduced ODE for every α."""
+    saveat = SaveAt(horizon, ts)
+    ngpt = np.stack(
+        [
+            np.asarray(SymmetricODE(NGPT(alpha=a), beta, tokens, r0, saveat).solve().gamma)
+            for a in alphas
+        ]
+    )
+    _check_solved("nGPT over alpha", horizon, ngpt)
+    return ngpt
 
 
 def _random_weights_part(objs, stages, *, seed, rw_tokens, rw_dim, rw_beta, rw_layers, rw_runs):
@@ -368,16 +572,14 @@ def schemes_study(
     """All four parts as one dataset (see the module docstring); ``alphas[0]`` is nGPT's α.
     ``progress`` shows a bar of the study's stages on stderr."""
     started = time.perf_counter()
+    # Every argument, and what the study would only find mid-run (n > d, a radius float32
+    # cannot hold, a terminal-rate fit that would start after t = 1e7), before any solve.
     _check_arguments(
         schemes, tokens=tokens, dim=dim, beta=beta, horizon=horizon, alphas=alphas, tau=tau,
-        r0=r0, seed=seed, rw_layers=rw_layers, rw_runs=rw_runs,
+        r0=r0, seed=seed, rw_dim=rw_dim, rw_tokens=rw_tokens, rw_beta=rw_beta,
+        rw_layers=rw_layers, rw_runs=rw_runs,
     )  # fmt: skip
-    check_int("rw_dim", rw_dim, lower=2, upper=MAX_SIZE)
-    check_int("rw_tokens", rw_tokens, lower=2, upper=MAX_SIZE)
-    if rw_beta is not None:
-        check_real("rw_beta", rw_beta)
-        check_bound("rw_beta", rw_beta, lower=0.0)
-    x0 = symmetric_start(tokens, dim, r0)  # n > d is refused here, before any solve
+    x0 = symmetric_start(tokens, dim, r0)
     rw_beta = math.sqrt(rw_dim) if rw_beta is None else rw_beta
     alpha = float(alphas[0])
     objs = _schemes(schemes, tau=tau, alpha=alpha)
@@ -387,14 +589,7 @@ def schemes_study(
     try:
         parts = [_scheme_part(scheme, x0, stages, **kw) for scheme in objs]
         stages.begin("nGPT over alpha")
-        saveat = SaveAt(horizon, ts)
-        ngpt = np.stack(
-            [
-                np.asarray(SymmetricODE(NGPT(alpha=a), beta, tokens, r0, saveat).solve().gamma)
-                for a in alphas
-            ]
-        )
-        _check_solved("nGPT over alpha", horizon, ngpt)
+        ngpt = _ngpt_part(alphas, **kw)
         rw = _random_weights_part(
             objs, stages, seed=seed, rw_tokens=rw_tokens, rw_dim=rw_dim, rw_beta=rw_beta,
             rw_layers=rw_layers, rw_runs=rw_runs,
@@ -413,8 +608,12 @@ def schemes_study(
             "d": rw_dim, "n": rw_tokens, "beta": rw_beta, "layers": rw_layers, "runs": rw_runs,
         },
     }  # fmt: skip
+    return _with_provenance(ds, params, seed=seed, seconds=time.perf_counter() - started)
+
+
+def _with_provenance(ds: xr.Dataset, params: dict, *, seed: int, seconds: float) -> xr.Dataset:
     record = provenance_record(
-        time.perf_counter() - started,
+        seconds,
         kind="schemes",
         params=params,
         seed=seed,

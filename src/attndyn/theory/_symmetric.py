@@ -1,7 +1,8 @@
 """Closed forms for the symmetric orthogonal start (seed 004 Thm 4.1; spec §4).
 
-Initial slopes γ'(0) and terminal laws of 1 − γ, per scheme: the reference that
-:class:`attndyn.SymmetricODE` and the full ODE are tested against.
+Initial slopes γ'(0), terminal laws of 1 − γ and the time 1 − γ takes to fall to a gap
+(:func:`time_to_gap`), per scheme: the reference that :class:`attndyn.SymmetricODE` and the
+full ODE are tested against.
 """
 
 import math
@@ -9,6 +10,8 @@ from typing import Literal, final
 
 import equinox as eqx
 import jax.numpy as jnp
+import numpy as np
+from scipy import optimize
 
 from .._core.errors import ParameterError, check_bound, check_int
 from .._core.schemes import NGPT, AbstractScheme, MixLN, PeriLN, PostLN, PreLN, SqrtScaling
@@ -86,3 +89,129 @@ def terminal_rate_theory(scheme: AbstractScheme) -> RateTheory:
         alpha = float(scheme.alpha)
         return RateTheory("exponential", 2.0 * alpha, f"exp(-{2 * alpha:g}t)")
     raise ParameterError(f"no terminal-rate theory for scheme {scheme.name!r}.")
+
+
+# --- Time for 1 − γ to fall to a given gap (quadrature of Thm 4.1's reduced ODE) ------------
+
+#: Gauss–Legendre rule of each quadrature panel.
+_GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(16)
+
+
+def time_to_gap(
+    scheme: AbstractScheme, *, beta: float, n_tokens: int, r0: float = 1.0, gap: float = 1e-2
+) -> float:
+    """The time at which 1 − γ first falls to ``gap`` from the symmetric start (Thm 4.1):
+    ``inf`` past the float64 range.
+
+    In x = −log(1 − γ), u = e^{−x}, the reduced ODE reads dx/dt = G/s with
+    G = 2(n − (n−1)u)/(e^{βu} + n − 1) (1 − γ only decreases), so the time is a quadrature,
+    t = ∫ s/G dx over [0, −log gap], with the scheme's speed s: Post-LN 1; nGPT |A|/α;
+    Pre-LN r; Peri-LN r|A|, where in both dr/dt = ρ gives log r = log r_0 + ∫ ⟨θ, A⟩/G dx.
+    sqrt-scaling runs Post-LN's course in the clock c = 2(√(t+1) − 1); Mix-LN is Post-LN up
+    to τ, then Pre-LN from r = 1 (from r_0 when τ = 0). The integrals are computed in logs
+    (composite 16-point Gauss–Legendre, refined where e^{βu} varies fastest): relative error
+    below 1e-12 wherever t < 1e15.
+    """
+    check_bound("beta", beta, lower=0.0)
+    check_int("n_tokens", n_tokens, lower=2)
+    check_bound("r0", r0, lower=0.0, lower_open=True)
+    check_bound("gap", gap, lower=0.0, upper=1.0, lower_open=True)
+    end, beta, r0 = -math.log(gap), float(beta), float(r0)
+    with np.errstate(over="ignore"):
+        if isinstance(scheme, PostLN | SqrtScaling):
+            t = _exp(_log_time(beta, n_tokens, 0.0, end))
+            return (t / 2 + 1) ** 2 - 1 if isinstance(scheme, SqrtScaling) else t
+        if isinstance(scheme, NGPT):
+            if scheme.alpha_schedule is not None:
+                raise ParameterError("time_to_gap needs nGPT with a constant alpha.")
+            alpha = float(scheme.alpha)
+            return _exp(_log_time(beta, n_tokens, 0.0, end, speed=lambda a: a / alpha))
+        if isinstance(scheme, PreLN | PeriLN):
+            speed = np.asarray if isinstance(scheme, PeriLN) else None  # r|A| or r
+            return _exp(_log_time(beta, n_tokens, 0.0, end, speed=speed, log_r=math.log(r0)))
+        if isinstance(scheme, MixLN):
+            return _mix_time(beta, n_tokens, r0, float(scheme.tau), end)
+    raise ParameterError(f"no reduced ODE for scheme {scheme.name!r}.")
+
+
+def _mix_time(beta: float, n: int, r0: float, tau: float, end: float) -> float:
+    """Mix-LN: Post-LN's time if it gets there by τ; else τ plus Pre-LN's from r = 1 where
+    Post-LN's clock reads τ."""
+    if tau == 0:
+        return _exp(_log_time(beta, n, 0.0, end, log_r=math.log(r0)))
+
+    def post(x: float) -> float:
+        return _exp(_log_time(beta, n, 0.0, x))
+
+    if post(end) <= tau:
+        return post(end)
+    found = optimize.root_scalar(lambda x: post(x) - tau, bracket=(0.0, end), xtol=1e-15)
+    return tau + _exp(_log_time(beta, n, float(found.root), end, log_r=0.0))
+
+
+def _exp(log_value: float) -> float:
+    return float(np.exp(log_value))
+
+
+def _log_time(beta, n, a, b, *, speed=None, log_r=None) -> float:
+    """log ∫_a^b s/G dx with s = speed(|A|) (1 if None), times r(x) = e^{log_r + ∫_a^x ⟨θ,A⟩/G}
+    when ``log_r`` is given."""
+    edges = _panels(beta, a, b)
+    x, w = _rule(edges)
+    log_inv_rate, _, attn_norm = _terms(x, beta, n)
+    f = log_inv_rate + np.log(w)
+    if speed is not None:
+        f = f + np.log(speed(attn_norm))
+    if log_r is not None:
+        f = f + log_r + _growth(edges, beta, n)
+    if f.size == 0:
+        return -math.inf
+    top = float(np.max(f))
+    return top if not math.isfinite(top) else top + math.log(float(np.sum(np.exp(f - top))))
+
+
+def _growth(edges: np.ndarray, beta: float, n: int) -> np.ndarray:
+    """∫_a^x ⟨θ, A⟩/G at the quadrature nodes x of ``edges`` (a = edges[0])."""
+
+    def integrand(y):
+        log_inv_rate, radial, _ = _terms(y, beta, n)
+        return radial * np.exp(log_inv_rate)
+
+    k = _GL_NODES.size
+    x, w = _rule(edges)
+    panel = np.repeat(np.arange(len(edges) - 1), k)
+    whole = np.concatenate([[0.0], np.cumsum((w * integrand(x)).reshape(-1, k).sum(axis=1))])
+    start = edges[panel]
+    half = (x - start)[:, None] / 2
+    part = (half * _GL_WEIGHTS * integrand(start[:, None] + half * (_GL_NODES + 1))).sum(axis=1)
+    return whole[panel] + part
+
+
+def _panels(beta: float, a: float, b: float) -> np.ndarray:
+    """Panel edges on [a, b]: 64 even panels, 64 more over the first 40/(β e^{−a}) (where
+    e^{βu} changes fastest), and panels graded geometrically towards a down to 1e-14 of
+    b − a (n − (n−1)u changes on a scale 1/n there)."""
+    if b <= a:
+        return np.asarray([a])
+    fine = min(b - a, 40.0 * math.exp(a) / max(beta, 1.0))
+    graded = a + (b - a) * np.geomspace(1e-14, 1.0, 100)
+    even = [np.linspace(a, b, 65), np.linspace(a, a + fine, 65)]
+    return np.unique(np.concatenate([*even, graded]))
+
+
+def _rule(edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes and weights of the composite rule on the panels ``edges``."""
+    start, half = edges[:-1, None], np.diff(edges)[:, None] / 2
+    return (start + half * (_GL_NODES + 1)).ravel(), (half * _GL_WEIGHTS).ravel()
+
+
+def _terms(x: np.ndarray, beta: float, n: int):
+    """log(1/G), ⟨θ, A⟩ and |A| at 1 − γ = e^{−x} (Thm 4.1, divided through by e^β)."""
+    u = np.exp(-x)
+    gamma = 1.0 - u
+    e = np.exp(-beta * u)
+    z = 1.0 + (n - 1) * e
+    log_inv_rate = np.logaddexp(beta * u, math.log(n - 1)) - np.log(2.0 * (n - (n - 1) * u))
+    radial = (1.0 + (n - 1) * gamma * e) / z
+    norm_sq = 1.0 + 2 * (n - 1) * gamma * e + (n - 1) * e**2 * (1.0 + (n - 2) * gamma)
+    return log_inv_rate, radial, np.sqrt(norm_sq) / z
