@@ -17,8 +17,12 @@ SCHEMES = "--schemes post-ln --tokens 4 --dim 5 --beta 1 --horizon 8 --alpha 1,2
 SCHEMES += "--runs 2 --no-progress"
 
 
-def _run(command: str, out) -> None:
-    result = CliRunner().invoke(main, [*command.split(), "--out", str(out)])
+def _run(command: str, out, monkeypatch) -> None:
+    # The record's command is the process's argv: make it this command's, as a shell would
+    # (under pytest it is pytest's own, or nothing at all under xdist).
+    args = [*command.split(), "--out", str(out)]
+    monkeypatch.setattr("sys.argv", ["attndyn", *args])
+    result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
 
 
@@ -29,7 +33,7 @@ def _text(path) -> dict[str, str]:
         return dict(image.text)
 
 
-def _check(figure, dataset) -> None:
+def _check(figure, dataset, command: str) -> None:
     """The figure's text chunks name the dataset and hold its provenance record."""
     with xr.open_dataset(dataset) as ds:
         record = ad.provenance(ds)
@@ -42,17 +46,18 @@ def _check(figure, dataset) -> None:
     assert record["attndyn_version"] == ad.__version__
     assert text["Source"] == dataset.name
     assert text["Description"] == record["command"]
-    assert record["command"].startswith("attndyn ")
+    assert record["command"] == f"attndyn {command} --out {dataset.parent}"
     # matplotlib writes no date of its own (the record's "created" is the only one).
     assert set(text) == {"Software", "Source", "Description", "attndyn:provenance"}
 
 
-def test_phase_diagram_figure_carries_the_provenance(tmp_path):
-    _run(f"phase-diagram {PHASE}", tmp_path)
-    _check(tmp_path / "phase_diagram.png", tmp_path / "phase_diagram.nc")
+def test_phase_diagram_figure_carries_the_provenance(tmp_path, monkeypatch):
+    _run(f"phase-diagram {PHASE}", tmp_path, monkeypatch)
+    dataset = tmp_path / "phase_diagram.nc"
+    _check(tmp_path / "phase_diagram.png", dataset, f"phase-diagram {PHASE}")
 
 
-def test_every_schemes_figure_carries_the_provenance(tmp_path):
-    _run(f"schemes {SCHEMES}", tmp_path)
+def test_every_schemes_figure_carries_the_provenance(tmp_path, monkeypatch):
+    _run(f"schemes {SCHEMES}", tmp_path, monkeypatch)
     for key in FIGURES:
-        _check(tmp_path / f"schemes_{key}.png", tmp_path / "schemes.nc")
+        _check(tmp_path / f"schemes_{key}.png", tmp_path / "schemes.nc", f"schemes {SCHEMES}")
