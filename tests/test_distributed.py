@@ -193,46 +193,34 @@ def test_default_chunk_follows_memory_not_trajectories():
     assert large <= 1 << 16  # capped: more trajectories mean more chunks, not bigger ones
 
 
-def test_two_processes_on_localhost_with_jax_distributed(tmp_path):
-    # A real two-process run through jax.distributed (CPU collectives over gloo) must give
-    # exactly the single-process numbers, and only process 0 writes the outputs.
+def _cli_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["JAX_PLATFORMS"] = "cpu"
+    return env
+
+
+_CLI = [sys.executable, "-c", "from attndyn.cli import main; main()"]
+
+
+def _two_processes(args: list[str], tmp_path) -> list[tuple[int, str, str]]:
+    """Run the CLI with ``args`` as processes 1 and 0 of a two-process jax.distributed run
+    on localhost (each with its own --out); (status, stdout, stderr) of each, 1 first."""
     import socket
 
     with socket.socket() as s:
         s.bind(("localhost", 0))
         port = s.getsockname()[1]
-    args = [
-        "phase-diagram",
-        "--beta",
-        "1,2",
-        "--dim",
-        "4",
-        "--trajectories",
-        "120",
-        "--depth",
-        "5",
-        "--horizon",
-        "4",
-        "--chunk-size",
-        "20",
-        "--no-progress",
-        "--json",
-    ]
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    env["JAX_PLATFORMS"] = "cpu"
-    cli = [sys.executable, "-c", "from attndyn.cli import main; main()"]
     procs = []
     for pid in (1, 0):
         penv = {
-            **env,
+            **_cli_env(),
             "ATTNDYN_COORDINATOR": f"localhost:{port}",
             "ATTNDYN_PROCESS_COUNT": "2",
             "ATTNDYN_PROCESS_ID": str(pid),
         }
-        out = tmp_path / f"p{pid}"
         procs.append(
             subprocess.Popen(
-                [*cli, *args, "--out", str(out)],
+                [*_CLI, *args, "--out", str(tmp_path / f"p{pid}")],
                 env=penv,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -240,18 +228,27 @@ def test_two_processes_on_localhost_with_jax_distributed(tmp_path):
             )
         )
     outputs = [p.communicate(timeout=240) for p in procs]
-    for p, (_, err) in zip(procs, outputs):
-        assert p.returncode == 0, err[-2000:]
+    return [(p.returncode, out, err) for p, (out, err) in zip(procs, outputs)]
+
+
+def test_two_processes_on_localhost_with_jax_distributed(tmp_path):
+    # A real two-process run through jax.distributed (CPU collectives over gloo) must give
+    # exactly the single-process numbers, and only process 0 writes the outputs.
+    args = ["phase-diagram", "--beta", "1,2", "--dim", "4", "--trajectories", "120", "--depth",
+            "5", "--horizon", "4", "--chunk-size", "20", "--no-progress", "--json"]  # fmt: skip
+    runs = _two_processes(args, tmp_path)
+    for status, _, err in runs:
+        assert status == 0, err[-2000:]
     single = subprocess.run(
-        [*cli, *args, "--out", str(tmp_path / "single")],
-        env=env,
+        [*_CLI, *args, "--out", str(tmp_path / "single")],
+        env=_cli_env(),
         capture_output=True,
         text=True,
         timeout=240,
         check=True,
     )
     # gloo prints a connection line on stdout: the JSON object is the last line.
-    combined = json.loads(outputs[1][0].strip().splitlines()[-1])
+    combined = json.loads(runs[1][1].strip().splitlines()[-1])
     reference = json.loads(single.stdout.strip().splitlines()[-1])
     for a, b in zip(combined["points"], reference["points"]):
         assert a["trajectories"] == b["trajectories"] == 120
@@ -259,6 +256,22 @@ def test_two_processes_on_localhost_with_jax_distributed(tmp_path):
             assert a[key] == b[key]
     assert (tmp_path / "p0" / "phase_diagram.nc").exists()
     assert not (tmp_path / "p1" / "phase_diagram.nc").exists()
+
+
+def test_a_merge_stops_every_process_alike(tmp_path):
+    # Each process sees only its own trajectories: had one raised at its first merge, the
+    # other would wait for it at the gather. The check runs on the totals, so both stop,
+    # with the same line, and neither hangs (the communicate timeout would fail the test).
+    # 16 trajectories: one merges (index < 4), in one process's block only.
+    args = ["phase-diagram", "--beta", "4", "--dim", "3", "--tokens", "2", "--route", "full",
+            "--trajectories", "16", "--horizon", "30", "--depth", "5", "--no-progress"]  # fmt: skip
+    runs = _two_processes(args, tmp_path)
+    lines = []
+    for status, _, err in runs:
+        assert status == 1, err[-2000:]
+        lines.append([line for line in err.splitlines() if "merged numerically" in line])
+    assert len(lines[0]) == len(lines[1]) == 1 and lines[0] == lines[1]
+    assert "merged numerically in 1 of 16 trajectories" in lines[0][0]
 
 
 _MANY_TOKENS_CHILD = textwrap.dedent(

@@ -360,7 +360,8 @@ class _Study:
             for index, point in enumerate(plan.points):
                 self.run_point(index, point, bar)
                 self.save()
-                self.check_nonfinite(index, point)
+                if self.alone:
+                    self.check_nonfinite(index, point)
         except KeyboardInterrupt:
             self.save()
             raise
@@ -415,7 +416,8 @@ class _Study:
                 pending = results, min(group, stop - tile_start)
             if pending is not None:
                 self.add(index, *pending, bar)
-            self.check_merged(index)
+            if self.alone:
+                self.check_merged(index)
             if time.perf_counter() - self.last_save > CHECKPOINT_EVERY:
                 self.save()
 
@@ -425,26 +427,36 @@ class _Study:
         self.tallies.n_done[index] += done
         bar.update(done)
 
-    def check_merged(self, index: int) -> None:
+    @property
+    def alone(self) -> bool:
+        """Whether this is the only process. With several, each sees only its own
+        trajectories: a check that raised in one process alone would leave the others
+        waiting for it at the gather, so the checks wait for the totals
+        (:meth:`combined`), and every process raises alike."""
+        return self.process[1] == 1
+
+    def check_merged(self, index: int, tallies: Tallies | None = None) -> None:
         """Under ``on_merged="raise"``, stop at the end of the first chunk in which tokens
         merged, once the checkpoint holds it: a rerun with another ``on_merged`` resumes
         there (the choice is not part of the study record: the tallies serve both)."""
-        if self.plan.on_merged != "raise" or not self.tallies.n_merged[index].any():
+        tallies = self.tallies if tallies is None else tallies
+        if self.plan.on_merged != "raise" or not tallies.n_merged[index].any():
             return
         self.save()
         raise NumericalMergeError(
-            merge_message(self.plan, self.tallies, index) + " Pass on_merged='exclude' "
+            merge_message(self.plan, tallies, index) + " Pass on_merged='exclude' "
             "(CLI: --on-merged exclude) to drop such trajectories from the estimates, or "
             "'count' to keep them in the class the arithmetic fixed"
             + (": a rerun resumes from the checkpoint." if self.checkpoint else ".")
         )
 
-    def check_nonfinite(self, index: int, point: PointPlan) -> None:
-        bad = int(self.tallies.n_nonfinite[index])
+    def check_nonfinite(self, index: int, point: PointPlan, tallies: Tallies | None = None) -> None:
+        tallies = self.tallies if tallies is None else tallies
+        bad = int(tallies.n_nonfinite[index])
         if not bad:
             return
         message = (
-            f"{bad} of {int(self.tallies.n_done[index])} trajectories at point {point.point} "
+            f"{bad} of {int(tallies.n_done[index])} trajectories at point {point.point} "
             f"became NaN or infinite (or too large to normalise). "
             f"{overflow_message(point.user_model, radius=self.plan.radius)}"
         )
@@ -457,10 +469,14 @@ class _Study:
 
     def combined(self) -> Tallies:
         """The totals over every process (this process's own when it runs alone)."""
-        if self.process[1] == 1:
+        if self.alone:
             return self.tallies
         fields = gather_tallies(self.tallies.arrays())
-        return Tallies(*fields, seconds=self.tallies.seconds)
+        tallies = Tallies(*fields, seconds=self.tallies.seconds)
+        for index, point in enumerate(self.plan.points):
+            self.check_nonfinite(index, point, tallies)
+            self.check_merged(index, tallies)
+        return tallies
 
 
 def _provenance(
