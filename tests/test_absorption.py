@@ -5,6 +5,7 @@ import math
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from scipy import integrate
@@ -142,3 +143,28 @@ def test_compaction_runs_only_the_live_trajectories_and_changes_nothing():
     # Absorbed trajectories exist at both ends by T = 20.
     final = np.asarray(classes(tiled))[:, -1]
     assert final[:, 0].sum() > 100 and final[:, 1].sum() > 100
+
+
+def test_the_two_token_chain_holds_its_gap_instead_of_merging():
+    # Without early absorption, 40 % of trajectories at β = 2, d = 4 reach 1 ∓ z < 10⁻⁷⁶ by
+    # T = 60 (L = 100): sin φ underflowed to 0 there, a merge the arithmetic never leaves,
+    # which the estimator reported (NumericalMergeError by default). It is now held at the
+    # smallest normal number: no merge, and the classes are those of the bound.
+    def post_ln(beta, dim, tokens):
+        del dim, tokens
+        return ad.DiscreteTransformer(
+            ad.Attention(beta), ad.MatrixValues(1.0), depth=100, saveat=ad.SaveAt(60.0)
+        )
+
+    ds = ad.estimate_probabilities(
+        post_ln, [{"dim": 4, "tokens": 2, "beta": 2.0}], key=jax.random.key(12),
+        n_trajectories=512, progress=False,
+    )  # fmt: skip
+    assert ad.provenance(ds)["simulated"] == ["ReducedTransformer"]
+    assert int(ds["n_merged"].max()) == 0
+    tiny = float(np.finfo(np.float32).tiny)
+    reduced = ad.DiscreteTransformer(ad.Attention(2.0), ad.MatrixValues(1.0)).reduction(2, 4)
+    layer = reduced.model._layer_two  # pyright: ignore[reportOptionalMemberAccess, reportAttributeAccessIssue]
+    z, chi = jnp.zeros(5, jnp.float32), jnp.full(2, 1.5, jnp.float32)
+    _, sz = layer(jnp.float32(1.0), jnp.float32(tiny), z, chi)
+    assert float(sz) == tiny

@@ -22,6 +22,9 @@ pytestmark = pytest.mark.slow
 
 STUDY = ["phase-diagram", "--beta", "0.5,1,1.5,2,2.5,3", "--dim", "4", "--trajectories", "3000"]
 STUDY += ["--depth", "20", "--horizon", "10", "--route", "full", "--no-progress"]
+# The float32 N × d route merges a few pairs by T = 10 (11 of 1,504 at β = 0.5): counted,
+# so that the kill and resume tests cover the merge tallies too.
+STUDY += ["--on-merged", "count"]
 CLI = [sys.executable, "-c", "from attndyn.cli import main; main()"]
 
 
@@ -52,7 +55,7 @@ def _run(out: Path, *extra: str) -> subprocess.CompletedProcess:
 
 def _numbers(out: Path) -> dict[str, np.ndarray]:
     with xr.open_dataset(out / "phase_diagram.nc") as ds:
-        names = ("count", "n_valid", "n_nonfinite", "mean_cosine", "mean_cosine_se")
+        names = ("count", "n_valid", "n_nonfinite", "n_merged", "mean_cosine", "mean_cosine_se")
         return {name: ds[name].values for name in names}
 
 

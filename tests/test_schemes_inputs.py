@@ -9,6 +9,7 @@ tau in the message; so is a start radius whose square float32 cannot hold.
 
 import math
 import re
+from typing import Any
 
 import jax
 import numpy as np
@@ -135,13 +136,15 @@ def test_the_allowed_value_in_the_message_is_allowed_and_just_beyond_it_is_not(
     match = re.search(re.escape(needle) + r"([0-9.e+-]+),", line)
     assert match, line
     bound = float(match.group(1))
-    options = {"tokens": 4, "dim": 5, "beta": 3.0, "alpha": 1.0, "tau": 0.5, "r0": 1.0}
+    options: dict[str, Any] = {"tokens": 4, "dim": 5, "beta": 3.0, "alpha": 1.0, "tau": 0.5}
+    options["r0"] = 1.0
     options |= {args[i][2:]: float(args[i + 1].split(",")[0]) for i in range(2, len(args), 2)}
     names = args[1].split(",")
     beyond = bound * (0.98 if "≥" in needle else 1.02)  # past the 3-digit rounding
-    schemes.check_schemes_start(names, **(options | {case: bound}))
+    at: dict[str, Any] = {**options, case: bound}
+    schemes.check_schemes_start(names, **at)
     with pytest.raises(ParameterError, match=case):
-        schemes.check_schemes_start(names, **(options | {case: beyond}))
+        schemes.check_schemes_start(names, **{**at, case: beyond})
 
 
 @pytest.mark.parametrize("r0", ["1e-50", "5e-20", "2e19", "1e30"])

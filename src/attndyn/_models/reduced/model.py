@@ -51,7 +51,7 @@ from ..._core.values import AbstractScalarValues, MatrixValues
 from ..base import AbstractModel, Reduction
 from ..discrete import DiscreteTransformer
 from .absorption import absorb_tile, absorption_applies, absorption_gaps
-from .frame import lq, pair_gaps, two_token_attention, two_token_frame
+from .frame import held_sine, lq, pair_gaps, two_token_attention, two_token_frame
 from .samplers import LAYER_BLOCK, normals_uniforms, two_token_block, variates
 
 #: Up to this many complement dimensions d − N, Y_⊥ is drawn directly (N·(d − N) Gaussians);
@@ -253,9 +253,13 @@ class ReducedTransformer(AbstractModel):
         new_sz = big * jnp.sqrt(sum((q / big) ** 2 for q in perp) / n2)
         new_cz = sum(a * b for a, b in zip(x1, x2)) / jnp.sqrt(n1 * n2)
         # Rounding must not move θ₂ off the unit circle over 10⁵ layers; the rescaling is
-        # multiplicative, so sin φ keeps its relative precision.
+        # multiplicative, so sin φ keeps its relative precision. Below float32's smallest
+        # normal number sin φ is held there instead of underflowing to a merge the
+        # arithmetic could never leave: from a gap 1 ∓ z ≈ sin²φ/2 < 10⁻⁷⁶ the class changes
+        # with probability ≤ 2(gap/tol)^κ± (the scale-function bound of early absorption),
+        # which a held trajectory inherits.
         norm = jax.lax.rsqrt(new_cz**2 + new_sz**2)
-        return new_cz * norm, new_sz * norm
+        return new_cz * norm, held_sine(new_sz * norm)
 
     def reduce(self, x0: Float[Array, "N d"]) -> Float[Array, "N N"]:
         """The start's coordinates in an orthonormal frame of its span."""
