@@ -143,14 +143,19 @@ def test_another_sigma_after_a_kill_is_refused_and_the_checkpoint_kept(tmp_path)
 
 def test_two_runs_into_one_folder(tmp_path):
     out = tmp_path / "out"
-    first = _start(out, "--chunk-size", "300")
+    # 60,000 trajectories a point (~20 s): the study of 3,000 could finish while the second
+    # process was still importing, on a loaded machine, and the second then met the
+    # finished results instead of the lock.
+    big = ("--trajectories", "60000")
+    first = _start(out, *big, "--chunk-size", "3000")
     _wait_for(out / ".attndyn.lock")
-    second = _run(out, "--sigma", "2")
+    second = _run(out, *big, "--sigma", "2")
+    assert first.poll() is None, "the first run ended before the second was refused"
     assert second.returncode == 2 and "is in use by another attndyn run" in second.stderr
     assert first.wait(timeout=900) == 0, first.stderr.read() if first.stderr else ""
     written = {p.name: p.read_bytes() for p in out.iterdir()}
     # Finished: now the other arguments are refused for what the folder holds.
-    third = _run(out, "--sigma", "2")
+    third = _run(out, *big, "--sigma", "2")
     assert third.returncode == 2 and "made with --sigma 1.0" in third.stderr
     assert {p.name: p.read_bytes() for p in out.iterdir()} == written
 
