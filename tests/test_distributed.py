@@ -258,6 +258,7 @@ def test_two_processes_on_localhost_with_jax_distributed(tmp_path):
     assert not (tmp_path / "p1" / "phase_diagram.nc").exists()
 
 
+@pytest.mark.slow  # two processes, ~7 s; test_two_processes_on_localhost is the smoke
 def test_a_merge_stops_every_process_alike(tmp_path):
     # Each process sees only its own trajectories: had one raised at its first merge, the
     # other would wait for it at the gather. The check runs on the totals, so both stop,

@@ -151,6 +151,7 @@ def test_a_coordinator_that_never_answers_ends_in_one_line(tmp_path):
     print(f"process 1: {seconds:.1f} s")
 
 
+@pytest.mark.slow  # a child process each; the unanswered coordinator is the smoke
 def test_process_0_without_its_peers_ends_in_one_line(tmp_path):
     # Process 0 serves the coordinator; process 1 never comes. JAX aborted it (status
     # 134, a C++ stack trace) after its timeout: now status 1 and one line.
@@ -161,6 +162,7 @@ def test_process_0_without_its_peers_ends_in_one_line(tmp_path):
     print(f"process 0: {seconds:.1f} s")
 
 
+@pytest.mark.slow  # a child process each; the unanswered coordinator is the smoke
 def test_process_0_on_a_port_in_use_ends_in_one_line(tmp_path):
     # gRPC crashed with a segmentation fault when the coordinator's port was taken.
     with socket.socket() as taken:

@@ -99,6 +99,7 @@ def test_mix_ln_switch_happens_at_tau():
     assert np.all(np.asarray(mix.r[4:]) > 1.1)
 
 
+@pytest.mark.slow  # ~8 s; test_mix_ln_switch_happens_at_tau is the smoke
 def test_mix_ln_extremes_and_vmap_over_tau():
     """τ = 0 is Pre-LN from the start radius; τ ≥ T is Post-LN. τ is vmappable."""
     x0 = random_start(n=3, d=3, seed=3, radius=1.5)

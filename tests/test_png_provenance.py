@@ -3,6 +3,7 @@ figure separated from its dataset can still be traced."""
 
 import json
 
+import pytest
 import xarray as xr
 from click.testing import CliRunner
 from PIL import Image
@@ -57,6 +58,7 @@ def test_phase_diagram_figure_carries_the_provenance(tmp_path, monkeypatch):
     _check(tmp_path / "phase_diagram.png", dataset, f"phase-diagram {PHASE}")
 
 
+@pytest.mark.slow  # a schemes run; the phase-diagram figure is the smoke of png_metadata
 def test_every_schemes_figure_carries_the_provenance(tmp_path, monkeypatch):
     _run(f"schemes {SCHEMES}", tmp_path, monkeypatch)
     for key in FIGURES:

@@ -194,6 +194,7 @@ def test_schemes_study_with_good_arguments_reaches_its_first_stage(spied):
 # --- the fit itself, where the closed form allows it ----------------------------------------
 
 
+@pytest.mark.slow  # full terminal fits, ~2.5 s each
 def test_post_ln_fits_where_float32_could_not_resolve_the_window():
     # β = 14: the fit window (20 time units at t ≈ 2e4) had no usable save in float32
     # ("needs at least 6 usable save times ... got 0", after the run's other stages).
@@ -201,6 +202,7 @@ def test_post_ln_fits_where_float32_could_not_resolve_the_window():
     assert fit.contains(theory.value) and fit.value == pytest.approx(2.0, abs=1e-9)
 
 
+@pytest.mark.slow  # full terminal fits, ~2.5 s each
 def test_a_fit_that_starts_just_before_t_1e7_runs():
     # The closed form puts nGPT's start 1e-9 before t = 1e7 (it is good to 1e-11); the
     # solver's own error (1e-6 or so) may put it just after: the probe looks past 1e7.
