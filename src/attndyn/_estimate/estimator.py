@@ -446,7 +446,8 @@ class _Study:
         raise NumericalMergeError(
             merge_message(self.plan, tallies, index) + " Pass on_merged='exclude' "
             "(CLI: --on-merged exclude) to drop such trajectories from the estimates, or "
-            "'count' to keep them in the class the arithmetic fixed"
+            "'count' to keep them in the class the arithmetic fixed (right inside clusters "
+            "that contract, wrong where a cluster can come apart)"
             + (": a rerun resumes from the checkpoint." if self.checkpoint else ".")
         )
 
