@@ -94,6 +94,8 @@ def summary(ds, path: Path) -> None:
                 float(r["ci_lower"].sel(outcome=o)),
                 float(r["ci_upper"].sel(outcome=o)),
             ]
+        # Trajectories whose tokens merged numerically by the last save (counted).
+        row["n_merged"] = int(r["n_merged"])
         rows.append(row)
     path.write_text(json.dumps(rows, indent=1))
     for row in rows:
