@@ -30,6 +30,7 @@ from .._core.attention import as_float
 from .._core.errors import ParameterError, check_bound, check_int, check_scalar
 from .._core.saveat import SaveAt
 from .._core.schemes import AbstractScheme
+from ..theory._symmetric import symmetric_attention
 from .base import AbstractModel
 from .integrators import ODEIntegrator, solve_with_switch
 
@@ -54,13 +55,9 @@ def check_fits(n_tokens: int, dim: int) -> None:
 
 def _attention_terms(u: Array, beta: Array, n: int) -> tuple[Array, Array, Array]:
     """(ℓ' · s, ⟨θ, A⟩, |A|) at 1 − γ = u, all divided through by e^β."""
-    e = jnp.exp(-beta * u)  # e^{β(γ−1)}
-    gamma = 1.0 - u
-    z = 1.0 + (n - 1) * e
+    e, z, radial, attn_norm = symmetric_attention(u, beta, n, xp=jnp)
     log_rate = -2.0 * e * (n - (n - 1) * u) / z
-    radial = (1.0 + (n - 1) * gamma * e) / z
-    norm_sq = 1.0 + 2 * (n - 1) * gamma * e + (n - 1) * e**2 * (1.0 + (n - 2) * gamma)
-    return log_rate, radial, jnp.sqrt(norm_sq) / z
+    return log_rate, radial, attn_norm
 
 
 class SymmetricSolution(eqx.Module):

@@ -205,13 +205,22 @@ def _rule(edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return (start + half * (_GL_NODES + 1)).ravel(), (half * _GL_WEIGHTS).ravel()
 
 
-def _terms(x: np.ndarray, beta: float, n: int):
-    """log(1/G), ⟨θ, A⟩ and |A| at 1 − γ = e^{−x} (Thm 4.1, divided through by e^β)."""
-    u = np.exp(-x)
+def symmetric_attention(u, beta, n: int, xp=np):
+    """Thm 4.1's attention at 1 − γ = u, divided through by e^β: (e^{β(γ−1)}, its
+    normaliser z = 1 + (n − 1)e^{β(γ−1)}, ⟨θ, A⟩, |A|), in the array namespace ``xp``
+    (NumPy here, ``jax.numpy`` in :class:`attndyn.SymmetricODE`'s vector field)."""
+    e = xp.exp(-beta * u)
     gamma = 1.0 - u
-    e = np.exp(-beta * u)
     z = 1.0 + (n - 1) * e
-    log_inv_rate = np.logaddexp(beta * u, math.log(n - 1)) - np.log(2.0 * (n - (n - 1) * u))
     radial = (1.0 + (n - 1) * gamma * e) / z
     norm_sq = 1.0 + 2 * (n - 1) * gamma * e + (n - 1) * e**2 * (1.0 + (n - 2) * gamma)
-    return log_inv_rate, radial, np.sqrt(norm_sq) / z
+    return e, z, radial, xp.sqrt(norm_sq) / z
+
+
+def _terms(x: np.ndarray, beta: float, n: int):
+    """log(1/G), ⟨θ, A⟩ and |A| at 1 − γ = e^{−x}; 1/G = (e^{βu} + n − 1)/(2(n − (n−1)u))
+    in logs, finite where e^{βu} overflows."""
+    u = np.exp(-x)
+    _, _, radial, attn_norm = symmetric_attention(u, beta, n)
+    log_inv_rate = np.logaddexp(beta * u, math.log(n - 1)) - np.log(2.0 * (n - (n - 1) * u))
+    return log_inv_rate, radial, attn_norm
