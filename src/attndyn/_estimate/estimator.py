@@ -171,6 +171,7 @@ def estimate_probabilities(
         with _Study(plan, key, checkpoint) as study:
             study.run(progress)
             tallies = study.combined()
+            study.check_totals(tallies)
     record = _provenance(plan, study, tallies, metadata)
     warn_merged(plan, tallies)
     points = [p.point for p in plan.points]
@@ -432,7 +433,7 @@ class _Study:
         """Whether this is the only process. With several, each sees only its own
         trajectories: a check that raised in one process alone would leave the others
         waiting for it at the gather, so the checks wait for the totals
-        (:meth:`combined`), and every process raises alike."""
+        (:meth:`check_totals`), and every process raises alike."""
         return self.process[1] == 1
 
     def check_merged(self, index: int, tallies: Tallies | None = None) -> None:
@@ -473,11 +474,16 @@ class _Study:
         if self.alone:
             return self.tallies
         fields = gather_tallies(self.tallies.arrays())
-        tallies = Tallies(*fields, seconds=self.tallies.seconds)
+        return Tallies(*fields, seconds=self.tallies.seconds)
+
+    def check_totals(self, tallies: Tallies) -> None:
+        """With several processes, the overflow and merge checks on the totals (a process
+        alone checks as it goes, :meth:`run`)."""
+        if self.alone:
+            return
         for index, point in enumerate(self.plan.points):
             self.check_nonfinite(index, point, tallies)
             self.check_merged(index, tallies)
-        return tallies
 
 
 def _provenance(
