@@ -94,8 +94,17 @@ def summary(ds, path: Path) -> None:
                 float(r["ci_lower"].sel(outcome=o)),
                 float(r["ci_upper"].sel(outcome=o)),
             ]
-        # Trajectories whose tokens merged numerically by the last save (counted).
+        # Trajectories whose tokens merged numerically by the last save (counted), and
+        # then the interval that holds whatever class they truly have.
         row["n_merged"] = int(r["n_merged"])
+        if row["n_merged"]:
+            row["merge_ci"] = {
+                o: [
+                    float(r["merge_ci_lower"].sel(outcome=o)),
+                    float(r["merge_ci_upper"].sel(outcome=o)),
+                ]
+                for o in ("single", "antipodal", "has_antipodal_pair", "unclustered")
+            }
         rows.append(row)
     path.write_text(json.dumps(rows, indent=1))
     for row in rows:

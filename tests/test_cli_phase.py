@@ -195,6 +195,11 @@ def test_a_numerical_merge_stops_the_cli_and_a_rerun_resumes_with_a_choice(tmp_p
     counted, excluded = points["count"], points["exclude"]
     assert counted["n_merged"] == excluded["n_merged"] > 0
     assert counted["n_counted"] == 64 and excluded["n_counted"] == 64 - counted["n_merged"]
+    # The interval whatever the merged trajectories' true class: one for both choices,
+    # holding the counted estimate's own interval.
+    bound = counted["merge_ci_antipodal"]
+    assert bound == excluded["merge_ci_antipodal"]
+    assert bound[0] <= counted["ci_antipodal"][0] <= counted["ci_antipodal"][1] <= bound[1]
 
 
 def test_version_is_the_running_source_version(monkeypatch):

@@ -169,6 +169,24 @@ def test_excluding_merged_trajectories_is_the_estimate_over_the_others():
     counted = probabilities_dataset(t, [{"dim": 3}], np.arange(1.0, saves + 1))
     np.testing.assert_array_equal(counted["count"].values[0], classes.sum(0))
     np.testing.assert_allclose(counted["mean_cosine"].values[0], values.mean(0), atol=1e-8)
+    # The merge-robust interval, from the trajectories themselves: Wilson's lower bound of
+    # the unmerged count and upper bound of it plus every merged trajectory, over all n;
+    # the same whatever the policy. It contains the Wilson interval of any class the
+    # merged trajectories could have had: the arithmetic's (count) and random ones.
+    from attndyn._estimate.stats import wilson_interval
+
+    unmerged = (classes & kept[..., None]).sum(0)
+    lower, _ = wilson_interval(unmerged, n)
+    _, upper = wilson_interval(unmerged + merged.sum(0)[:, None], n)
+    for built in (ds, counted):
+        np.testing.assert_array_equal(built["merge_ci_lower"].values[0], lower)
+        np.testing.assert_array_equal(built["merge_ci_upper"].values[0], upper)
+    assert np.all(upper - lower > counted["ci_upper"].values[0] - counted["ci_lower"].values[0])
+    for seed in range(20):
+        other = rng.random((n, saves, 4)) < seed / 20
+        k = (np.where(merged[..., None], other, classes)).sum(0)
+        lo, hi = wilson_interval(k, n)
+        assert np.all(lo >= lower) and np.all(hi <= upper)
 
 
 def test_a_checkpoint_of_format_2_is_read_as_integers(tmp_path, monkeypatch):

@@ -508,6 +508,9 @@ def test_numerically_merged_tokens_stop_the_run_by_default(tmp_path):
         far = _run_merging([{**_MERGING[0], "horizon": 1.0}])  # t = 1: far apart, no merge
     assert int(far["n_merged"].max()) == 0
     assert np.all(far["n_counted"].values == far["n_valid"].values[:, None])
+    # Nothing merged: the merge-robust interval is Wilson's.
+    np.testing.assert_array_equal(far["merge_ci_lower"], far["ci_lower"])
+    np.testing.assert_array_equal(far["merge_ci_upper"], far["ci_upper"])
 
 
 def test_excluded_merged_trajectories_leave_every_estimate():

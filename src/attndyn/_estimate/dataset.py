@@ -113,6 +113,25 @@ def mean_and_se(total: np.ndarray, total_sq: np.ndarray, n: np.ndarray):
     return mean, se
 
 
+def merge_robust_interval(tallies: Tallies) -> tuple[np.ndarray, np.ndarray]:
+    """A 95 % interval for each outcome's probability that holds whatever class the
+    numerically merged trajectories would have had without the rounding, (point, time,
+    outcome).
+
+    Of the n_valid trajectories, c are unmerged and in the outcome; the m merged ones add
+    an unknown 0 … m. Wilson's bounds grow with the count, so [lower(c), upper(c + m)]
+    over n_valid contains the Wilson interval of every possible true count: where nothing
+    merged it is the Wilson interval itself. Neither ``on_merged`` choice gives this:
+    ``count`` takes the arithmetic's classes, ``exclude`` conditions on not merging.
+    """
+    unmerged = tallies.counts - tallies.merged_counts
+    merged = np.broadcast_to(tallies.n_merged[..., None], unmerged.shape)
+    n = np.broadcast_to(tallies.n_valid[:, None, None], unmerged.shape)
+    lower, _ = wilson_interval(unmerged, n)
+    _, upper = wilson_interval(unmerged + merged, n)
+    return lower, upper
+
+
 def probabilities_dataset(
     tallies: Tallies,
     points: Sequence[Mapping[str, Any]],
@@ -136,6 +155,7 @@ def probabilities_dataset(
         means[name] = (("point", "time"), mean)
         means[f"{name}_se"] = (("point", "time"), se)
     lower, upper = wilson_interval(counts, n)
+    merge_lower, merge_upper = merge_robust_interval(tallies)
     dims3 = ("point", "time", "outcome")
     ds = xr.Dataset(
         {
@@ -143,6 +163,8 @@ def probabilities_dataset(
             "probability": (dims3, probability),
             "ci_lower": (dims3, lower),
             "ci_upper": (dims3, upper),
+            "merge_ci_lower": (dims3, merge_lower),
+            "merge_ci_upper": (dims3, merge_upper),
             "n_valid": ("point", tallies.n_valid),
             "n_nonfinite": ("point", tallies.n_nonfinite),
             **means,
@@ -158,6 +180,12 @@ def probabilities_dataset(
     )
     ds["ci_lower"].attrs["description"] = "Wilson score interval, 95 %"
     ds["ci_upper"].attrs["description"] = "Wilson score interval, 95 %"
+    for name in ("merge_ci_lower", "merge_ci_upper"):
+        ds[name].attrs["description"] = (
+            "95 % bound whatever class the n_merged trajectories truly have: Wilson lower "
+            "bound of the unmerged count, upper bound of it plus n_merged, over n_valid "
+            "(the Wilson interval where nothing merged)"
+        )
     for name, text in MEAN_DESCRIPTIONS.items():
         ds[name].attrs["description"] = text
         ds[f"{name}_se"].attrs["description"] = "standard error of " + name

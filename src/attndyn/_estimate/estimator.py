@@ -146,7 +146,9 @@ def estimate_probabilities(
     Returns:
         An ``xarray.Dataset`` over ``(point, time, outcome)`` with ``count``,
         ``probability``, Wilson 95 % bounds ``ci_lower``/``ci_upper``, ``n_valid``,
-        ``n_nonfinite``, ``n_merged``, ``n_counted`` (the denominators), the mean
+        ``n_nonfinite``, ``n_merged``, ``n_counted`` (the denominators),
+        ``merge_ci_lower``/``merge_ci_upper`` (95 % whatever class the merged
+        trajectories truly have), the mean
         pairwise cosine with its standard error, one coordinate per parameter along
         ``point``, and full provenance in ``attrs``.
     """

@@ -46,6 +46,13 @@ def json_points(ds: xr.Dataset) -> list[dict[str, Any]]:
                 plain(float(row["ci_upper"].sel(outcome="antipodal"))),
             ],
         )
+        if record["n_merged"] and "merge_ci_lower" in row:
+            # Whatever class the merged trajectories truly have (the dataset's
+            # merge_ci_lower/upper): the interval to quote when merges are not negligible.
+            record["merge_ci_antipodal"] = [
+                plain(float(row["merge_ci_lower"].sel(outcome="antipodal"))),
+                plain(float(row["merge_ci_upper"].sel(outcome="antipodal"))),
+            ]
         if int(row["tokens"].item()) > 2:
             record["p_has_antipodal_pair"] = p("has_antipodal_pair")
         if "p_antipodal_exact" in row and np.isfinite(float(row["p_antipodal_exact"])):
