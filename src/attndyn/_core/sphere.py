@@ -1,5 +1,6 @@
 """Geometry of the unit sphere S^{d-1}."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
@@ -19,11 +20,18 @@ def tangent_project(
     return y - jnp.sum(x * y, axis=-1, keepdims=True) * x
 
 
+@eqx.filter_jit
 def uniform_sphere(
     *, key: PRNGKeyArray, n_tokens: int, dim: int, dtype: jnp.dtype = jnp.float32
 ) -> Float[Array, "n_tokens dim"]:
-    """``n_tokens`` independent points uniform on S^{dim-1} (normalised Gaussians)."""
-    return normalize(jax.random.normal(key, (n_tokens, dim), dtype=dtype))
+    """``n_tokens`` independent points uniform on S^{dim-1} (normalised Gaussians).
+
+    Compiled (``eqx.filter_jit``, as diffrax's ``diffeqsolve`` is): called outside ``jit``
+    it runs as one program instead of op by op; inside the estimator's program the call
+    is inlined, with the same numbers. The Gaussians are ``jax.random.normal``'s: the
+    unrolled :func:`.random.normal`, bit-exact alone, fuses differently with the
+    normalisation and moves the starts by a rounding."""
+    return normalize(jax.random.normal(key, (n_tokens, dim), dtype))
 
 
 def sphere_drift(x: Float[Array, "*batch d"]) -> Float[Array, ""]:

@@ -129,7 +129,10 @@ class AbstractTrajectoryModel(AbstractModel):
     def trajectory(self, x0: Float[Array, "N d"], *, key: PRNGKeyArray) -> Float[Array, "S N k"]:
         """The state at each of :attr:`save_times`, starting from ``x0`` at t = 0."""
 
+    @eqx.filter_jit
     def simulate(self, x0, keys):
+        # Compiled whole where a user calls it outside jit (inside the estimator's program
+        # the call is inlined).
         return jax.vmap(lambda x, k: self.trajectory(x, key=k))(x0, keys)
 
 

@@ -269,6 +269,7 @@ class ReducedTransformer(AbstractModel):
         """One trajectory (a batch of one of :meth:`simulate`)."""
         return self.simulate(x0[None], key[None])[0]
 
+    @eqx.filter_jit
     def simulate(self, x0, keys):
         """A batch of trajectories (one key each), stopping early once all are absorbed."""
         c0 = jax.vmap(self.reduce)(x0)

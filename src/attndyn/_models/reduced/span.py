@@ -60,6 +60,7 @@ class SpanTransformer(AbstractModel):
     def _chain(self) -> bool:
         return self.n_tokens == 2 and isinstance(self.model.scheme, PostLN)
 
+    @eqx.filter_jit
     def simulate(self, x0: Float[Array, "batch N d"], keys: Key[Array, " batch"]):
         c0 = jax.vmap(lq)(x0)
         if not self._chain:
