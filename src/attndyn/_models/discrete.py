@@ -198,6 +198,7 @@ class DiscreteTransformer(AbstractTrajectoryModel):
         n_tokens, dim = x.shape[-2:]
         return self.values.draw_noise(fold_in(key, n), n_tokens, dim, x.dtype)
 
+    @eqx.filter_jit
     def trajectory(self, x0, *, key):
         drawn = None
         if self.weights is not None and self.weights.frozen:
