@@ -585,3 +585,19 @@ def test_softmax_past_its_float32_resolution_is_named_as_the_cause():
         ad.estimate_probabilities(
             make, points, key=jax.random.key(0), n_trajectories=8, progress=False, route="full"
         )
+
+
+def test_uniform_sphere_names_a_bad_count_and_takes_numpy_integers():
+    # uniform_sphere is compiled (filter_jit): a NumPy integer would be traced and fail
+    # inside JAX's shape code; a bad count gave an IndexError or a shape error.
+    key = jax.random.key(0)
+    with pytest.raises(ad.ParameterError, match="n_tokens=0 must be an integer >= 1"):
+        ad.uniform_sphere(key=key, n_tokens=0, dim=3)
+    with pytest.raises(ad.ParameterError, match="dim=-1 must be an integer >= 1"):
+        ad.uniform_sphere(key=key, n_tokens=2, dim=-1)
+    x = ad.uniform_sphere(key=key, n_tokens=np.int64(3), dim=np.int32(4))
+    assert x.shape == (3, 4)
+    np.testing.assert_allclose(np.linalg.norm(np.asarray(x), axis=-1), 1.0, rtol=1e-6)
+    # The same numbers as the documented construction: normalised jax.random.normal.
+    g = jax.random.normal(key, (3, 4))
+    np.testing.assert_allclose(x, g / jnp.linalg.norm(g, axis=-1, keepdims=True), rtol=1e-6)

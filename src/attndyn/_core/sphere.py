@@ -3,8 +3,10 @@
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from .errors import check_int
 from .linalg import small_sum
 
 
@@ -20,9 +22,12 @@ def tangent_project(
     return y - jnp.sum(x * y, axis=-1, keepdims=True) * x
 
 
-@eqx.filter_jit
 def uniform_sphere(
-    *, key: PRNGKeyArray, n_tokens: int, dim: int, dtype: jnp.dtype = jnp.float32
+    *,
+    key: PRNGKeyArray,
+    n_tokens: int | np.integer,
+    dim: int | np.integer,
+    dtype: jnp.dtype = jnp.float32,
 ) -> Float[Array, "n_tokens dim"]:
     """``n_tokens`` independent points uniform on S^{dim-1} (normalised Gaussians).
 
@@ -31,6 +36,14 @@ def uniform_sphere(
     is inlined, with the same numbers. The Gaussians are ``jax.random.normal``'s: the
     unrolled :func:`.random.normal`, bit-exact alone, fuses differently with the
     normalisation and moves the starts by a rounding."""
+    check_int("n_tokens", n_tokens, lower=1)
+    check_int("dim", dim, lower=1)
+    # Python ints and a dtype are static under filter_jit (a NumPy integer would be traced).
+    return _uniform_sphere(key, int(n_tokens), int(dim), jnp.dtype(dtype))
+
+
+@eqx.filter_jit
+def _uniform_sphere(key: PRNGKeyArray, n_tokens: int, dim: int, dtype) -> Array:
     return normalize(jax.random.normal(key, (n_tokens, dim), dtype))
 
 
