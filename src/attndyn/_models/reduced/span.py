@@ -111,4 +111,4 @@ def _frame_view(cz: Array, log_sz: Array) -> Float[Array, "2 2"]:
     """The frame rows (1, 0), (cos φ, sin φ), sin φ :func:`held_sine` (the state keeps
     log sin φ); 0 only for tokens that started merged (log sin φ = −∞)."""
     sz = jnp.where(jnp.isneginf(log_sz), 0.0, held_sine(jnp.exp(log_sz).astype(cz.dtype)))
-    return two_token_frame(cz, sz.astype(cz.dtype))
+    return two_token_frame(cz, sz)
