@@ -23,6 +23,12 @@ def parser(doc: str | None) -> argparse.ArgumentParser:
     return p
 
 
+def figure_stem(base: str, args) -> str:
+    """The output name of a figure script: ``base``, or ``base_full`` at the paper's scale,
+    so a ``--full`` run never overwrites the reduced figure (or the reverse)."""
+    return f"{base}_full" if args.full else base
+
+
 def run(points, *, n_trajectories, seed, save_at=None, **model_kwargs):
     """Estimate class probabilities at ``points`` with :func:`attndyn.studies.phase_model`."""
     started = time.perf_counter()

@@ -13,7 +13,9 @@ exact-in-law two-token chain with early absorption at both ends (a trajectory st
 its class can change later with probability ≤ 10⁻⁷, and a chunk's cost follows the
 trajectories still moving), on every CPU core.
 
-    python experiments/fig3_beta_d.py [--full] [--out figures/fig3_beta_d.png]
+    python experiments/fig3_beta_d.py [--full] [--out PATH]
+
+The figure defaults to figures/fig3_beta_d.png, or figures/fig3_beta_d_full.png with --full.
 """
 
 import argparse
@@ -45,14 +47,18 @@ def model(*, beta, dim, tokens, depth, horizon):
 def main() -> None:
     parser = argparse.ArgumentParser(description="Seed 003 Fig. 3: P(antipodal) against β.")
     parser.add_argument("--full", action="store_true", help="the paper's parameters")
-    parser.add_argument("--out", default="figures/fig3_beta_d.png")
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="figure path (default figures/fig3_beta_d.png, or fig3_beta_d_full.png with --full)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     cfg = FULL if args.full else REDUCED
     ad.use_all_cores()  # before any JAX work
     ad.enable_compilation_cache()
     points = ad.grid(dim=cfg["dims"], tokens=[2], beta=[float(b) for b in cfg["betas"]])
-    out = Path(args.out)
+    out = Path(args.out or f"figures/fig3_beta_d{'_full' if args.full else ''}.png")
     out.parent.mkdir(parents=True, exist_ok=True)
     ds = ad.estimate_probabilities(
         lambda **p: model(**p, depth=cfg["L"], horizon=cfg["T"]),

@@ -34,8 +34,14 @@ parser.add_argument("--full-size", action="store_true")
 parser.add_argument("--layers", type=int, default=48)
 parser.add_argument("--runs", type=int, default=32)
 parser.add_argument("--seed", type=int, default=0)
-parser.add_argument("--out", default="figures/fig4_random_weights.png")
+parser.add_argument(
+    "--out",
+    default=None,
+    help="figure path (default figures/fig4_random_weights[_full].png, by --full-size)",
+)
 args = parser.parse_args()
+# The paper-size run writes beside the committed scaled-down figure, never over it.
+args.out = args.out or f"figures/fig4_random_weights{'_full' if args.full_size else ''}.png"
 dim, tokens = (512, 256) if args.full_size else (64, 32)
 beta = math.sqrt(dim)
 REGIMES = {

@@ -3,10 +3,11 @@
 Post-LN with full Gaussian value noise (eq. 4; SA), L = 100. Reduced: β ∈ {0, 1, ..., 8},
 N ∈ {2, 3, 5, 10}, 200 trajectories, T = 30. --full: β step 0.5, 10,000 trajectories,
 T = 500.
+Writes figures/fig6_multitoken_<engine>[_full].{png,json}.
 """
 
 import numpy as np
-from _common import FIGURES, parser, run, summary
+from _common import FIGURES, figure_stem, parser, run, summary
 
 import attndyn as ad
 
@@ -29,7 +30,7 @@ def main():
         dt=0.01,
     )
     FIGURES.mkdir(exist_ok=True)
-    stem = f"fig6_multitoken_{args.engine}"
+    stem = figure_stem(f"fig6_multitoken_{args.engine}", args)
     title = "Seed 003 Fig. 6: the more tokens, the likelier an antipodal pair (Post-LN, eq. 4)"
     ad.plot.beta_n(ds, title=title).savefig(FIGURES / f"{stem}.png", dpi=130)
     summary(ds, FIGURES / f"{stem}.json")

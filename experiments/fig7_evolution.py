@@ -2,9 +2,10 @@
 
 Full value noise (eq. 4; SA), L = 100. Reduced: 200 trajectories, T = 20, L = 50.
 --full: 2,000 trajectories, T = 50, L = 100.
+Writes figures/fig7_evolution_<engine>[_full].{png,json}.
 """
 
-from _common import evolution_run, parser, write_evolution
+from _common import evolution_run, figure_stem, parser, write_evolution
 
 import attndyn as ad
 
@@ -16,7 +17,10 @@ def main():
     ds = evolution_run(points, args, n_trajectories=n, depth=depth, horizon=horizon, n_saves=41)
     title = "Seed 003 Fig. 7: 50 tokens leave the unclustered start and end in two antipodal groups"
     write_evolution(
-        ds, f"fig7_evolution_{args.engine}", title=title, label_keys=("beta", "dim", "tokens")
+        ds,
+        figure_stem(f"fig7_evolution_{args.engine}", args),
+        title=title,
+        label_keys=("beta", "dim", "tokens"),
     )
 
 

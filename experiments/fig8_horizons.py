@@ -6,9 +6,10 @@ cluster only), β = 3 (above β_c(d) for every d ≤ 10: antipodal attainable fo
 β = 1 (β_c(4) = 0.66 < 1 < β_c(6) = 1.03: antipodal only for some d).
 Reduced: d ∈ {4, 6}, 200 trajectories, T = 50, L = 50. --full: d ∈ {4, ..., 10},
 2,000 trajectories, T = 100, L = 100.
+Writes figures/fig8_horizons_<engine>[_full].{png,json}.
 """
 
-from _common import evolution_run, parser, write_evolution
+from _common import evolution_run, figure_stem, parser, write_evolution
 
 import attndyn as ad
 
@@ -26,7 +27,11 @@ def main():
         "(β_c(4) = 0.66, β_c(6) = 1.03)"
     )
     write_evolution(
-        ds, f"fig8_horizons_{args.engine}", title=title, label_keys=("beta", "dim"), dpi=110
+        ds,
+        figure_stem(f"fig8_horizons_{args.engine}", args),
+        title=title,
+        label_keys=("beta", "dim"),
+        dpi=110,
     )
 
 

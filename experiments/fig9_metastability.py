@@ -5,9 +5,10 @@ we use the one of Figs. 3/6/7); deterministic: eq. 7 with ε = 0. β = 0.5 (T = 
 β = 4.5 (T = 30), L = 100. At large β the deterministic flow lingers in metastable
 multi-cluster states (unclustered for a long time), the stochastic one clusters fast.
 Reduced: 100 trajectories, L = 50. --full: 2,000 trajectories, L = 100.
+Writes figures/fig9_metastability_beta{0.5,4.5}_<engine>[_full].{png,json}.
 """
 
-from _common import evolution_run, parser, write_evolution
+from _common import evolution_run, figure_stem, parser, write_evolution
 
 
 def main():
@@ -24,7 +25,7 @@ def main():
             if beta > 1
             else "Seed 003 Fig. 9: N = 50, d = 4; with or without noise the tokens form one cluster"
         )
-        stem = f"fig9_metastability_beta{beta:g}_{args.engine}"
+        stem = figure_stem(f"fig9_metastability_beta{beta:g}_{args.engine}", args)
         write_evolution(ds, stem, title=title, label_keys=("model", "beta"))
 
 

@@ -228,8 +228,13 @@ def solver_panel(ax, ref, sde):
 def main():
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--full", action="store_true", help="10x the trajectories")
-    parser.add_argument("--out", default=str(ROOT / "figures" / "limit_convergence.png"))
+    parser.add_argument(
+        "--out", default=None, help="figure path (default figures/limit_convergence[_full].png)"
+    )
     args = parser.parse_args()
+    # A --full run writes beside the reduced figure, never over it.
+    name = "limit_convergence_full.png" if args.full else "limit_convergence.png"
+    args.out = args.out or str(ROOT / "figures" / name)
     scale = 10 if args.full else 1
     n_disc, n_ref = 20_000 * scale, 200_000 * scale
     started = time.perf_counter()
