@@ -1,6 +1,7 @@
 """The unrolled Threefry functions return exactly what ``jax.random`` returns, and the
 layer loop that carries each layer's noise runs the same map as drawing it in the layer."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -53,8 +54,11 @@ def test_samplers_are_bit_exact(shape):
         ),
         (lambda k: core_random.rademacher(k, shape), lambda k: jax.random.rademacher(k, shape)),
     ]
-    for ours, theirs in pairs:
-        np.testing.assert_array_equal(jax.jit(jax.vmap(ours))(keys), jax.vmap(theirs)(keys))
+    # Each side in one compiled program (JAX's own samplers compile a rolled hash each).
+    ours = jax.jit(lambda k: [jax.vmap(f)(k) for f, _ in pairs])(keys)
+    theirs = jax.jit(lambda k: [jax.vmap(f)(k) for _, f in pairs])(keys)
+    for a, b in zip(ours, theirs, strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_other_implementations_fall_back_to_jax():
@@ -109,10 +113,14 @@ def test_values_apply_is_draw_then_apply():
     key = jax.random.key(4)
     a = jax.random.normal(jax.random.key(5), (3, 5))
     for values in (ad.MatrixValues(1.3, drift=0.2), ad.ScalarValues(0.4), ad.DeterministicValues()):
-        noise = values.draw_noise(key, 3, 5, a.dtype)
-        np.testing.assert_array_equal(
-            values.apply(a, key=key, depth=7), values.apply_noise(a, noise, depth=7)
-        )
+        # Both sides in one compiled program (as in the layer loop; eagerly every operation
+        # of the hash would compile on its own).
+        @eqx.filter_jit
+        def both(values, a, key):
+            noise = values.draw_noise(key, 3, 5, a.dtype)
+            return values.apply(a, key=key, depth=7), values.apply_noise(a, noise, depth=7)
+
+        np.testing.assert_array_equal(*both(values, a, key))
 
 
 class _HalfValues(ad.AbstractValues):

@@ -23,7 +23,7 @@ def test_matrix_values_have_variance_sigma_squared(distribution):
     values = ad.MatrixValues(sigma, distribution=distribution)
     keys = jax.random.split(jax.random.key(1), 20000)
     e1 = jnp.zeros((1, 5)).at[0, 0].set(1.0)
-    cols = jax.vmap(lambda k: values.apply(e1, key=k, depth=depth))(keys)
+    cols = jax.jit(jax.vmap(lambda k: values.apply(e1, key=k, depth=depth)))(keys)
     cols = np.asarray(cols, np.float64).ravel()
     # 1e5 entries: SE of the variance <= sqrt(2/n)·σ²/L ≈ 5.5e-4, tolerance 3e-3 is > 5 SE.
     assert abs(cols.mean()) < 4 * np.sqrt(sigma**2 / depth / cols.size) + 1e-3

@@ -145,6 +145,9 @@ class AbstractSphereSDE(AbstractTrajectoryModel):
     def stratonovich(self) -> bool:
         return self.integrator.solver in ("heun", "spark")
 
+    # Compiled (as ``solve`` is): called outside jit, the autodiff correction ran as ~180
+    # separate operations, 3.5 s the first time against 0.3 s. Inlined inside the solver.
+    @eqx.filter_jit
     def stratonovich_drift(self, y: Float[Array, "N d"]) -> Float[Array, "N d"]:
         """``b_S = b_I − ½ Σ_c Dg_c(y)[g_c(y)]`` over unit Brownian channels ``c``."""
         shape = self.noise_shape(y.shape[-1])

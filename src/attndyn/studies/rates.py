@@ -39,6 +39,7 @@ RATE_KINDS = ("exponential", "power", "sqrt-exponential")
 RATE_VARIABLES = {"exponential": "t", "power": "log t", "sqrt-exponential": "√(t+1)"}
 
 
+@jax.jit  # one program per shape: eagerly, the vmapped observable ran op by op
 def cosine_gap(x: Float[Array, "*S N d"]) -> Float[Array, "*S"]:
     """1 − mean pairwise cosine of each state (any leading batch/save axes)."""
     flat = x.reshape(-1, *x.shape[-2:])
