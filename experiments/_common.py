@@ -75,10 +75,13 @@ def evolution_run(points, args, *, n_trajectories, depth, horizon, n_saves):
     )
 
 
-def write_evolution(ds, stem: str, *, title: str, label_keys, dpi: int = 130) -> None:
-    """FIGURES/stem.png (fractions against time) and FIGURES/stem.json (:func:`summary`)."""
+def write_evolution(
+    ds, stem: str, *, title: str, label_keys, dpi: int = 130, ncols: int | None = None
+) -> None:
+    """FIGURES/stem.png (fractions against time, panels in rows of ``ncols``) and
+    FIGURES/stem.json (:func:`summary`)."""
     FIGURES.mkdir(exist_ok=True)
-    fig = ad.plot.evolution(ds, label_keys=label_keys, title=title)
+    fig = ad.plot.evolution(ds, label_keys=label_keys, title=title, ncols=ncols)
     fig.savefig(FIGURES / f"{stem}.png", dpi=dpi)
     summary(ds, FIGURES / f"{stem}.json")
 

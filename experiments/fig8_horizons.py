@@ -32,6 +32,7 @@ def main():
         title=title,
         label_keys=("beta", "dim"),
         dpi=110,
+        ncols=3,  # one row per d, one column per β
     )
 
 

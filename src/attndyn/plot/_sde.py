@@ -6,6 +6,7 @@ from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from .._core.errors import check_int
 from ..theory import eps_critical
 from ._figure import subplots
 from ._style import OUTCOME_COLORS, ordered_colors, sample_line, values_line, wrap
@@ -158,39 +159,54 @@ def plot_beta_n(
 
 
 def plot_evolution(
-    ds: xr.Dataset, *, label_keys: tuple[str, ...] = ("beta",), title: str | None = None
+    ds: xr.Dataset,
+    *,
+    label_keys: tuple[str, ...] = ("beta",),
+    title: str | None = None,
+    ncols: int | None = None,
 ) -> Figure:
     """Seed 003 Figs. 7-9: fractions of single (blue) / antipodal (vermillion) /
     unclustered (grey) against time, one panel per point, with Wilson 95 % bands. The
-    figure's title gives the sample size, L and T (``title`` adds a first line)."""
+    figure's title gives the sample size, L and T (``title`` adds a first line). Panels
+    fill rows of ``ncols`` (default: all in one row up to 6 points, else rows of 6)."""
     n = ds.sizes["point"]
-    fig, axes = subplots(1, n, figsize=(4.2 * n, 3.8), squeeze=False)
-    times = ds["time"].values
-    for i, ax in enumerate(axes[0]):
-        row = ds.isel(point=i)
-        for outcome, color in (
-            ("single", SINGLE_COLOR),
-            ("antipodal", ANTIPODAL_COLOR),
-            ("unclustered", UNCLUSTERED_COLOR),
-        ):
-            sel = row.sel(outcome=outcome)
-            ax.fill_between(times, sel["ci_lower"], sel["ci_upper"], color=color, alpha=0.2, lw=0)
-            ax.plot(times, sel["probability"], color=color, lw=1.5, label=outcome)
-        if int(row["tokens"]) > 2:
-            sel = row.sel(outcome="has_antipodal_pair")
-            ax.plot(
-                times, sel["probability"], ":", color=ANTIPODAL_COLOR, label="has antipodal pair"
-            )
-        parts = [f"{k} = {_fmt(row[k].item())}" for k in label_keys if k in row.coords]
-        ax.set_title(", ".join(parts), fontsize=9)
-        ax.set_xlabel("t")
-        ax.set_ylim(-0.02, 1.02)
-    axes[0][0].set_ylabel("fraction of trajectories")
-    axes[0][-1].legend(fontsize=8)
+    if ncols is not None:
+        check_int("ncols", ncols, lower=1)
+    ncols = min(int(ncols) if ncols is not None else 6, n)
+    nrows = -(-n // ncols)
+    fig, axes = subplots(nrows, ncols, figsize=(4.2 * ncols, 3.6 * nrows + 0.4), squeeze=False)
+    flat = axes.ravel()
+    for i in range(n):
+        _evolution_panel(flat[i], ds.isel(point=i), label_keys)
+    for ax in flat[n:]:
+        ax.remove()
+    for row in axes:
+        row[0].set_ylabel("fraction of trajectories")
+    flat[n - 1].legend(fontsize=8)
     line = f"{sample_line(ds)}; bands: Wilson 95 %"
     text = f"{title}\n{line}" if title else line
     fig.suptitle(wrap(text, fig.get_figwidth(), fontsize=10.0), fontsize=10)
     return fig  # type: ignore[return-value]
+
+
+def _evolution_panel(ax, row: xr.Dataset, label_keys: tuple[str, ...]) -> None:
+    """One point's fractions against time, with their bands."""
+    times = row["time"].values
+    for outcome, color in (
+        ("single", SINGLE_COLOR),
+        ("antipodal", ANTIPODAL_COLOR),
+        ("unclustered", UNCLUSTERED_COLOR),
+    ):
+        sel = row.sel(outcome=outcome)
+        ax.fill_between(times, sel["ci_lower"], sel["ci_upper"], color=color, alpha=0.2, lw=0)
+        ax.plot(times, sel["probability"], color=color, lw=1.5, label=outcome)
+    if int(row["tokens"]) > 2:
+        sel = row.sel(outcome="has_antipodal_pair")
+        ax.plot(times, sel["probability"], ":", color=ANTIPODAL_COLOR, label="has antipodal pair")
+    parts = [f"{k} = {_fmt(row[k].item())}" for k in label_keys if k in row.coords]
+    ax.set_title(", ".join(parts), fontsize=9)
+    ax.set_xlabel("t")
+    ax.set_ylim(-0.02, 1.02)
 
 
 def _fmt(v) -> str:
