@@ -4,6 +4,7 @@ Shapes annotated with jaxtyping are checked at run time (``--jaxtyping-packages`
 pyproject.toml).
 """
 
+import json
 import os
 import tempfile
 
@@ -35,3 +36,51 @@ def tile(monkeypatch):
         monkeypatch.setattr(runner, "ACCELERATOR_TILE", size)
 
     return set_tile
+
+
+# --- `--compile-report PATH`: per-test XLA compilations, to find what makes the suite slow.
+_compiles = {"n": 0, "seconds": 0.0}
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--compile-report",
+        default=None,
+        metavar="PATH",
+        help="write each test's XLA compile count and seconds as JSON (one file per worker)",
+    )
+
+
+def _count_compile(event: str, duration_secs: float, **_: str | int) -> None:
+    if event == "/jax/core/compile/backend_compile_duration":
+        _compiles["n"] += 1
+        _compiles["seconds"] += duration_secs
+
+
+def pytest_configure(config):
+    if config.getoption("--compile-report"):
+        from jax._src import monitoring
+
+        monitoring.register_event_duration_secs_listener(_count_compile)
+        config._compile_rows = []  # pyright: ignore[reportAttributeAccessIssue]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    rows = getattr(item.config, "_compile_rows", None)
+    _compiles.update(n=0, seconds=0.0)
+    yield
+    if rows is not None:
+        rows.append(
+            {"test": item.nodeid, "compiles": _compiles["n"], "seconds": _compiles["seconds"]}
+        )
+
+
+def pytest_sessionfinish(session):
+    rows = getattr(session.config, "_compile_rows", None)
+    path = session.config.getoption("--compile-report")
+    if rows is None or not path:
+        return
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    with open(f"{path}.{worker}.json", "w") as f:
+        json.dump(sorted(rows, key=lambda r: -r["seconds"]), f, indent=1)
