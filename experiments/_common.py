@@ -15,21 +15,31 @@ ROOT = Path(__file__).resolve().parents[1]
 FIGURES = ROOT / "figures"
 
 
-def parser(doc: str | None) -> argparse.ArgumentParser:
+def parser(doc: str | None, *, x64: bool = False) -> argparse.ArgumentParser:
+    """The shared flags; ``x64=True`` adds ``--x64`` for the scripts that pass it on to
+    :func:`run` (the others must not accept a flag they would ignore)."""
     p = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
     p.add_argument("--full", action="store_true", help="the paper's scale (slow: use a GPU)")
     p.add_argument("--engine", default="discrete", choices=("discrete", "sde"))
     p.add_argument("--seed", type=int, default=0)
+    if x64:
+        p.add_argument(
+            "--x64",
+            action="store_true",
+            help="float64 throughout: tokens merge numerically only ~10⁹ times closer "
+            "(a check of the float32 run's merged trajectories)",
+        )
     return p
 
 
 def figure_stem(base: str, args) -> str:
-    """The output name of a figure script: ``base``, or ``base_full`` at the paper's scale,
-    so a ``--full`` run never overwrites the reduced figure (or the reverse)."""
-    return f"{base}_full" if args.full else base
+    """The output name of a figure script: ``base``, with ``_full`` at the paper's scale
+    and ``_x64`` in float64, so runs at another scale or precision never overwrite each
+    other's files."""
+    return base + ("_full" if args.full else "") + ("_x64" if getattr(args, "x64", False) else "")
 
 
-def run(points, *, n_trajectories, seed, save_at=None, **model_kwargs):
+def run(points, *, n_trajectories, seed, save_at=None, x64=False, **model_kwargs):
     """Estimate class probabilities at ``points`` with :func:`attndyn.studies.phase_model`."""
     started = time.perf_counter()
 
@@ -44,6 +54,7 @@ def run(points, *, n_trajectories, seed, save_at=None, **model_kwargs):
         n_trajectories=n_trajectories,
         progress=False,
         on_nonfinite="exclude",
+        x64=x64,
         # Figs. 6-9 run N ≥ 3 tokens on the float32 N × d route, where tokens of one
         # cluster merge numerically (every trajectory of Fig. 7 by t ≈ 7). Inside a
         # contracting cluster the merged tokens' classes are the dynamics' own: counted,
@@ -67,6 +78,7 @@ def evolution_run(points, args, *, n_trajectories, depth, horizon, n_saves):
         n_trajectories=n_trajectories,
         seed=args.seed,
         save_at=save_at,
+        x64=args.x64,
         engine=args.engine,
         attention="softmax",
         depth=depth,

@@ -13,7 +13,7 @@ import attndyn as ad
 
 
 def main():
-    args = parser(__doc__).parse_args()
+    args = parser(__doc__, x64=True).parse_args()
     if args.full:
         betas, tokens, n, horizon = np.arange(0, 8.01, 0.5), [2, 3, 5, 10, 20], 10_000, 500.0
     else:
@@ -23,6 +23,7 @@ def main():
         points,
         n_trajectories=n,
         seed=args.seed,
+        x64=args.x64,
         engine=args.engine,
         attention="softmax",
         depth=100,

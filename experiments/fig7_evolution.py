@@ -11,7 +11,7 @@ import attndyn as ad
 
 
 def main():
-    args = parser(__doc__).parse_args()
+    args = parser(__doc__, x64=True).parse_args()
     n, horizon, depth = (2000, 50.0, 100) if args.full else (200, 20.0, 50)
     points = ad.grid(dim=[4], tokens=[50], beta=[5.0])
     ds = evolution_run(points, args, n_trajectories=n, depth=depth, horizon=horizon, n_saves=41)

@@ -15,7 +15,7 @@ import attndyn as ad
 
 
 def main():
-    args = parser(__doc__).parse_args()
+    args = parser(__doc__, x64=True).parse_args()
     if args.full:
         dims, n, horizon, depth = list(range(4, 11)), 2000, 100.0, 100
     else:

@@ -12,7 +12,7 @@ from _common import evolution_run, figure_stem, parser, write_evolution
 
 
 def main():
-    args = parser(__doc__).parse_args()
+    args = parser(__doc__, x64=True).parse_args()
     n, depth = (2000, 100) if args.full else (100, 50)
     for beta, horizon in ((0.5, 15.0), (4.5, 30.0)):
         points = [

@@ -28,11 +28,20 @@ def test_figure_stem_separates_the_two_scales():
     full = stem("fig7_evolution_discrete", types.SimpleNamespace(full=True))
     assert reduced == "fig7_evolution_discrete"
     assert full == "fig7_evolution_discrete_full"
+    both = stem("fig7_evolution_discrete", types.SimpleNamespace(full=True, x64=True))
+    assert both == "fig7_evolution_discrete_full_x64"
+
+
+def test_only_scripts_that_use_x64_accept_it():
+    parser = _common().parser
+    assert parser("doc", x64=True).parse_args(["--x64"]).x64 is True
+    with pytest.raises(SystemExit):
+        parser("doc").parse_args(["--x64"])  # fig4_beta_eps would ignore it
 
 
 def _takes_full(source: str) -> bool:
     # Scripts get --full from _common.parser or declare it themselves.
-    return "parser(__doc__)" in source or '"--full"' in source or '"--full-size"' in source
+    return "parser(__doc__" in source or '"--full"' in source or '"--full-size"' in source
 
 
 @pytest.mark.parametrize(
@@ -50,3 +59,18 @@ def test_a_full_run_writes_other_files(script):
     for line in source.splitlines():
         if "savefig(FIGURES" in line or "FIGURES /" in line:
             assert "stem" in line, f"{script}: fixed output name in {line.strip()!r}"
+
+
+def test_the_scale_flag_is_found_where_it_exists():
+    # Guards the source check above: a script it fails to recognise would be skipped.
+    found = {p.stem for p in EXPERIMENTS.glob("*.py") if _takes_full(p.read_text())}
+    assert found >= {
+        "fig3_beta_d",
+        "fig4_beta_eps",
+        "fig4_random_weights",
+        "fig6_multitoken",
+        "fig7_evolution",
+        "fig8_horizons",
+        "fig9_metastability",
+        "limit_convergence",
+    }
