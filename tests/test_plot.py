@@ -83,15 +83,18 @@ def test_ordered_values_use_viridis_and_categories_stay_distinct():
     assert len(set(plot.category_colors(names).values())) == len(names)
 
 
+def _grid_position(ax) -> tuple[int, int]:
+    spec = ax.get_subplotspec()
+    assert spec is not None
+    return spec.rowspan.start, spec.colspan.start
+
+
 def test_evolution_panels_fill_rows_of_ncols():
     ds = _dataset()  # three points
-    assert [ax.get_subplotspec().rowspan.start for ax in plot.evolution(ds).axes] == [0, 0, 0]
+    assert [_grid_position(ax) for ax in plot.evolution(ds).axes] == [(0, 0), (0, 1), (0, 2)]
     fig = plot.evolution(ds, ncols=2)
     # Two rows: the unused fourth axis is removed, every point keeps its own panel.
-    spans = [
-        (a.get_subplotspec().rowspan.start, a.get_subplotspec().colspan.start) for a in fig.axes
-    ]
-    assert spans == [(0, 0), (0, 1), (1, 0)]
+    assert [_grid_position(ax) for ax in fig.axes] == [(0, 0), (0, 1), (1, 0)]
     assert [ax.get_title() for ax in fig.axes] == [f"beta = {b:g}" for b in (0.25, 0.5, 1.0)]
     assert fig.axes[2].get_ylabel() == "fraction of trajectories"
     assert fig.axes[2].get_legend() is not None
