@@ -2,7 +2,7 @@
 
 Full value noise (eq. 4; SA), L = 100. Reduced: 200 trajectories, T = 20, L = 50.
 --full: 2,000 trajectories, T = 50, L = 100.
-Writes figures/fig7_evolution_<engine>[_full].{png,json}.
+Writes figures/fig7_evolution_<engine>[_full][_x64].{png,json} (--full, --x64).
 """
 
 from _common import evolution_run, figure_stem, parser, write_evolution

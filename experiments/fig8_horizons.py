@@ -6,7 +6,7 @@ cluster only), β = 3 (above β_c(d) for every d ≤ 10: antipodal attainable fo
 β = 1 (β_c(4) = 0.66 < 1 < β_c(6) = 1.03: antipodal only for some d).
 Reduced: d ∈ {4, 6}, 200 trajectories, T = 50, L = 50. --full: d ∈ {4, ..., 10},
 2,000 trajectories, T = 100, L = 100.
-Writes figures/fig8_horizons_<engine>[_full].{png,json}.
+Writes figures/fig8_horizons_<engine>[_full][_x64].{png,json} (--full, --x64).
 """
 
 from _common import evolution_run, figure_stem, parser, write_evolution

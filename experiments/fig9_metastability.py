@@ -5,7 +5,7 @@ we use the one of Figs. 3/6/7); deterministic: eq. 7 with ε = 0. β = 0.5 (T = 
 β = 4.5 (T = 30), L = 100. At large β the deterministic flow lingers in metastable
 multi-cluster states (unclustered for a long time), the stochastic one clusters fast.
 Reduced: 100 trajectories, L = 50. --full: 2,000 trajectories, L = 100.
-Writes figures/fig9_metastability_beta{0.5,4.5}_<engine>[_full].{png,json}.
+Writes figures/fig9_metastability_beta{0.5,4.5}_<engine>[_full][_x64].{png,json} (--full, --x64).
 """
 
 from _common import evolution_run, figure_stem, parser, write_evolution
