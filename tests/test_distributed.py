@@ -119,7 +119,7 @@ def test_one_and_two_devices_and_any_chunk_give_identical_numbers():
 
 
 def test_more_trajectories_keep_chunk_sized_device_work(monkeypatch, tile):
-    tile(8)  # one tile of 8 per device: calls of 16 trajectories
+    tile(8)  # one tile of 8 per device: calls of 8 trajectories a device
     # Peak memory is set by what one tile per device holds: the compiled step only ever
     # sees tile-sized inputs (so its buffers are tile-sized whatever n is) and nothing
     # stays alive on the devices between calls or after the run.
@@ -135,8 +135,11 @@ def test_more_trajectories_keep_chunk_sized_device_work(monkeypatch, tile):
     for n in (16, 160):
         _run(n_trajectories=n, chunk_size=16)
         live.append(sum(a.nbytes for a in jax.live_arrays()))
-    assert set(shapes) == {(16,)}
-    assert len(shapes) == 2 * (1 + 10)
+    # 2 XLA host devices on CPU (calls of 16), one GPU (calls of 8): each point's 16 and
+    # 160 trajectories are 2 and 20 tiles, one per device and call.
+    n_devices = len(jax.local_devices())
+    assert set(shapes) == {(8 * n_devices,)}
+    assert len(shapes) == len(POINTS) * (2 + 20) // n_devices
     assert live[1] <= live[0]
 
 
@@ -181,7 +184,8 @@ def test_an_accelerator_runs_a_small_study_in_one_tile(monkeypatch):
         return absorbing.absorb_tile
 
     assert absorb_tile() == absorption.ACCELERATOR_ABSORB_TILE
-    monkeypatch.undo()
+    # And on CPU (patched too, so the test also runs where the suite runs on a GPU).
+    monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
     assert runner.tile_size(40_000, **small) == 4000  # ten equal CPU tiles
     assert absorb_tile() == absorption.CPU_ABSORB_TILE
 

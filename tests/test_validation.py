@@ -580,6 +580,11 @@ def test_softmax_past_its_float32_resolution_is_named_as_the_cause():
     assert "No parameter of the model is past" in overflow_message(make(1e6, 4, 3))
     message = overflow_message(make(1e12, 4, 3))
     assert "softmax attention (attention.beta)" in message and "7.4e+08" in message, message
+    if jax.default_backend() != "cpu":
+        # On one H100 the same run ended finite (hard attention): its fused softmax takes
+        # the row maximum and the exponentials from the same rounded scores, so no row
+        # came out 0/0 and there was nothing to report. The message is checked above.
+        return
     points = [{"beta": 1e12, "dim": 4, "tokens": 3}]
     with pytest.raises(ad.NonFiniteError, match=r"softmax attention \(attention.beta\)"):
         ad.estimate_probabilities(
