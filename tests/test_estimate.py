@@ -1,3 +1,4 @@
+import json
 import re
 import shutil
 
@@ -264,6 +265,20 @@ def test_interrupted_run_resumes_without_losing_work(tmp_path, monkeypatch, tile
     # 6 chunks were finished before the interrupt; 20 in all.
     assert calls["n"] == -1000 + 14
     np.testing.assert_array_equal(resumed["count"].values, reference["count"].values)
+    # Provenance names both runs and what each added (a resume on another machine would
+    # name that machine); the uninterrupted study is one run of every trajectory.
+    runs = json.loads(resumed.attrs["provenance"])["runs"]
+    assert [r["trajectories"] for r in runs] == [60, 140]
+    assert {r["backend"] for r in runs} == {jax.default_backend()}
+    assert all(r["n_devices"] == len(jax.local_devices()) for r in runs)
+    [whole] = json.loads(reference.attrs["provenance"])["runs"]
+    assert whole["trajectories"] == 200 and whole["process_count"] == 1
+    # Reading a finished checkpoint back adds no run.
+    again = _estimate_small(POINTS, chunk_size=10, checkpoint=path)
+    read_back = json.loads(again.attrs["provenance"])["runs"]
+    assert [(r["started"], r["trajectories"]) for r in read_back] == [
+        (r["started"], r["trajectories"]) for r in runs
+    ]
 
 
 def test_checkpoint_of_another_run_is_refused(tmp_path):

@@ -159,6 +159,7 @@ def write_checkpoint(
             "signature": signature(record),
             "checksum": _checksum(tallies),
             "seconds": tallies.seconds,
+            "runs": json.dumps(tallies.runs),
         },
     )
     atomic_write(path, lambda temporary: ds.to_netcdf(temporary))
@@ -211,10 +212,21 @@ def _tallies(path: Path, ds: xr.Dataset) -> Tallies:
         fields = {name: ds[name].values for name in Tallies.FIELDS}
     except KeyError as error:
         raise damaged(path, f"variable {error} is missing") from None
-    stored = Tallies(**fields, seconds=float(ds.attrs.get("seconds", 0.0)))
+    stored = Tallies(**fields, seconds=float(ds.attrs.get("seconds", 0.0)), runs=_runs(path, ds))
     if ds.attrs.get("checksum") != _checksum(stored):
         raise damaged(path, "its tallies do not match their checksum")
     return _as_integers(stored)
+
+
+def _runs(path: Path, ds: xr.Dataset) -> list[dict]:
+    """The runs that made the checkpoint (none recorded before 0.4.8)."""
+    try:
+        runs = json.loads(ds.attrs.get("runs", "[]"))
+    except ValueError:
+        raise damaged(path, "its record of runs is unreadable") from None
+    if not isinstance(runs, list):
+        raise damaged(path, "its record of runs is not a list")
+    return runs
 
 
 def _as_integers(stored: Tallies) -> Tallies:
@@ -226,7 +238,7 @@ def _as_integers(stored: Tallies) -> Tallies:
         if np.issubdtype(array.dtype, np.floating):
             array = np.rint(array * SUM_UNITS[name])
         fields[name] = array.astype(np.int64)
-    return Tallies(**fields, seconds=stored.seconds)
+    return Tallies(**fields, seconds=stored.seconds, runs=stored.runs)
 
 
 def _check_consistent(path: Path, t: Tallies, record: dict[str, Any], block_sizes) -> None:

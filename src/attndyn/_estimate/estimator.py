@@ -5,6 +5,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -59,6 +60,7 @@ ESTIMATOR_FIELDS = (
     "on_merged",
     "model",
     "signature",
+    "runs",
 )
 
 
@@ -102,7 +104,10 @@ def estimate_probabilities(
             trajectory count, key, ``tol``, ``radius``, route or package version) or a
             damaged one is refused with a ParameterError that says why; delete the file
             to start afresh. While a run uses it, the checkpoint is locked (a second run
-            with the same path is refused).
+            with the same path is refused). Each run that adds trajectories is recorded
+            in it (backend, device kind, trajectories, seconds), and the dataset's
+            provenance lists them as ``runs``: a study resumed on another machine names
+            every machine its numbers came from.
         on_nonfinite: what to do when a trajectory turns NaN/inf (e.g. USA overflow):
             ``"raise"`` a :class:`NonFiniteError`, or ``"exclude"`` it from the
             denominators with a warning (the count is kept as ``n_nonfinite``).
@@ -313,8 +318,11 @@ class _Study:
             self.close()
             raise
         self.seconds_before = self.tallies.seconds
+        self.runs_before = list(self.tallies.runs)
+        self.done_before = int(self.tallies.n_done.sum())
         self.compile_before = compile_seconds()
         self.started = time.perf_counter()
+        self.started_at = datetime.now(UTC).isoformat(timespec="seconds")
         self.last_save = self.started
         self.chunks: list[int] = []
 
@@ -339,9 +347,27 @@ class _Study:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def stamp(self) -> None:
+        """Bring the tallies' seconds and their record of runs up to now: this process's
+        run is listed once it has added trajectories, so a study resumed on another
+        machine names both machines in its provenance."""
+        elapsed = time.perf_counter() - self.started
+        self.tallies.seconds = self.seconds_before + elapsed
+        added = int(self.tallies.n_done.sum()) - self.done_before
+        this_run = {
+            "started": self.started_at,
+            "backend": jax.default_backend(),
+            "device_kind": self.devices[0].device_kind,
+            "n_devices": len(self.devices),
+            "process_count": self.process[1],
+            "trajectories": added,
+            "seconds": round(elapsed, 3),
+        }
+        self.tallies.runs = self.runs_before + ([this_run] if added else [])
+
     def save(self) -> None:
         if self.checkpoint is not None:
-            self.tallies.seconds = self.seconds_before + time.perf_counter() - self.started
+            self.stamp()
             points = [p.point for p in self.plan.points]
             write_checkpoint(
                 self.checkpoint, self.record, self.tallies, points, self.plan.save_times
@@ -370,7 +396,7 @@ class _Study:
             raise
         finally:
             bar.close()
-        self.tallies.seconds = self.seconds_before + time.perf_counter() - self.started
+        self.stamp()
 
     def chunk_size(self, index: int, point: PointPlan, block: int) -> int:
         """The plan's chunk size (or one that fits device memory), never more than the
@@ -476,7 +502,7 @@ class _Study:
         if self.alone:
             return self.tallies
         fields = gather_tallies(self.tallies.arrays())
-        return Tallies(*fields, seconds=self.tallies.seconds)
+        return Tallies(*fields, seconds=self.tallies.seconds, runs=self.tallies.runs)
 
     def check_totals(self, tallies: Tallies) -> None:
         """With several processes, the overflow and merge checks on the totals (a process
@@ -518,5 +544,6 @@ def _provenance(
         on_merged=plan.on_merged,
         model=repr(plan.points[0].user_model),
         signature=study.signature,
+        runs=tallies.runs,
         **fields,
     )

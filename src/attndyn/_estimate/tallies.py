@@ -50,7 +50,7 @@ SUM_UNITS = {
 class Tallies:
     """Per point (P) and save time (S): class counts, trajectories valid, non-finite and
     finished, and the sums (and sums of squares) of the per-trajectory mean cosine, pair
-    density and span dimension; ``seconds`` of simulation so far.
+    density and span dimension; ``seconds`` of simulation so far, and ``runs``, where they ran.
 
     The same counts and sums are kept over the valid trajectories whose tokens merged
     numerically (``merged_*``), so that how merged trajectories enter the estimates
@@ -76,6 +76,9 @@ class Tallies:
     merged_span_dim_sum: np.ndarray
     merged_span_dim_sumsq: np.ndarray
     seconds: float = 0.0
+    # One record per process run that added trajectories (a study resumed from a
+    # checkpoint, possibly on another machine, lists each): see :func:`run_record`.
+    runs: list[dict] = dataclasses.field(default_factory=list)
 
     FIELDS = (
         "counts",
