@@ -5,10 +5,13 @@
 # as wheels in .whl (see benchmarks/README.md, "GPU").
 #
 #   STEPS="setup w1 w2 cli w3 fig3" bash benchmarks/gpu_session.sh
+#   FIG6_ARGS=--x64 STEPS="quick fig6 tests" bash benchmarks/gpu_session.sh
+#
+# STEPS unset runs "setup w1 w2 cli w3"; STEPS="" runs none (only the install).
 set -uo pipefail
 OUT=${OUT:-/tmp/attndyn-gpu}
 mkdir -p "$OUT"
-STEPS=${STEPS:-"setup w1 w2 cli w3"}
+STEPS=${STEPS-"setup w1 w2 cli w3"}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl >"$OUT/pip.log" 2>&1 || { cat "$OUT/pip.log"; exit 1; }
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
@@ -52,6 +55,27 @@ xarray.__version__, netCDF4.__version__, numpy.__version__, jax.devices())" 2>&1
             || log "fig3 failed or timed out"
         grep -E "Elapsed|Maximum resident" "$OUT/fig3.stderr" | tee -a "$OUT/log"
         ;;
+    fig6)  # seed 003 Fig. 6 at the paper's scale, resumable: a checkpoint carried in
+        # .ckpt (an earlier call's $OUT/ckpt) is resumed, and the new one comes back
+        log "fig6 --full"; mkdir -p "$OUT/ckpt"; cp .ckpt/*.ckpt.nc "$OUT/ckpt/" 2>/dev/null
+        # shellcheck disable=SC2086  # FIG6_ARGS: more flags, e.g. --x64
+        /usr/bin/time -v timeout "${FIG6_LIMIT:-480}" python3 experiments/fig6_multitoken.py \
+            --full ${FIG6_ARGS:-} --checkpoint-dir "$OUT/ckpt" >>"$OUT/log" \
+            2>"$OUT/fig6.stderr" || log "fig6 stopped (rc $?)"
+        grep -E "Elapsed|Maximum resident" "$OUT/fig6.stderr" | tee -a "$OUT/log"
+        cp figures/fig6_multitoken_discrete_full*.{png,json} "$OUT/" 2>/dev/null ;;
+    quick)  # the tests that failed on the GPU last time
+        JAX_PLATFORMS=cuda timeout 120 python3 -m pytest -q -p no:cacheprovider \
+            "tests/test_distributed.py::test_more_trajectories_keep_chunk_sized_device_work" \
+            "tests/test_distributed.py::test_an_accelerator_runs_a_small_study_in_one_tile" \
+            "tests/test_validation.py::test_softmax_past_its_float32_resolution_is_named_as_the_cause" \
+            2>&1 | tail -3 | tee -a "$OUT/log" ;;
+    tests)  # the default suite on the GPU (docs/development.md); mkdocs is not there
+        log tests
+        JAX_PLATFORMS=cuda timeout "${TEST_LIMIT:-300}" python3 -m pytest -m "not slow" -n 8 \
+            -q -p no:cacheprovider --ignore tests/test_docs.py >"$OUT/tests.log" 2>&1 \
+            || log "tests failed or timed out (rc $?)"
+        grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/tests.log" | tail -40 | tee -a "$OUT/log" ;;
     *) log "unknown step $step" ;;
     esac
 done

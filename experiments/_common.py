@@ -29,6 +29,14 @@ def parser(doc: str | None, *, x64: bool = False) -> argparse.ArgumentParser:
             help="float64 throughout: tokens merge numerically only ~10⁹ times closer "
             "(a check of the float32 run's merged trajectories)",
         )
+        p.add_argument(
+            "--checkpoint-dir",
+            type=Path,
+            default=None,
+            metavar="DIR",
+            help="save progress to DIR/<output name>.ckpt.nc and resume from it: a run "
+            "stopped by a time limit goes on where it stopped, with the same numbers",
+        )
     return p
 
 
@@ -39,8 +47,19 @@ def figure_stem(base: str, args) -> str:
     return base + ("_full" if args.full else "") + ("_x64" if getattr(args, "x64", False) else "")
 
 
-def run(points, *, n_trajectories, seed, save_at=None, x64=False, **model_kwargs):
-    """Estimate class probabilities at ``points`` with :func:`attndyn.studies.phase_model`."""
+def checkpoint_of(args, stem: str) -> Path | None:
+    """The checkpoint of the study written as ``stem`` under ``--checkpoint-dir`` (one file
+    per study, so a script's several studies never share one)."""
+    folder = getattr(args, "checkpoint_dir", None)
+    if folder is None:
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"{stem}.ckpt.nc"
+
+
+def run(points, *, n_trajectories, seed, save_at=None, x64=False, checkpoint=None, **model_kwargs):
+    """Estimate class probabilities at ``points`` with :func:`attndyn.studies.phase_model`
+    (resumable from ``checkpoint``, a netCDF path, where given)."""
     started = time.perf_counter()
 
     def model_fn(model="full", **p):
@@ -55,6 +74,7 @@ def run(points, *, n_trajectories, seed, save_at=None, x64=False, **model_kwargs
         progress=False,
         on_nonfinite="exclude",
         x64=x64,
+        checkpoint=checkpoint,
         # Figs. 6-9 run N ≥ 3 tokens on the float32 N × d route, where tokens of one
         # cluster merge numerically (every trajectory of Fig. 7 by t ≈ 7). Inside a
         # contracting cluster the merged tokens' classes are the dynamics' own: counted,
@@ -69,9 +89,10 @@ def run(points, *, n_trajectories, seed, save_at=None, x64=False, **model_kwargs
     return ds
 
 
-def evolution_run(points, args, *, n_trajectories, depth, horizon, n_saves):
+def evolution_run(points, args, stem, *, n_trajectories, depth, horizon, n_saves):
     """Class fractions against time (seed 003 Figs. 7-9): softmax attention, ``n_saves``
-    evenly spaced saves on [0, horizon], the SDE engine at dt = 0.01."""
+    evenly spaced saves on [0, horizon], the SDE engine at dt = 0.01; the study written as
+    ``stem`` (its checkpoint's name)."""
     save_at = tuple(np.linspace(0, horizon, n_saves).tolist())
     return run(
         points,
@@ -79,6 +100,7 @@ def evolution_run(points, args, *, n_trajectories, depth, horizon, n_saves):
         seed=args.seed,
         save_at=save_at,
         x64=args.x64,
+        checkpoint=checkpoint_of(args, stem),
         engine=args.engine,
         attention="softmax",
         depth=depth,

@@ -14,11 +14,14 @@ def main():
     args = parser(__doc__, x64=True).parse_args()
     n, horizon, depth = (2000, 50.0, 100) if args.full else (200, 20.0, 50)
     points = ad.grid(dim=[4], tokens=[50], beta=[5.0])
-    ds = evolution_run(points, args, n_trajectories=n, depth=depth, horizon=horizon, n_saves=41)
+    stem = figure_stem(f"fig7_evolution_{args.engine}", args)
+    ds = evolution_run(
+        points, args, stem, n_trajectories=n, depth=depth, horizon=horizon, n_saves=41
+    )
     title = "Seed 003 Fig. 7: 50 tokens leave the unclustered start and end in two antipodal groups"
     write_evolution(
         ds,
-        figure_stem(f"fig7_evolution_{args.engine}", args),
+        stem,
         title=title,
         label_keys=("beta", "dim", "tokens"),
     )

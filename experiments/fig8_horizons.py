@@ -21,14 +21,17 @@ def main():
     else:
         dims, n, horizon, depth = [4, 6], 200, 50.0, 50
     points = ad.grid(dim=dims, tokens=[2], beta=[0.25, 3.0, 1.0])
-    ds = evolution_run(points, args, n_trajectories=n, depth=depth, horizon=horizon, n_saves=26)
+    stem = figure_stem(f"fig8_horizons_{args.engine}", args)
+    ds = evolution_run(
+        points, args, stem, n_trajectories=n, depth=depth, horizon=horizon, n_saves=26
+    )
     title = (
         "Seed 003 Fig. 8: two tokens end antipodal only where β > β_c(d) "
         "(β_c(4) = 0.66, β_c(6) = 1.03)"
     )
     write_evolution(
         ds,
-        figure_stem(f"fig8_horizons_{args.engine}", args),
+        stem,
         title=title,
         label_keys=("beta", "dim"),
         dpi=110,

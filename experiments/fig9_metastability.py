@@ -18,14 +18,16 @@ def main():
         points = [
             {"model": m, "dim": 4, "tokens": 50, "beta": beta} for m in ("full", "deterministic")
         ]
-        ds = evolution_run(points, args, n_trajectories=n, depth=depth, horizon=horizon, n_saves=31)
+        stem = figure_stem(f"fig9_metastability_beta{beta:g}_{args.engine}", args)
+        ds = evolution_run(
+            points, args, stem, n_trajectories=n, depth=depth, horizon=horizon, n_saves=31
+        )
         title = (
             "Seed 003 Fig. 9: N = 50, d = 4; with noise (left) the tokens cluster, without "
             "(right) they linger unclustered"
             if beta > 1
             else "Seed 003 Fig. 9: N = 50, d = 4; with or without noise the tokens form one cluster"
         )
-        stem = figure_stem(f"fig9_metastability_beta{beta:g}_{args.engine}", args)
         write_evolution(ds, stem, title=title, label_keys=("model", "beta"))
 
 

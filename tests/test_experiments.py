@@ -74,3 +74,37 @@ def test_the_scale_flag_is_found_where_it_exists():
         "fig9_metastability",
         "limit_convergence",
     }
+
+
+def test_checkpoints_are_one_file_per_study(tmp_path):
+    common = _common()
+    args = common.parser("doc", x64=True).parse_args(["--checkpoint-dir", str(tmp_path / "c")])
+    first = common.checkpoint_of(args, "fig9_metastability_beta0.5_discrete_full")
+    second = common.checkpoint_of(args, "fig9_metastability_beta4.5_discrete_full")
+    assert first == tmp_path / "c" / "fig9_metastability_beta0.5_discrete_full.ckpt.nc"
+    assert first != second and first.parent.is_dir()  # the folder is made for the user
+    assert common.checkpoint_of(common.parser("doc", x64=True).parse_args([]), "x") is None
+    with pytest.raises(SystemExit):
+        common.parser("doc").parse_args(["--checkpoint-dir", "c"])  # would be ignored
+
+
+def test_every_estimating_script_passes_its_checkpoint_on():
+    for path in EXPERIMENTS.glob("fig*.py"):
+        source = path.read_text()
+        if "x64=True" in source:  # the scripts whose studies go through _common.run
+            assert "checkpoint_of(" in source or "evolution_run(" in source, path.name
+
+
+def test_a_script_study_resumes_from_its_checkpoint(tmp_path):
+    import attndyn as ad
+
+    run = _common().run
+    points = ad.grid(dim=[3], tokens=[3], beta=[1.0])
+    kwargs = {"n_trajectories": 16, "attention": "softmax", "depth": 5, "horizon": 1.0}
+    ckpt = tmp_path / "study.ckpt.nc"
+    ds = run(points, seed=0, checkpoint=ckpt, **kwargs)
+    assert ckpt.exists()
+    again = run(points, seed=0, checkpoint=ckpt, **kwargs)  # the finished study, read back
+    assert (again["count"].values == ds["count"].values).all()
+    with pytest.raises(ad.ParameterError, match="checkpoint"):
+        run(points, seed=1, checkpoint=ckpt, **kwargs)  # another study's file is refused
