@@ -104,10 +104,8 @@ def estimate_probabilities(
             trajectory count, key, ``tol``, ``radius``, route or package version) or a
             damaged one is refused with a ParameterError that says why; delete the file
             to start afresh. While a run uses it, the checkpoint is locked (a second run
-            with the same path is refused). Each run that adds trajectories is recorded
-            in it (backend, device kind, trajectories, seconds), and the dataset's
-            provenance lists them as ``runs``: a study resumed on another machine names
-            every machine its numbers came from.
+            with the same path is refused). Provenance ``runs`` lists each run that added
+            trajectories (backend, device kind, trajectories, seconds).
         on_nonfinite: what to do when a trajectory turns NaN/inf (e.g. USA overflow):
             ``"raise"`` a :class:`NonFiniteError`, or ``"exclude"`` it from the
             denominators with a warning (the count is kept as ``n_nonfinite``).
