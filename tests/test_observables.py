@@ -70,9 +70,10 @@ def test_span_dimension_of_two_tokens_is_the_gram_eigenvalue_count():
 def test_span_dimension_counts_the_span_of_tokens_in_a_subspace(n_tokens, dim):
     # Tokens in a random k-dimensional subspace, k of them an orthonormal basis of it,
     # span exactly k dimensions: ΘᵀΘ ⪰ the projector on the subspace, so k eigenvalues are
-    # ≥ 1 and the others are 0 up to rounding (far below the 1e-3 threshold). For N > d the d × d matrix ΘᵀΘ is used, for N ≤ d the N × N one;
-    # both must give k, for every k, and agree with float64 on unconstrained tokens.
-    # Inputs are made in NumPy so that one program (per shape) is compiled.
+    # ≥ 1 and the others are 0 up to rounding (far below the 1e-3 threshold). For N > d
+    # the d × d matrix ΘᵀΘ is used, for N ≤ d the N × N one; both must give k, for every
+    # k, and agree with float64 on unconstrained tokens. Inputs are made in NumPy so that
+    # one program (per shape) is compiled.
     rng = np.random.default_rng(n_tokens * 100 + dim)
     span = jax.jit(ad.span_dimension)
     for k in range(1, min(n_tokens, dim) + 1):
