@@ -77,7 +77,8 @@ class Tallies:
     merged_span_dim_sumsq: np.ndarray
     seconds: float = 0.0
     # One record per process run that added trajectories (a study resumed from a
-    # checkpoint, possibly on another machine, lists each): see :func:`run_record`.
+    # checkpoint, possibly on another machine, lists each), written by the estimator
+    # (`_Study.stamp`): start, backend, device kind and count, trajectories, seconds.
     runs: list[dict] = dataclasses.field(default_factory=list)
 
     FIELDS = (
