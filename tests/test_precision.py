@@ -110,6 +110,7 @@ def test_merges_are_found_in_blocks_of_rows_as_at_once(block_elements, monkeypat
     from attndyn._core import observables
 
     monkeypatch.setattr(observables, "MERGE_BLOCK_ELEMENTS", block_elements)
+    monkeypatch.setattr(observables, "SMALL_AXIS", 0)  # d ≤ 8 compares by coordinates
     rng = np.random.default_rng(11)
     x = rng.standard_normal((7, 5)).astype(np.float32)
     last, first = x.copy(), x.copy()

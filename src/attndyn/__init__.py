@@ -41,12 +41,14 @@ from ._core.norms import (
 )
 from ._core.observables import (
     OUTCOMES as OUTCOMES,
+    PairObservables as PairObservables,
     cluster_classes as cluster_classes,
     mean_cosine as mean_cosine,
     n_clusters as n_clusters,
     numerically_merged as numerically_merged,
     overlaps as overlaps,
     pair_density as pair_density,
+    pair_observables as pair_observables,
     span_dimension as span_dimension,
     variance as variance,
 )

@@ -1,15 +1,23 @@
 """Clustering observables of one configuration ``X`` shaped ``(N, d)`` (spec §5)."""
 
+from collections.abc import Callable
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
 from .errors import check_bound
-from .linalg import dot
+from .linalg import SMALL_AXIS, dot
 from .sphere import normalize
 
 #: The clustering classes, in the order of the last axis of :func:`cluster_classes`.
 OUTCOMES = ("single", "antipodal", "has_antipodal_pair", "unclustered")
+
+#: The peers' thresholds: a pair is "in one cluster" above this cosine, and a Gram
+#: eigenvalue counts towards the span above this value.
+PAIR_DENSITY_THRESHOLD = 0.999
+SPAN_THRESHOLD = 1e-3
 
 
 def overlaps(x: Float[Array, "N d"]) -> Float[Array, "N N"]:
@@ -22,6 +30,62 @@ def _pair_mask(n_tokens: int) -> Bool[Array, "N N"]:
     return jnp.triu(jnp.ones((n_tokens, n_tokens), dtype=bool), k=1)
 
 
+def _sums(operands: tuple[Array, ...]) -> tuple[Array, ...]:
+    """The sums of N × N arrays, as one variadic reduction (one pass for all of them)."""
+    zeros = tuple(jnp.zeros((), op.dtype) for op in operands)
+    add = lambda a, b: tuple(u + v for u, v in zip(a, b, strict=True))  # noqa: E731
+    return tuple(jax.lax.reduce(operands, zeros, add, (0, 1)))
+
+
+def _pair_sums(x: Float[Array, "N d"], *terms: Callable[[Array], Array]) -> tuple[Array, ...]:
+    """``Σ_{i<j} term(⟨θ_i, θ_j⟩)`` for each term, in one pass over the Gram matrix.
+
+    Separate ``jnp.sum``/``all``/``any`` calls each recomputed the Gram matrix (XLA fuses
+    its elementwise producer into every reduction): N = 50, d = 4, 2,048 trajectories ×
+    41 saves took 1.8 s for classes, cosine and density one after the other, 0.49 s as
+    one reduction (a study at 41 saves: 5-12 % faster)."""
+    gram = overlaps(x)
+    pairs = _pair_mask(x.shape[0])
+    return _sums(tuple(jnp.where(pairs, term(gram), 0) for term in terms))
+
+
+class PairObservables(NamedTuple):
+    """The pair-based observables of one configuration, from one pass over its pairs."""
+
+    classes: Bool[Array, "4"]  # cluster_classes
+    mean_cosine: Float[Array, ""]
+    pair_density: Float[Array, ""]
+
+
+def pair_observables(
+    x: Float[Array, "N d"],
+    tol: float | Array = 1e-3,
+    threshold: float | Array = PAIR_DENSITY_THRESHOLD,
+) -> PairObservables:
+    """:func:`cluster_classes`, :func:`mean_cosine` and :func:`pair_density` together.
+
+    Pair counts decide the classes: together (⟨θ_i, θ_j⟩ ≥ 1 − tol) and antipodal
+    (≤ −1 + tol) are disjoint for tol < 1, so every pair is one or the other exactly when
+    the pairs not together are all antipodal."""
+    check_bound("tol", tol, lower=0.0, upper=1.0, lower_open=True, upper_open=True)
+    counts = jnp.int32
+    not_together, apart, close, cosines = _pair_sums(
+        x,
+        lambda g: (g < 1 - tol).astype(counts),
+        lambda g: (g <= -1 + tol).astype(counts),
+        lambda g: (g > threshold).astype(counts),
+        lambda g: g,
+    )
+    single = not_together == 0
+    any_apart = apart > 0
+    antipodal = (not_together == apart) & any_apart
+    classes = jnp.stack([single, antipodal, any_apart, ~(single | antipodal)])
+    n_pairs = x.shape[0] * (x.shape[0] - 1) // 2
+    if n_pairs == 0:  # one token: one cluster; cosine and density 1 by convention
+        return PairObservables(classes, jnp.ones((), x.dtype), jnp.ones((), x.dtype))
+    return PairObservables(classes, cosines / n_pairs, close.astype(x.dtype) / n_pairs)
+
+
 def cluster_classes(x: Float[Array, "N d"], tol: float | Array = 1e-3) -> Bool[Array, "4"]:
     """Membership in each of :data:`OUTCOMES`.
 
@@ -32,26 +96,12 @@ def cluster_classes(x: Float[Array, "N d"], tol: float | Array = 1e-3) -> Bool[A
     - has_antipodal_pair: at least one antipodal pair (overlaps the others);
     - unclustered: neither single nor antipodal.
     """
-    check_bound("tol", tol, lower=0.0, upper=1.0, lower_open=True, upper_open=True)
-    n_tokens = x.shape[0]
-    gram = overlaps(x)
-    pairs = _pair_mask(n_tokens)
-    together = gram >= 1 - tol
-    apart = gram <= -1 + tol
-    all_together = jnp.all(together | ~pairs)
-    all_clustered = jnp.all(together | apart | ~pairs)
-    any_apart = jnp.any(apart & pairs)
-    antipodal = all_clustered & any_apart
-    return jnp.stack([all_together, antipodal, any_apart, ~(all_together | antipodal)])
+    return pair_observables(x, tol).classes
 
 
 def mean_cosine(x: Float[Array, "N d"]) -> Float[Array, ""]:
     """Mean of ⟨θ_i, θ_j⟩ over pairs i < j (seed 000's CosSim); 1 when N = 1."""
-    n_tokens = x.shape[0]
-    if n_tokens == 1:
-        return jnp.ones((), x.dtype)
-    pairs = _pair_mask(n_tokens)
-    return jnp.sum(jnp.where(pairs, overlaps(x), 0)) / (n_tokens * (n_tokens - 1) / 2)
+    return pair_observables(x).mean_cosine
 
 
 def variance(x: Float[Array, "N d"]) -> Float[Array, ""]:
@@ -87,6 +137,8 @@ def numerically_merged(x: Float[Array, "N d"]) -> Bool[Array, ""]:
     ``n_merged`` and reported, never silently kept."""
     theta = normalize(x)
     n_tokens, dim = x.shape
+    if dim <= SMALL_AXIS:
+        return _merged_by_coordinates(theta)
 
     def rows(i):
         """Whether row i is merged with a later row (pairs i < j only)."""
@@ -105,6 +157,29 @@ def numerically_merged(x: Float[Array, "N d"]) -> Bool[Array, ""]:
     return jnp.any(hit)
 
 
+def _merged_by_coordinates(theta: Float[Array, "N d"]) -> Bool[Array, ""]:
+    """:func:`numerically_merged` for few coordinates: one N × N comparison per
+    coordinate, with each number's own ulp computed once (the ulp of the larger of two
+    magnitudes is the larger of their ulps, since the ulp never decreases with the
+    magnitude), and one pass over the pairs. N = 50, d = 4, 2,048 trajectories × 41 saves:
+    0.45 s by rows, 0.22 s this way, the same answers."""
+    size = jnp.abs(theta)
+    ulp = jnp.nextafter(size, jnp.asarray(jnp.inf, theta.dtype)) - size
+    same = opposite = jnp.ones((theta.shape[0],) * 2, bool)
+    for k in range(theta.shape[1]):
+        a, b = theta[:, k, None], theta[None, :, k]
+        unit = jnp.maximum(ulp[:, k, None], ulp[None, :, k])
+        same = same & (jnp.abs(a - b) <= unit)
+        opposite = opposite & (jnp.abs(a + b) <= unit)
+    pairs = _pair_mask(theta.shape[0])
+    # The pair count is a second operand only for speed: XLA's CPU backend runs this
+    # reduction of two operands 2× faster than the merge count alone (0.42 s).
+    n_pairs, merged = _sums(
+        (pairs.astype(jnp.int32), (pairs & (same | opposite)).astype(jnp.int32))
+    )
+    return (merged > 0) & (n_pairs > 0)  # uses the count, so XLA keeps it
+
+
 def _within_an_ulp(a: Array, b: Array) -> Array:
     """Whether a and b are equal or adjacent floats in every coordinate (last axis).
 
@@ -118,23 +193,12 @@ def _within_an_ulp(a: Array, b: Array) -> Array:
     return jnp.all(jnp.abs(a - b) <= ulp, axis=-1)
 
 
-#: The peers' thresholds: a pair is "in one cluster" above this cosine, and a Gram
-#: eigenvalue counts towards the span above this value.
-PAIR_DENSITY_THRESHOLD = 0.999
-SPAN_THRESHOLD = 1e-3
-
-
 def pair_density(
     x: Float[Array, "N d"], threshold: float | Array = PAIR_DENSITY_THRESHOLD
 ) -> Float[Array, ""]:
     """Fraction of pairs i < j with ⟨θ_i, θ_j⟩ > ``threshold`` (the peers' density of
     clustered pairs); 1 when N = 1, like :func:`mean_cosine`."""
-    n_tokens = x.shape[0]
-    if n_tokens == 1:
-        return jnp.ones((), x.dtype)
-    pairs = _pair_mask(n_tokens)
-    close = pairs & (overlaps(x) > threshold)
-    return (jnp.sum(close) / (n_tokens * (n_tokens - 1) // 2)).astype(x.dtype)
+    return pair_observables(x, threshold=threshold).pair_density
 
 
 def span_dimension(

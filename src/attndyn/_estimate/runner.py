@@ -12,13 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Int, PRNGKeyArray
 
-from .._core.observables import (
-    cluster_classes,
-    mean_cosine,
-    numerically_merged,
-    pair_density,
-    span_dimension,
-)
+from .._core.observables import numerically_merged, pair_observables, span_dimension
 from .._core.sphere import uniform_sphere
 from .._models.base import AbstractModel
 
@@ -145,9 +139,7 @@ def simulate_tile(model: AbstractModel, point_key, indices, tol, radius, n_token
         # observables would normalise it to zero (an "unclustered" trajectory with mean
         # cosine 0). It counts as non-finite.
         finite = jnp.all(jnp.isfinite(saves)) & jnp.all(jnp.isfinite(jnp.sum(saves**2, -1)))
-        classes = jax.vmap(cluster_classes, in_axes=(0, None))(saves, tol)
-        cosines = jax.vmap(mean_cosine)(saves)
-        densities = jax.vmap(pair_density)(saves)
+        classes, cosines, densities = jax.vmap(pair_observables, in_axes=(0, None))(saves, tol)
         if model.tokens_can_meet:  # coincidences are the model's dynamics, not rounding
             merged = jnp.zeros(saves.shape[0], bool)
         else:
