@@ -10,8 +10,14 @@ Plain NumPy/SciPy: nothing here shares code with the simulations it checks.
   :func:`sa_hybrid_boundaries`, :func:`hybrid_attracts`, :func:`p_antipodal_hybrid_uniform`,
   :func:`p_antipodal_hybrid_given_overlap`, :func:`hybrid_layer_step`.
 - Symmetric start (seed 004 Thm 4.1): :func:`initial_slope`, :func:`terminal_rate_theory`.
+- Two exact clusters of k and m tokens (derived): :func:`two_cluster_overlap_coefficients`,
+  :func:`antipodal_split_drift` (an uneven antipodal split is pushed apart: metastable).
 """
 
+from ._clusters import (
+    antipodal_split_drift as antipodal_split_drift,
+    two_cluster_overlap_coefficients as two_cluster_overlap_coefficients,
+)
 from ._hybrid import (
     depth_for_step as depth_for_step,
     hybrid_attracts as hybrid_attracts,

@@ -1,0 +1,130 @@
+"""Two exact clusters of k and m tokens (attndyn.theory._clusters): the closed forms against
+the paper's two-token equations, the scale density, and the SDE itself."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import attndyn as ad
+from attndyn import theory
+
+Z = np.linspace(-0.99, 0.99, 23)
+
+
+def _eq21(z, beta, dim):
+    """003 eq. 21 (SA, two tokens, σ = 1): drift and squared diffusion, with the √2 the
+    printed diffusion coefficient lacks (spec §3.4's correction; eq. 20 and the general
+    identity both carry it, and the scale density of spec §4 needs it)."""
+    den = np.exp(beta) + np.exp(beta * z)
+    bracket = 2 * (dim - 2) * np.exp(beta * (1 + z)) - z * (np.exp(2 * beta) + np.exp(2 * beta * z))
+    drift = (1 - z * z) / den**2 * bracket
+    variance = 2 * ((1 - z * z) / den) ** 2 * (np.exp(2 * beta) + np.exp(2 * beta * z))
+    return drift, variance
+
+
+def _eq20(z, beta, dim):
+    """003 eq. 20 (USA, two tokens, σ = 1)."""
+    bracket = 2 * (dim - 2) * np.exp(beta * (1 + z)) - z * (np.exp(2 * beta) + np.exp(2 * beta * z))
+    drift = 0.25 * (1 - z * z) * bracket
+    variance = 0.5 * (1 - z * z) ** 2 * (np.exp(2 * beta) + np.exp(2 * beta * z))
+    return drift, variance
+
+
+@pytest.mark.parametrize(("beta", "dim"), [(0.0, 3), (0.7, 4), (2.5, 8)])
+@pytest.mark.parametrize(("attention", "paper"), [("softmax", _eq21), ("unnormalized", _eq20)])
+def test_one_token_a_side_is_the_papers_two_token_diffusion(beta, dim, attention, paper):
+    drift, variance = theory.two_cluster_overlap_coefficients(Z, beta, dim, attention=attention)
+    expected_drift, expected_variance = paper(Z, beta, dim)
+    np.testing.assert_allclose(drift, expected_drift, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(variance, expected_variance, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize(("beta", "dim"), [(0.5, 4), (1.5, 6)])
+def test_the_ratio_of_the_coefficients_is_the_scale_densitys_log_slope(beta, dim):
+    # An independent route: s(x) = exp(−∫ 2μ/σ²) is attndyn.theory.scale_density (spec §4),
+    # built from its own closed form; its log-derivative by central differences (h = 10⁻⁵,
+    # error ~h² ≈ 10⁻¹⁰ relative) must be −2μ/σ².
+    drift, variance = theory.two_cluster_overlap_coefficients(Z, beta, dim)
+    h = 1e-5
+    log_slope = (
+        np.log(theory.scale_density(Z + h, beta, dim))
+        - np.log(theory.scale_density(Z - h, beta, dim))
+    ) / (2 * h)
+    np.testing.assert_allclose(-2 * drift / variance, log_slope, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("k", [2, 3, 5])
+def test_an_even_split_has_the_law_of_two_tokens(k):
+    # Under SA the k's cancel from the attention weights: the same diffusion as N = 2.
+    pair = theory.two_cluster_overlap_coefficients(Z, 1.3, 5)
+    split = theory.two_cluster_overlap_coefficients(Z, 1.3, 5, (k, k))
+    np.testing.assert_allclose(split, pair, rtol=1e-12)
+    assert theory.antipodal_split_drift(1.3, 5, (k, k)) == 0.0
+
+
+@pytest.mark.parametrize("sizes", [(2, 1), (1, 2), (3, 1), (3, 2), (7, 3)])
+@pytest.mark.parametrize("attention", ["softmax", "unnormalized"])
+def test_an_uneven_split_is_pushed_off_the_antipodal_end(sizes, attention):
+    drift, variance = theory.two_cluster_overlap_coefficients(
+        -1.0, 0.8, 4, sizes, attention=attention
+    )
+    rate = theory.antipodal_split_drift(0.8, 4, sizes, attention=attention)
+    assert rate > 0 and float(drift) == pytest.approx(rate, rel=1e-12)
+    assert float(variance) == 0.0  # −1 is still a fixed point of the noise, but not of the drift
+
+
+@pytest.mark.parametrize("sizes", [(2, 1), (3, 2), (4, 1)])
+def test_the_push_decays_like_exp_minus_four_beta(sizes):
+    k, m = sizes
+    for beta in (6.0, 8.0, 10.0):
+        asymptote = 2 * 3 * (k / m - m / k) ** 2 * np.exp(-4 * beta)
+        assert theory.antipodal_split_drift(beta, 4, sizes) == pytest.approx(asymptote, rel=1e-4)
+
+
+def test_bad_sizes_are_refused():
+    with pytest.raises(ad.ParameterError, match="sizes"):
+        theory.antipodal_split_drift(1.0, 4, (0, 1))
+    with pytest.raises(ad.ParameterError, match="attention"):
+        theory.antipodal_split_drift(1.0, 4, (2, 1), attention="linear")
+
+
+def _split_overlaps(sizes, beta, attention, n, t_end):
+    """1 + Z at t_end/2 and t_end for k tokens at u and m at −u, SDE by Euler (dt = 10⁻⁴)."""
+    k, m = sizes
+    u = jnp.zeros(4).at[0].set(1.0)
+    x0 = jnp.stack([u] * k + [-u] * m)
+    model = ad.TransformerSDE(
+        ad.Attention(beta, kind=attention),
+        sigma=1.0,
+        saveat=ad.SaveAt(t_end, (t_end / 2, t_end)),
+        integrator=ad.SDEIntegrator("euler", 1e-4),
+    )
+    keys = jax.random.split(jax.random.key(7), n)
+    saves = jax.jit(jax.vmap(lambda key: model.trajectory(x0, key=key)))(keys)
+    theta = saves / jnp.linalg.norm(saves, axis=-1, keepdims=True)
+    return 1.0 + np.asarray(jnp.sum(theta[:, :, 0] * theta[:, :, -1], -1), np.float64)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "attention"), [((2, 1), "softmax"), ((3, 1), "softmax"), ((2, 1), "unnormalized")]
+)
+def test_the_sde_leaves_an_uneven_antipodal_split_at_the_predicted_rate(sizes, attention):
+    # E[1 + Z_t] = μ(−1) t + O(t²): the Richardson combination 2·y(t/2)/(t/2) − y(t)/t of
+    # each trajectory removes the t² term, so its mean is μ(−1) up to O(t²) ≈ 10⁻³ relative
+    # and Euler's O(dt) = 10⁻⁴ bias. 4,000 trajectories (seed fixed); tolerance 4 SE of that
+    # mean plus 2 % for the neglected orders.
+    t_end = 0.02
+    y = _split_overlaps(sizes, 0.5, attention, 4000, t_end)
+    slope = 2 * y[:, 0] / (t_end / 2) - y[:, 1] / t_end
+    rate = theory.antipodal_split_drift(0.5, 4, sizes, attention=attention)
+    se = slope.std(ddof=1) / np.sqrt(len(slope))
+    assert abs(slope.mean() - rate) < 4 * se + 0.02 * rate, (slope.mean(), rate, se)
+
+
+@pytest.mark.parametrize("sizes", [(1, 1), (2, 2)])
+def test_the_sde_keeps_an_even_antipodal_split_antipodal(sizes):
+    # Drift and noise both vanish at −1 for an even split: 1 + Z stays at float32 rounding
+    # (it moved by 0.43 · t = 0.009 for the 2 : 1 split in the same time).
+    y = _split_overlaps(sizes, 0.5, "softmax", 500, 0.02)
+    assert np.max(np.abs(y)) < 1e-6
