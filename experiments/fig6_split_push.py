@@ -34,7 +34,9 @@ BETAS = np.linspace(0.0, 8.0, 161)
 def survival_beta(sizes) -> float:
     """The β above which the split's push moves 1 + Z by less than TOL within HORIZON."""
     push = lambda b: theory.antipodal_split_drift(b, DIM, sizes) * HORIZON - TOL  # noqa: E731
-    return float(brentq(push, 0.0, 30.0))
+    root = brentq(push, 0.0, 30.0)
+    assert isinstance(root, float)  # brentq's tuple is only for full_output=True
+    return root
 
 
 def fig6_rows() -> list[dict]:
