@@ -189,3 +189,10 @@ def test_merges_found_by_coordinates_are_those_found_by_rows(n_tokens, dim, monk
     by_rows = jax.vmap(observables.numerically_merged)(batch)
     np.testing.assert_array_equal(by_coordinates, by_rows)
     assert 0 < int(np.sum(by_rows)) < len(cases)  # both answers occur
+
+
+def test_a_nan_cosine_makes_the_configuration_unclustered():
+    # Pair by pair, a NaN cosine is neither together nor antipodal; counting pairs must
+    # not turn it into "single" (counting the pairs *not* together would have).
+    x = jnp.asarray([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0], [jnp.nan, 0.0, 0.0]])
+    np.testing.assert_array_equal(ad.cluster_classes(x), [False, False, False, True])

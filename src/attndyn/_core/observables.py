@@ -66,21 +66,23 @@ def pair_observables(
 
     Pair counts decide the classes: together (⟨θ_i, θ_j⟩ ≥ 1 − tol) and antipodal
     (≤ −1 + tol) are disjoint for tol < 1, so every pair is one or the other exactly when
-    the pairs not together are all antipodal."""
+    the two counts add up to the number of pairs."""
     check_bound("tol", tol, lower=0.0, upper=1.0, lower_open=True, upper_open=True)
     counts = jnp.int32
-    not_together, apart, close, cosines = _pair_sums(
+    together, apart, close, cosines = _pair_sums(
         x,
-        lambda g: (g < 1 - tol).astype(counts),
+        lambda g: (g >= 1 - tol).astype(counts),
         lambda g: (g <= -1 + tol).astype(counts),
         lambda g: (g > threshold).astype(counts),
         lambda g: g,
     )
-    single = not_together == 0
-    any_apart = apart > 0
-    antipodal = (not_together == apart) & any_apart
-    classes = jnp.stack([single, antipodal, any_apart, ~(single | antipodal)])
+    # Counted as together, not as "not together": a NaN cosine is neither together nor
+    # antipodal, so a configuration with one is unclustered, as pair by pair.
     n_pairs = x.shape[0] * (x.shape[0] - 1) // 2
+    single = together == n_pairs
+    any_apart = apart > 0
+    antipodal = (together + apart == n_pairs) & any_apart
+    classes = jnp.stack([single, antipodal, any_apart, ~(single | antipodal)])
     if n_pairs == 0:  # one token: one cluster; cosine and density 1 by convention
         return PairObservables(classes, jnp.ones((), x.dtype), jnp.ones((), x.dtype))
     return PairObservables(classes, cosines / n_pairs, close.astype(x.dtype) / n_pairs)
