@@ -154,3 +154,16 @@ def test_the_layer_map_of_fig_6_pushes_the_same_way(sizes):
     slope = 2 * y[:, 0] / t - y[:, 1] / (2 * t)
     se = slope.std(ddof=1) / np.sqrt(len(slope))
     assert abs(slope.mean() - rate) < 4 * se + 0.03 * rate, (slope.mean(), rate, se)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "exponent"),
+    [((1, 1), 0.5 + 3 / (2 * np.cosh(2.0))), ((2, 1), 2.0), ((3, 2), 2.0)],
+)
+def test_the_scale_density_exponent_at_the_antipodal_end(sizes, exponent):
+    # s(−1 + ε) ~ ε^{−κ} with κ = lim (1 + z)·2μ/σ²: two tokens give 003 Lemma 5's
+    # ½ + (d − 2)/(2 cosh 2β) (< 1 here: −1 attracts); an uneven split gives (d − 1)/2 ≥ 1
+    # for d ≥ 3 (−1 never attracts). d = 5, β = 1, at 1 + z = 10⁻⁷.
+    z = -1 + 1e-7
+    drift, variance = theory.two_cluster_overlap_coefficients(z, 1.0, 5, sizes)
+    assert float(2 * drift / variance * (1 + z)) == pytest.approx(exponent, abs=1e-4)

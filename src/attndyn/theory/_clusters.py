@@ -17,7 +17,7 @@ split is two tokens (the same law, whatever k), an uneven one is pushed off −1
 2σ²(d − 1)(a + c − 1)² ≈ 2σ²(d − 1)(k/m − m/k)² e^{−4β} (large β), a = k e^β/D₁,
 c = k e^{−β}/D₂ at Z = −1. With d ≥ 3 the end −1 is then never attracting (the scale
 density behaves like (1 + x)^{−(d−1)/2} there), so an uneven split is metastable: it
-lives for a time that grows like e^{2β} and is gone at t = ∞. Plain NumPy.
+lasts longer as β grows (its push falls like e^{−4β}) and is gone at t = ∞. Plain NumPy.
 """
 
 import math
