@@ -167,3 +167,30 @@ def test_the_scale_density_exponent_at_the_antipodal_end(sizes, exponent):
     z = -1 + 1e-7
     drift, variance = theory.two_cluster_overlap_coefficients(z, 1.0, 5, sizes)
     assert float(2 * drift / variance * (1 + z)) == pytest.approx(exponent, abs=1e-4)
+
+
+@pytest.mark.parametrize("attention", ["softmax", "unnormalized"])
+@pytest.mark.parametrize(("beta", "dim"), [(0.4, 4), (1.0, 4), (2.0, 6)])
+def test_the_contraction_rate_is_the_two_token_log_drift_at_minus_one(beta, dim, attention):
+    # λ = B/2 − A from the two-token coefficients at 1 + z = 10⁻⁶ (μ ≈ A ε, σ² ≈ B ε²,
+    # corrections O(ε)), against the closed form; its sign is 003 Thm 2's threshold.
+    eps = 1e-6
+    drift, variance = theory.two_cluster_overlap_coefficients(
+        -1 + eps, beta, dim, attention=attention
+    )
+    numeric = float(variance) / eps**2 / 2 - float(drift) / eps
+    rate = theory.antipodal_contraction_rate(beta, dim, attention=attention)
+    assert rate == pytest.approx(numeric, rel=1e-4, abs=1e-5)
+    assert (rate > 0) == (beta > theory.beta_critical(dim))
+
+
+def test_the_split_level_balances_push_and_contraction():
+    push = theory.antipodal_split_drift(2.5, 4, (2, 1))
+    rate = theory.antipodal_contraction_rate(2.5, 4)
+    assert theory.antipodal_split_level(2.5, 4, (2, 1)) == pytest.approx(push / rate)
+    assert theory.antipodal_split_level(2.5, 4, (2, 2)) == 0.0
+    assert theory.antipodal_split_level(0.3, 4, (2, 1)) == float("inf")  # β < β_c(4)
+    # Large β: (d − 1)(k/m − m/k)² e^{−4β}, independent of σ.
+    assert theory.antipodal_split_level(9.0, 4, (2, 1)) == pytest.approx(
+        3 * 1.5**2 * np.exp(-36.0), rel=1e-4
+    )

@@ -96,3 +96,32 @@ def antipodal_split_drift(
     a, b, c, e = _attention_coefficients(-1.0, beta, sizes, attention)
     alpha, gamma = a - b, e - c  # A₁ = α θ₁, A₂ = γ θ₂ at Z = −1
     return float(0.5 * sigma**2 * (dim - 1) * (alpha - gamma) ** 2)
+
+
+def antipodal_contraction_rate(beta: float, dim: int, *, attention: str = "softmax") -> float:
+    """λ: the rate at which two tokens near the antipodal end close in on it, on a log
+    scale (near Z = −1 the two-token overlap has μ ≈ A ε, σ² ≈ B ε², ε = 1 + Z, and
+    d log ε has drift A − B/2 = −λ). SA: λ = 2 − (d − 1) sech²β; USA: cosh 2β − (d − 2).
+    Positive exactly when −1 attracts two tokens, β > β_c(d) (003 Thm 2)."""
+    _check(beta, dim, (1, 1), attention, 1.0)
+    if attention == "softmax":
+        return 2.0 - (dim - 1) / math.cosh(beta) ** 2  # = (cosh 2β − (d − 2))/cosh²β
+    return math.cosh(2 * beta) - (dim - 2)
+
+
+def antipodal_split_level(
+    beta: float, dim: int, sizes: tuple[int, int], *, attention: str = "softmax"
+) -> float:
+    """Where an uneven antipodal split hovers: 1 + Z ≈ μ₀/λ, the level at which the push
+    off −1 (:func:`antipodal_split_drift`) balances the contraction towards it
+    (:func:`antipodal_contraction_rate`), to leading order in the push. σ cancels. ``inf``
+    where λ ≤ 0 (below β_c(d) nothing holds the split near −1); 0 for an even split.
+
+    A heuristic scale, not a law: the split is classified antipodal (1 + Z ≤ tol) while it
+    hovers below tol, and leaves for good through rare excursions not described here.
+    At large β (SA) ≈ (d − 1)(k/m − m/k)² e^{−4β}."""
+    rate = antipodal_contraction_rate(beta, dim, attention=attention)
+    push = antipodal_split_drift(beta, dim, sizes, attention=attention)
+    if push == 0.0:
+        return 0.0
+    return push / rate if rate > 0 else math.inf
