@@ -89,21 +89,26 @@ def test_bad_sizes_are_refused():
         theory.antipodal_split_drift(1.0, 4, (2, 1), attention="linear")
 
 
-def _split_overlaps(sizes, beta, attention, n, t_end):
-    """1 + Z at t_end/2 and t_end for k tokens at u and m at −u, SDE by Euler (dt = 10⁻⁴)."""
+def _overlaps_from_split(model, sizes, n, seed):
+    """1 + Z at the model's saves for k tokens at u and m at −u (Z: first token, last)."""
     k, m = sizes
     u = jnp.zeros(4).at[0].set(1.0)
     x0 = jnp.stack([u] * k + [-u] * m)
+    keys = jax.random.split(jax.random.key(seed), n)
+    saves = jax.jit(jax.vmap(lambda key: model.trajectory(x0, key=key)))(keys)
+    theta = saves / jnp.linalg.norm(saves, axis=-1, keepdims=True)
+    return 1.0 + np.asarray(jnp.sum(theta[:, :, 0] * theta[:, :, -1], -1), np.float64)
+
+
+def _split_overlaps(sizes, beta, attention, n, t_end):
+    """1 + Z at t_end/2 and t_end from an exact split, SDE by Euler (dt = 10⁻⁴)."""
     model = ad.TransformerSDE(
         ad.Attention(beta, kind=attention),
         sigma=1.0,
         saveat=ad.SaveAt(t_end, (t_end / 2, t_end)),
         integrator=ad.SDEIntegrator("euler", 1e-4),
     )
-    keys = jax.random.split(jax.random.key(7), n)
-    saves = jax.jit(jax.vmap(lambda key: model.trajectory(x0, key=key)))(keys)
-    theta = saves / jnp.linalg.norm(saves, axis=-1, keepdims=True)
-    return 1.0 + np.asarray(jnp.sum(theta[:, :, 0] * theta[:, :, -1], -1), np.float64)
+    return _overlaps_from_split(model, sizes, n, seed=7)
 
 
 @pytest.mark.parametrize(
@@ -136,17 +141,11 @@ def test_the_layer_map_of_fig_6_pushes_the_same_way(sizes):
     # from an exact split its first layers move 1 + Z at the SDE's rate, up to O(1/L).
     # The same Richardson slope over 2 and 4 layers; 8,000 trajectories, 4 SE + 3 %; an
     # even split stays at float32 rounding.
-    k, m = sizes
-    u = jnp.zeros(4).at[0].set(1.0)
-    x0 = jnp.stack([u] * k + [-u] * m)
     t = 0.02
     model = ad.DiscreteTransformer(
         ad.Attention(0.5), ad.MatrixValues(1.0), depth=100, saveat=ad.SaveAt(2 * t, (t, 2 * t))
     )
-    keys = jax.random.split(jax.random.key(3), 8000)
-    saves = jax.jit(jax.vmap(lambda key: model.trajectory(x0, key=key)))(keys)
-    theta = saves / jnp.linalg.norm(saves, axis=-1, keepdims=True)
-    y = 1.0 + np.asarray(jnp.sum(theta[:, :, 0] * theta[:, :, -1], -1), np.float64)
+    y = _overlaps_from_split(model, sizes, 8000, seed=3)
     rate = theory.antipodal_split_drift(0.5, 4, sizes)
     if rate == 0.0:
         assert np.max(np.abs(y)) < 1e-6

@@ -24,9 +24,8 @@ import math
 
 import numpy as np
 
-from .._core.errors import ParameterError, check_bound, check_int
-
-ATTENTIONS = ("softmax", "unnormalized")
+from .._core.attention import ATTENTION_KINDS
+from .._core.errors import ParameterError, check_bound, check_choice, check_int
 
 
 def _check(beta: float, dim: int, sizes: tuple[int, int], attention: str, sigma: float):
@@ -36,8 +35,7 @@ def _check(beta: float, dim: int, sizes: tuple[int, int], attention: str, sigma:
         raise ParameterError(f"sizes={sizes!r}: give the two cluster sizes (k, m)")
     for size in sizes:
         check_int("sizes", size, lower=1)
-    if attention not in ATTENTIONS:
-        raise ParameterError(f"attention={attention!r}: allowed {', '.join(ATTENTIONS)}")
+    check_choice("attention", attention, ATTENTION_KINDS)
     check_bound("sigma", sigma, lower=0.0, lower_open=True)
 
 
