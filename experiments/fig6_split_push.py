@@ -8,11 +8,16 @@ clusters by different amounts unless k = m, so Z = ⟨θ₁, θ₂⟩ leaves −
 The push balances the contraction that holds two tokens near −1 (rate λ) at
 1 + Z ≈ push/λ (attndyn.theory.antipodal_split_level): the split counts as antipodal
 (1 + Z ≤ 10⁻³) only where that level is below 10⁻³. Left: the level against β for the
-splits of three and five tokens (d = 4). Right: Fig. 6 at the paper's scale (read from
+splits of three and five tokens (d = 4). Middle: Fig. 6 at the paper's scale (read from
 figures/fig6_multitoken_discrete_full.json, made by ``fig6_multitoken.py --full``),
-N = 2, 3, 5, with the β where each split's level crosses 10⁻³ (the onset). How fast the
-curves then rise to their plateau is set by rare escapes over T = 500, not derived here.
-No simulation: a second.
+N = 2, 3, 5, with the β where each split's level crosses 10⁻³ (the onset).
+
+Right: the climb. A split leaves through a rare excursion; its mean lifetime τ(β) and the
+share F(β) of it spent within 10⁻³ of −1 are first-passage integrals of the same
+diffusion (attndyn.theory.antipodal_split_lifetime, antipodal_split_hover_fraction), so
+a split formed early is seen antipodal at T = 500 with probability ≈ F·e^{−T/τ}. The
+data divided by their β = 8 value (the plateau: the chance that a split forms, not
+derived) against that survival. No simulation: a few seconds.
 
 Writes figures/fig6_split_push.{png,json}.
 """
@@ -49,8 +54,36 @@ def fig6_rows() -> list[dict]:
     return [r for r in json.loads(path.read_text()) if r["tokens"] in (2, 3, 5)]
 
 
+def survival(beta: float, sizes) -> float:
+    """F·e^{−T/τ}: the chance that a k : m split formed early is seen antipodal at T."""
+    lifetime = theory.antipodal_split_lifetime(beta, DIM, sizes, tol=TOL)
+    return theory.antipodal_split_hover_fraction(beta, DIM, sizes, tol=TOL) * np.exp(
+        -HORIZON / lifetime
+    )
+
+
+def _pair_rows(rows: list[dict], n: int) -> tuple[list[float], np.ndarray]:
+    mine = sorted((r for r in rows if r["tokens"] == n), key=lambda r: r["beta"])
+    return [r["beta"] for r in mine], np.array([r["has_antipodal_pair"] for r in mine])
+
+
+def draw_climb(axis, rows: list[dict]) -> None:
+    betas = np.linspace(1.5, 8.0, 66)
+    for sizes, style in (((2, 1), "-"), ((3, 2), "--"), ((4, 1), ":")):
+        label = f"{sizes[0]} : {sizes[1]}: F·exp(−T/τ)"
+        axis.plot(betas, [survival(b, sizes) for b in betas], "k" + style, lw=1, label=label)
+    for n in (3, 5):
+        beta, p = _pair_rows(rows, n)
+        if beta:
+            plateau = p[-1, 0]
+            axis.plot(beta, p[:, 0] / plateau, "o", ms=4, label=f"N = {n} data / its β = 8 value")
+    axis.set(xlabel="β", ylabel="seen antipodal at T = 500", ylim=(0, 1.05), xlim=(1.5, 8))
+    axis.set_title("The climb: survival of a split (d = 4)")
+    axis.legend(fontsize=7)
+
+
 def draw(thresholds: dict, rows: list[dict]) -> None:
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (left, right, climb) = plt.subplots(1, 3, figsize=(16, 4.2))
     for sizes in SPLITS:
         levels = [theory.antipodal_split_level(b, DIM, sizes) for b in BETAS]
         left.semilogy(BETAS, levels, label=f"{sizes[0]} : {sizes[1]}")
@@ -60,10 +93,8 @@ def draw(thresholds: dict, rows: list[dict]) -> None:
     left.set_title("Uneven antipodal splits, d = 4 (an even split: 0)")
     left.legend()
     for n in (2, 3, 5):
-        mine = sorted((r for r in rows if r["tokens"] == n), key=lambda r: r["beta"])
-        if mine:
-            p = np.array([r["has_antipodal_pair"] for r in mine])
-            beta = [r["beta"] for r in mine]
+        beta, p = _pair_rows(rows, n)
+        if beta:
             right.errorbar(
                 beta,
                 p[:, 0],
@@ -79,8 +110,30 @@ def draw(thresholds: dict, rows: list[dict]) -> None:
     right.set(xlabel="β", ylabel="P(has an antipodal pair) at T = 500", ylim=(0, 1))
     right.set_title("Fig. 6 (paper scale) and each split's onset")
     right.legend()
+    draw_climb(climb, rows)
     fig.tight_layout()
     fig.savefig(FIGURES / "fig6_split_push.png", dpi=130)
+
+
+def climb_record(rows: list[dict]) -> dict:
+    """At Fig. 6's β from 2 to 6: each split's lifetime, hover fraction and survival, and
+    the N = 3 and 5 data divided by their β = 8 value."""
+    betas = [float(b) for b in np.arange(2.0, 6.01, 0.5)]
+    record: dict = {"beta": betas}
+    for k, m in SPLITS:
+        record[f"{k}:{m}"] = {
+            "lifetime": [theory.antipodal_split_lifetime(b, DIM, (k, m), tol=TOL) for b in betas],
+            "hover_fraction": [
+                theory.antipodal_split_hover_fraction(b, DIM, (k, m), tol=TOL) for b in betas
+            ],
+            "survival": [float(survival(b, (k, m))) for b in betas],
+        }
+    for n in (3, 5):
+        beta, p = _pair_rows(rows, n)
+        if beta:
+            ratio = dict(zip(beta, p[:, 0] / p[-1, 0], strict=True))
+            record[f"N={n} data / plateau"] = [float(ratio[b]) for b in betas]
+    return record
 
 
 def main():
@@ -98,6 +151,7 @@ def main():
         "push_at_beta_2": {
             f"{k}:{m}": theory.antipodal_split_drift(2.0, DIM, (k, m)) for k, m in SPLITS
         },
+        "climb": climb_record(rows),
         "fig6_data": "figures/fig6_multitoken_discrete_full.json" if rows else None,
     }
     (FIGURES / "fig6_split_push.json").write_text(json.dumps(record, indent=1) + "\n")

@@ -193,3 +193,159 @@ def test_the_split_level_balances_push_and_contraction():
     assert theory.antipodal_split_level(9.0, 4, (2, 1)) == pytest.approx(
         3 * 1.5**2 * np.exp(-36.0), rel=1e-4
     )
+
+
+# The split's lifetime and the time it spends classified antipodal (first-passage formulas).
+
+
+@pytest.mark.parametrize(
+    ("beta", "dim", "sizes"),
+    [(0.3, 4, (2, 1)), (1.0, 4, (2, 1)), (3.0, 4, (2, 1)), (6.0, 4, (3, 2)), (2.0, 3, (4, 1))],
+)
+def test_the_lifetime_quadrature_has_converged(monkeypatch, beta, dim, sizes):
+    # The trapezoid rule in w = artanh z is second order: halving its step moves the
+    # lifetime and the fraction by ~10⁻⁵ (grid ends on b exactly; an overshooting grid
+    # gave 10⁻³, first order).
+    from attndyn.theory import _clusters
+
+    coarse = (
+        theory.antipodal_split_lifetime(beta, dim, sizes),
+        theory.antipodal_split_hover_fraction(beta, dim, sizes),
+    )
+    monkeypatch.setattr(_clusters, "_STEP", _clusters._STEP / 2)
+    fine = (
+        theory.antipodal_split_lifetime(beta, dim, sizes),
+        theory.antipodal_split_hover_fraction(beta, dim, sizes),
+    )
+    assert coarse == pytest.approx(fine, rel=2e-4)
+
+
+def test_the_lifetime_scales_as_one_over_sigma_squared():
+    # Time changes with σ²: every coefficient of the overlap diffusion carries σ².
+    one = theory.antipodal_split_lifetime(1.5, 4, (2, 1))
+    assert theory.antipodal_split_lifetime(1.5, 4, (2, 1), sigma=2.0) == pytest.approx(one / 4)
+
+
+@pytest.mark.parametrize(("dim", "sizes"), [(3, (2, 1)), (4, (2, 1)), (6, (3, 1))])
+def test_the_lifetime_grows_like_e_to_the_two_beta(dim, sizes):
+    # Deep well (SA, large β): log ε = log(1 + Z) hovers at log(level), level ∝ e^{−4β},
+    # with drift −λ → −2 and variance B → 8 per unit time (two tokens near −1: Q ≈ 4ε,
+    # σ² ≈ 8ε²), so an escape over log(1/level) costs level^{−2λ/B} = e^{2β} up to
+    # polynomial factors: d log τ / dβ → 2, independent of d and the sizes. From β = 9
+    # to 10 the slope is 2.008 at d = 4 (the polynomial prefactor's share).
+    tau = [theory.antipodal_split_lifetime(beta, dim, sizes) for beta in (9.0, 10.0)]
+    assert np.log(tau[1] / tau[0]) == pytest.approx(2.0, rel=0.01)
+
+
+def test_the_hover_fraction_is_the_smooth_form_of_the_level_onset():
+    # Level ≫ tol: almost never classified antipodal; level ≪ tol: almost always; in
+    # between it rises with β through the onset where the level crosses tol (2.21 for
+    # 2 : 1 at d = 4).
+    betas = np.linspace(1.0, 4.0, 13)
+    fractions = [theory.antipodal_split_hover_fraction(b, 4, (2, 1)) for b in betas]
+    assert np.all(np.diff(fractions) > 0)
+    assert fractions[0] < 0.01 and fractions[-1] > 0.97
+    assert theory.antipodal_split_level(betas[0], 4, (2, 1)) > 100 * 1e-3
+    assert theory.antipodal_split_level(betas[-1], 4, (2, 1)) < 1e-3 / 1000
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"sizes": (2, 2)}, "even split"),
+        ({"sizes": (2, 1), "tol": 0.0}, "tol"),
+        ({"sizes": (2, 1), "tol": 1.0}, "tol"),
+        ({"sizes": (2, 1), "attention": "linear"}, "attention"),
+    ],
+)
+def test_the_lifetime_refuses_what_it_cannot_answer(kwargs, match):
+    for function in (theory.antipodal_split_lifetime, theory.antipodal_split_hover_fraction):
+        with pytest.raises(ad.ParameterError, match=match):
+            function(1.0, 4, **kwargs)
+
+
+def _first_passages(model, dim, sizes, tol, n, dt, seed):
+    """Per trajectory from an exact k : m split: the first time 1 − Z ≤ tol (the model's
+    step, minus half a step: the crossing lies inside it) and the time spent with
+    1 + Z ≤ tol before it. ``model`` saves every step over a unit horizon; it is rerun
+    from its last state (fresh keys by fold_in) until every trajectory has merged."""
+    k, m = sizes
+    u = jnp.zeros(dim).at[0].set(1.0)
+    x = jnp.broadcast_to(jnp.stack([u] * k + [-u] * m), (n, k + m, dim))
+    run = jax.jit(jax.vmap(lambda x0, key: model.trajectory(x0, key=key)))
+    first, occupied = np.full(n, np.inf), np.zeros(n)
+    for segment in range(1000):
+        keys = jax.random.split(jax.random.fold_in(jax.random.key(seed), segment), n)
+        saves = run(x, keys)
+        x = saves[:, -1]
+        theta = np.asarray(saves, np.float64)
+        theta /= np.linalg.norm(theta, axis=-1, keepdims=True)
+        z = np.sum(theta[:, :, 0] * theta[:, :, -1], -1)
+        merged = (1 - z) <= tol
+        alive = np.isinf(first)[:, None] & (np.cumsum(merged, 1) == 0)
+        occupied += dt * np.sum(alive & (1 + z <= tol), 1)
+        new = np.isinf(first) & merged.any(1)
+        first[new] = segment + (merged.argmax(1)[new] + 1) * dt - dt / 2
+        if np.isfinite(first).all():
+            return first, occupied
+    raise AssertionError("some trajectories never merged")
+
+
+def _sde_every_step(beta, dt):
+    steps = tuple(np.arange(1, round(1 / dt) + 1) * dt)
+    return ad.TransformerSDE(
+        ad.Attention(beta),
+        sigma=1.0,
+        saveat=ad.SaveAt(1.0, steps),
+        integrator=ad.SDEIntegrator("euler", dt),
+    )
+
+
+def _assert_mean(samples, expected, relative):
+    se = samples.std(ddof=1) / np.sqrt(len(samples))
+    assert abs(samples.mean() - expected) < 4 * se + relative * expected, (
+        samples.mean(),
+        expected,
+        se,
+    )
+
+
+def _layers_every_step(beta, dt):
+    """Fig. 6's own model (Post-LN layer map, Gaussian value matrices), L = 1/dt."""
+    steps = tuple(np.arange(1, round(1 / dt) + 1) * dt)
+    return ad.DiscreteTransformer(
+        ad.Attention(beta), ad.MatrixValues(1.0), depth=round(1 / dt), saveat=ad.SaveAt(1.0, steps)
+    )
+
+
+def _check_split_life(make_model, beta, tol, n, dt):
+    """Lifetime and time classified antipodal of a 2 : 1 split (d = 4), model against the
+    first-passage formulas; tolerance 4 SE plus 3 % (argued by the callers)."""
+    first, occupied = _first_passages(make_model(beta, dt), 4, (2, 1), tol, n, dt, seed=5)
+    lifetime = theory.antipodal_split_lifetime(beta, 4, (2, 1), tol=tol)
+    fraction = theory.antipodal_split_hover_fraction(beta, 4, (2, 1), tol=tol)
+    _assert_mean(first, lifetime, 0.03)
+    _assert_mean(occupied, fraction * lifetime, 0.03)
+
+
+@pytest.mark.parametrize(
+    "make_model",
+    [pytest.param(_sde_every_step, marks=pytest.mark.slow), _layers_every_step],
+)
+def test_a_split_lives_and_hovers_as_the_first_passage_formulas_say(make_model):
+    # d = 4, β = 1 (above β_c = 0.66), 2 : 1, tol = 0.1: lifetime 4.12, 41 % of it within
+    # tol of −1. 2,000 trajectories, seed fixed, every step observed. Tolerance 4 SE plus
+    # 3 % for the O(dt) bias at dt = 1/L = 0.01 (Euler and the layer map; measured at
+    # β = 1.5, tol = 10⁻²: −3 % and −6 % for Euler, +3 % for the layer map, all within
+    # 0.3 SE of the formulas at dt = 0.005). Fig. 6's layer map runs by default (2.5 s),
+    # the SDE (6.5 s) with the slow tests.
+    _check_split_life(make_model, 1.0, 0.1, 2000, 0.01)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("make_model", [_sde_every_step, _layers_every_step])
+def test_a_hovering_split_lives_as_the_first_passage_formulas_say(make_model):
+    # β = 1.5, tol = 10⁻²: the split hovers at 1 + Z ≈ 0.018 (λ = 1.36), lifetime 11.2,
+    # 29 % of it classified antipodal. dt = 1/L = 0.005, where the O(dt) biases measured
+    # ≤ 0.5 % (they are 3-6 % at 0.01); 4,000 trajectories, 4 SE plus 3 %.
+    _check_split_life(make_model, 1.5, 1e-2, 4000, 0.005)

@@ -6,4 +6,4 @@ ask ``importlib.metadata``: after a version bump without a reinstall it named th
 version (0.4.1 on 0.4.2 code).
 """
 
-__version__ = "0.4.9"
+__version__ = "0.4.10"

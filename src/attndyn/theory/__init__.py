@@ -12,13 +12,17 @@ Plain NumPy/SciPy: nothing here shares code with the simulations it checks.
 - Symmetric start (seed 004 Thm 4.1): :func:`initial_slope`, :func:`terminal_rate_theory`.
 - Two exact clusters of k and m tokens (derived): :func:`two_cluster_overlap_coefficients`,
   :func:`antipodal_split_drift` (an uneven antipodal split is pushed apart: metastable),
-  :func:`antipodal_contraction_rate`, :func:`antipodal_split_level`.
+  :func:`antipodal_contraction_rate`, :func:`antipodal_split_level`,
+  :func:`antipodal_split_lifetime` and :func:`antipodal_split_hover_fraction` (its mean
+  time to merge and the share of it classified antipodal: first-passage formulas).
 """
 
 from ._clusters import (
     antipodal_contraction_rate as antipodal_contraction_rate,
     antipodal_split_drift as antipodal_split_drift,
+    antipodal_split_hover_fraction as antipodal_split_hover_fraction,
     antipodal_split_level as antipodal_split_level,
+    antipodal_split_lifetime as antipodal_split_lifetime,
     two_cluster_overlap_coefficients as two_cluster_overlap_coefficients,
 )
 from ._hybrid import (

@@ -17,7 +17,12 @@ split is two tokens (the same law, whatever k), an uneven one is pushed off −1
 2σ²(d − 1)(a + c − 1)² ≈ 2σ²(d − 1)(k/m − m/k)² e^{−4β} (large β), a = k e^β/D₁,
 c = k e^{−β}/D₂ at Z = −1. With d ≥ 3 the end −1 is then never attracting (the scale
 density behaves like (1 + x)^{−(d−1)/2} there), so an uneven split is metastable: it
-lasts longer as β grows (its push falls like e^{−4β}) and is gone at t = ∞. Plain NumPy.
+lasts longer as β grows (its push falls like e^{−4β}) and is gone at t = ∞.
+
+How long it lasts, and how much of that time it is classified antipodal, are the classical
+first-passage integrals of this diffusion (scale and speed densities), evaluated here in
+w = artanh z: :func:`antipodal_split_lifetime`, :func:`antipodal_split_hover_fraction`.
+Plain NumPy.
 """
 
 import math
@@ -51,6 +56,33 @@ def _attention_coefficients(z, beta: float, sizes: tuple[int, int], attention: s
     return k / first, m * near / first, k * near / second, m / second
 
 
+def _split_length(z, beta: float, sizes: tuple[int, int], attention: str):
+    """α − γ = (a − b) − (e − c) at overlap z, written without cancellation: at large β
+    (or a near-even split) the two lengths agree to many digits."""
+    k, m = sizes
+    near = np.exp(beta * (np.asarray(z, np.float64) - 1.0))
+    if attention == "softmax":
+        return 2 * near * (k * k - m * m) / ((k + m * near) * (m + k * near))
+    return (k - m) * (1 + near) / ((k + m) * math.exp(-beta))
+
+
+def _reduced_coefficients(eps, delta, beta: float, dim: int, sizes, attention: str):
+    """(μ/σ², Q) at z = ε − 1 = 1 − δ, with σ²(z) = σ² ε δ Q: the coefficients of
+    :func:`two_cluster_overlap_coefficients` expanded about −1 so that neither carries a
+    cancelled difference there. Q = (α − γ)² + 2ε(ab + ce − ac − be + 2ae + 2bc)
+    − 2ε²(ae + bc), and μ/σ² = ½(d − 1)((α − γ)² + ε(2(a + c)(b + e) − |A₁|² − |A₂|²))
+    − εδ⟨A₁, A₂⟩ (exact algebra; at ε = 0 they give μ(−1) = ½σ²(d − 1)(α − γ)²)."""
+    z = eps - 1.0
+    a, b, c, e = _attention_coefficients(z, beta, sizes, attention)
+    split = _split_length(z, beta, sizes, attention) ** 2
+    lengths = a * a + b * b + c * c + e * e + 2 * (a * b + c * e) * z  # |A₁|² + |A₂|²
+    inner = a * c + b * e + (a * e + b * c) * z  # ⟨A₁, A₂⟩
+    q = split + 2 * eps * (a * b + c * e - a * c - b * e + 2 * (a * e + b * c))
+    q = q - 2 * eps**2 * (a * e + b * c)
+    drift = 0.5 * (dim - 1) * (split + eps * (2 * (a + c) * (b + e) - lengths))
+    return drift - eps * delta * inner, q
+
+
 def two_cluster_overlap_coefficients(
     z: float | np.ndarray,
     beta: float,
@@ -65,16 +97,12 @@ def two_cluster_overlap_coefficients(
     full value noise of scale ``sigma``, Q = K = I.
 
     The general identity of 003 App. C: μ = σ²(½(1 − d)Z(|A₁|² + |A₂|²) + (Z² + d − 2)⟨A₁,A₂⟩),
-    σ² = σ²(1 − Z²)(|A₁|² + |A₂|² − 2Z⟨A₁, A₂⟩)."""
+    σ² = σ²(1 − Z²)(|A₁|² + |A₂|² − 2Z⟨A₁, A₂⟩), evaluated in a form expanded about −1
+    (the same numbers, without the cancellation near the antipodal end)."""
     _check(beta, dim, sizes, attention, sigma)
     z = np.asarray(z, np.float64)
-    a, b, c, e = _attention_coefficients(z, beta, sizes, attention)
-    first = a * a + b * b + 2 * a * b * z  # |A₁|²
-    second = c * c + e * e + 2 * c * e * z  # |A₂|²
-    inner = a * c + b * e + (a * e + b * c) * z  # ⟨A₁, A₂⟩
-    drift = sigma**2 * (0.5 * (1 - dim) * z * (first + second) + (z * z + dim - 2) * inner)
-    variance = sigma**2 * (1 - z * z) * (first + second - 2 * z * inner)
-    return np.asarray(drift), np.asarray(variance)
+    drift, q = _reduced_coefficients(1.0 + z, 1.0 - z, beta, dim, sizes, attention)
+    return np.asarray(sigma**2 * drift), np.asarray(sigma**2 * (1 + z) * (1 - z) * q)
 
 
 def antipodal_split_drift(
@@ -91,9 +119,9 @@ def antipodal_split_drift(
     as for two tokens); positive for an uneven one, ≈ 2σ²(d − 1)(k/m − m/k)² e^{−4β} at
     large β, so an uneven antipodal split is metastable, never absorbing."""
     _check(beta, dim, sizes, attention, sigma)
-    a, b, c, e = _attention_coefficients(-1.0, beta, sizes, attention)
-    alpha, gamma = a - b, e - c  # A₁ = α θ₁, A₂ = γ θ₂ at Z = −1
-    return float(0.5 * sigma**2 * (dim - 1) * (alpha - gamma) ** 2)
+    # A₁ = α θ₁, A₂ = γ θ₂ at Z = −1.
+    split = _split_length(-1.0, beta, sizes, attention)
+    return float(0.5 * sigma**2 * (dim - 1) * split**2)
 
 
 def antipodal_contraction_rate(beta: float, dim: int, *, attention: str = "softmax") -> float:
@@ -123,3 +151,113 @@ def antipodal_split_level(
     if push == 0.0:
         return 0.0
     return push / rate if rate > 0 else math.inf
+
+
+#: Step of the quadrature grid in w = artanh(z): the integrands are smooth on that scale
+#: (halving it moves the lifetime by ~10⁻⁴ relative or less, tested).
+_STEP = 0.01
+
+
+def _log_cumulative(log_values: np.ndarray, log_start: float, step: float) -> np.ndarray:
+    """log of the running trapezoid integral of exp(log_values), from exp(log_start)."""
+    pieces = np.logaddexp(log_values[1:], log_values[:-1]) + math.log(step / 2)
+    return np.logaddexp.accumulate(np.concatenate([[log_start], pieces]))
+
+
+def _split_measures(beta, dim, sizes, attention, tol, step):
+    """On a grid in w = artanh(z) from far below the split's level to 1 − z = tol: w, its
+    step (at most ``step``), 1 + z, 1 − z and the logs of the scale density s and the speed
+    density m (per unit w, σ = 1).
+
+    In w the equation is smooth at both ends: dz = εδ dw (ε = 1 + z, δ = 1 − z), so
+    d log s/dw = −2μ/(σ²Q) and m dw = 2/(Q s) dw with σ²(z) = σ²εδQ."""
+    level = min(antipodal_split_level(beta, dim, sizes, attention=attention), tol)
+    # Below 10⁻¹⁰ of the level the speed measure holds a fraction ~ (10⁻¹⁰)^((d−1)/2): the
+    # occupation integrals leave it out, the lifetime adds its closed-form tail.
+    low = 0.5 * math.log(max(level * 1e-10, 1e-300) / 2)
+    high = 0.5 * math.log(2 / tol - 1)  # 1 − z = tol exactly: the grid ends on b
+    w, step = np.linspace(low, high, math.ceil((high - low) / step) + 1, retstep=True)
+    eps, delta = 2 / (1 + np.exp(-2 * w)), 2 / (1 + np.exp(2 * w))
+    drift, q = _reduced_coefficients(eps, delta, beta, dim, sizes, attention)
+    slope = 2 * drift / q
+    log_scale = -np.concatenate([[0.0], np.cumsum(0.5 * step * (slope[1:] + slope[:-1]))])
+    return w, step, eps, delta, log_scale, np.log(2 / q) - log_scale
+
+
+def _check_uneven(beta, dim, sizes, attention, tol):
+    _check(beta, dim, sizes, attention, 1.0)
+    check_bound("tol", tol, lower=0.0, upper=1.0, lower_open=True, upper_open=True)
+    if antipodal_split_drift(beta, dim, sizes, attention=attention) == 0.0:
+        raise ParameterError(
+            f"sizes={tuple(sizes)!r}: an even split is never pushed off an exact antipodal "
+            "start (it stays there for ever); give two different cluster sizes."
+        )
+
+
+def antipodal_split_lifetime(
+    beta: float,
+    dim: int,
+    sizes: tuple[int, int],
+    *,
+    tol: float = 1e-3,
+    attention: str = "softmax",
+    sigma: float = 1.0,
+) -> float:
+    """Mean time until an exactly antipodal uneven split of ``sizes`` = (k, m) tokens has
+    merged, 1 − Z ≤ ``tol`` (the classifier's "single"), for the overlap diffusion of
+    :func:`two_cluster_overlap_coefficients` (Q = K = I, full value noise).
+
+    The end −1 is an entrance boundary for an uneven split (pushed off it, never
+    returning), so the classical first-passage formula applies:
+    E τ = ∫₋₁^b s(y) ∫₋₁^y m(u) du dy, b = 1 − tol, with scale density s = exp(−∫2μ/σ²)
+    and speed density m = 2/(σ² s) (Karlin & Taylor, *A Second Course in Stochastic
+    Processes*, 1981, ch. 15), evaluated by the trapezoid rule in w = artanh z, in logarithms.
+    Above β_c the split first hovers near −1 (:func:`antipodal_split_level`) and leaves
+    through a rare excursion: the lifetime grows like e^{2β} at large β (SA) and, for a
+    deep well, the survival to time T is ≈ exp(−T/lifetime). It scales as 1/σ²."""
+    _check_uneven(beta, dim, sizes, attention, tol)
+    check_bound("sigma", sigma, lower=0.0, lower_open=True)
+    _, step, eps, delta, log_scale, log_speed = _split_measures(
+        beta, dim, sizes, attention, tol, _STEP
+    )
+    # The speed measure below the grid: m dw ~ C e^{(d−1)w} as w → −∞ (s ~ ε^{−(d−1)/2}).
+    log_inner = _log_cumulative(log_speed, log_speed[0] - math.log(dim - 1), step)
+    outer = log_scale + np.log(eps * delta) + log_inner
+    return float(np.exp(_log_cumulative(outer, -np.inf, step)[-1])) / sigma**2
+
+
+def antipodal_split_hover_fraction(
+    beta: float,
+    dim: int,
+    sizes: tuple[int, int],
+    *,
+    tol: float = 1e-3,
+    attention: str = "softmax",
+) -> float:
+    """The fraction of its life an exactly antipodal uneven split spends classified
+    antipodal: E[time with 1 + Z ≤ ``tol`` before 1 − Z ≤ ``tol``] / E[that merging time]
+    (:func:`antipodal_split_lifetime`). σ cancels.
+
+    The occupation density before the first passage to b = 1 − tol from the entrance −1
+    is g(u) = m(u)(S(b) − S(u)), S the scale function (S' = s; Karlin & Taylor, ch. 15), so
+    the fraction is ∫₋₁^{−1+tol} g / ∫₋₁^b g. In a deep well (a lifetime long against
+    1/λ, :func:`antipodal_contraction_rate`) S(b) − S(u) is nearly constant on the well
+    and this is the speed measure's share below tol: the chance that a split which has
+    not yet merged is classified antipodal. Close to 1 where
+    :func:`antipodal_split_level` is well below ``tol`` and to 0 well above it: a smooth
+    form of the level's onset."""
+    _check_uneven(beta, dim, sizes, attention, tol)
+    return float(np.exp(_log_occupation(beta, dim, sizes, attention, tol)))
+
+
+def _log_occupation(beta, dim, sizes, attention, tol) -> float:
+    """log of the expected time with 1 + Z ≤ tol before 1 − Z ≤ tol, over its lifetime."""
+    w, step, eps, delta, log_scale, log_speed = _split_measures(
+        beta, dim, sizes, attention, tol, _STEP
+    )
+    # log(S(b) − S(w)): the running integral of s dz = s εδ dw from the top of the grid.
+    log_rest = _log_cumulative((log_scale + np.log(eps * delta))[::-1], -np.inf, step)[::-1]
+    log_density = log_speed + log_rest  # g per unit w; the grid's last point has g = 0
+    log_total = _log_cumulative(log_density, -np.inf, step)
+    below = np.interp(0.5 * math.log(tol / (2 - tol)), w, log_total)
+    return float(below - log_total[-1])
