@@ -202,21 +202,22 @@ def test_the_split_level_balances_push_and_contraction():
     ("beta", "dim", "sizes"),
     [(0.3, 4, (2, 1)), (1.0, 4, (2, 1)), (3.0, 4, (2, 1)), (6.0, 4, (3, 2)), (2.0, 3, (4, 1))],
 )
-def test_the_lifetime_quadrature_has_converged(monkeypatch, beta, dim, sizes):
+@pytest.mark.parametrize("attention", ["softmax", "unnormalized"])
+def test_the_lifetime_quadrature_has_converged(monkeypatch, beta, dim, sizes, attention):
     # The trapezoid rule in w = artanh z is second order: halving its step moves the
     # lifetime and the fraction by ~10⁻⁵ (grid ends on b exactly; an overshooting grid
     # gave 10⁻³, first order).
     from attndyn.theory import _clusters
 
-    coarse = (
-        theory.antipodal_split_lifetime(beta, dim, sizes),
-        theory.antipodal_split_hover_fraction(beta, dim, sizes),
-    )
+    def both():
+        return (
+            theory.antipodal_split_lifetime(beta, dim, sizes, attention=attention),
+            theory.antipodal_split_hover_fraction(beta, dim, sizes, attention=attention),
+        )
+
+    coarse = both()
     monkeypatch.setattr(_clusters, "_STEP", _clusters._STEP / 2)
-    fine = (
-        theory.antipodal_split_lifetime(beta, dim, sizes),
-        theory.antipodal_split_hover_fraction(beta, dim, sizes),
-    )
+    fine = both()
     assert coarse == pytest.approx(fine, rel=2e-4)
 
 
@@ -256,12 +257,15 @@ def test_the_hover_fraction_is_the_smooth_form_of_the_level_onset():
         ({"sizes": (2, 1), "tol": 0.0}, "tol"),
         ({"sizes": (2, 1), "tol": 1.0}, "tol"),
         ({"sizes": (2, 1), "attention": "linear"}, "attention"),
+        ({"sizes": (2, 1), "beta": 200.0}, "beta"),  # the level e^{−4β} underflows float64
+        ({"sizes": (2, 2), "beta": 200.0}, "even split"),
     ],
 )
 def test_the_lifetime_refuses_what_it_cannot_answer(kwargs, match):
+    kwargs = {"beta": 1.0, **kwargs}
     for function in (theory.antipodal_split_lifetime, theory.antipodal_split_hover_fraction):
         with pytest.raises(ad.ParameterError, match=match):
-            function(1.0, 4, **kwargs)
+            function(dim=4, **kwargs)
 
 
 def _first_passages(model, dim, sizes, tol, n, dt, seed):

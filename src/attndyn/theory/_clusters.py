@@ -156,6 +156,8 @@ def antipodal_split_level(
 #: Step of the quadrature grid in w = artanh(z): the integrands are smooth on that scale
 #: (halving it moves the lifetime by ~10⁻⁴ relative or less, tested).
 _STEP = 0.01
+#: The smallest split level the grid (which starts 10⁻¹⁰ below it) can hold in float64.
+_SMALLEST_LEVEL = 1e-290
 
 
 def _log_cumulative(log_values: np.ndarray, log_start: float, step: float) -> np.ndarray:
@@ -174,7 +176,7 @@ def _split_measures(beta, dim, sizes, attention, tol, step):
     level = min(antipodal_split_level(beta, dim, sizes, attention=attention), tol)
     # Below 10⁻¹⁰ of the level the speed measure holds a fraction ~ (10⁻¹⁰)^((d−1)/2): the
     # occupation integrals leave it out, the lifetime adds its closed-form tail.
-    low = 0.5 * math.log(max(level * 1e-10, 1e-300) / 2)
+    low = 0.5 * math.log(level * 1e-10 / 2)
     high = 0.5 * math.log(2 / tol - 1)  # 1 − z = tol exactly: the grid ends on b
     w, step = np.linspace(low, high, math.ceil((high - low) / step) + 1, retstep=True)
     eps, delta = 2 / (1 + np.exp(-2 * w)), 2 / (1 + np.exp(2 * w))
@@ -187,10 +189,17 @@ def _split_measures(beta, dim, sizes, attention, tol, step):
 def _check_uneven(beta, dim, sizes, attention, tol):
     _check(beta, dim, sizes, attention, 1.0)
     check_bound("tol", tol, lower=0.0, upper=1.0, lower_open=True, upper_open=True)
-    if antipodal_split_drift(beta, dim, sizes, attention=attention) == 0.0:
+    if sizes[0] == sizes[1]:
         raise ParameterError(
             f"sizes={tuple(sizes)!r}: an even split is never pushed off an exact antipodal "
             "start (it stays there for ever); give two different cluster sizes."
+        )
+    # The grid starts 10⁻¹⁰ below the split's level (∝ e^{−4β}): it must be a normal float64.
+    if not antipodal_split_level(beta, dim, sizes, attention=attention) > _SMALLEST_LEVEL:
+        raise ParameterError(
+            f"beta={beta}: the split's level 1 + Z ≈ push/λ is below float64's range here "
+            f"(under {_SMALLEST_LEVEL:g}); give a smaller beta (softmax: below about 165, "
+            "where the lifetime is ~e^{2β} ≈ 10¹⁴³ already)."
         )
 
 
