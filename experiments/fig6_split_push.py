@@ -16,8 +16,15 @@ Right: the climb. A split leaves through a rare excursion; its mean lifetime τ(
 share F(β) of it spent within 10⁻³ of −1 are first-passage integrals of the same
 diffusion (attndyn.theory.antipodal_split_lifetime, antipodal_split_hover_fraction), so
 a split formed early is seen antipodal at T = 500 with probability ≈ F·e^{−T/τ}. The
-data divided by their β = 8 value (the plateau: the chance that a split forms, not
-derived) against that survival. No simulation: a few seconds.
+data divided by their β = 8 value (the plateau: the chance that a split forms) against
+that survival.
+
+Three tokens, absolutely (middle, dashed). Once their pairs have settled, three tokens
+are one cluster (no antipodal pair) or a 2 : 1 split (two antipodal pairs), so by
+exchangeability P(split) = (3/2)·P(a given pair is antipodal), exactly. Reading each
+pair as two tokens (P₂, the exact two-token probability, attndyn.theory.
+p_antipodal_uniform), a parameter-free curve for N = 3 follows:
+(3/2)·P₂(β)·F(β)·e^{−T/τ(β)}. No simulation: a few seconds.
 
 Writes figures/fig6_split_push.{png,json}.
 """
@@ -62,6 +69,11 @@ def survival(beta: float, sizes) -> float:
     )
 
 
+def three_tokens(beta: float) -> float:
+    """(3/2)·P₂·F·e^{−T/τ}: three tokens seen with an antipodal pair at T (see above)."""
+    return 1.5 * theory.p_antipodal_uniform(beta, DIM) * float(survival(beta, (2, 1)))
+
+
 def _pair_rows(rows: list[dict], n: int) -> tuple[list[float], np.ndarray]:
     mine = sorted((r for r in rows if r["tokens"] == n), key=lambda r: r["beta"])
     return [r["beta"] for r in mine], np.array([r["has_antipodal_pair"] for r in mine])
@@ -104,11 +116,14 @@ def draw(thresholds: dict, rows: list[dict]) -> None:
                 capsize=2,
                 label=f"N = {n}",
             )
+    betas = np.linspace(2.0, 8.0, 61)
+    three = [three_tokens(b) for b in betas]
+    right.plot(betas, three, "k--", lw=1, label="N = 3: (3/2)·P₂·F·exp(−T/τ)")
     for sizes, beta in thresholds.items():
         right.axvline(beta, color="grey", ls="--", lw=0.8)
         right.text(beta, 0.02, f" {sizes}", rotation=90, fontsize=8, color="grey")
     right.set(xlabel="β", ylabel="P(has an antipodal pair) at T = 500", ylim=(0, 1))
-    right.set_title("Fig. 6 (paper scale) and each split's onset")
+    right.set_title("Fig. 6 (paper scale), each split's onset, N = 3 predicted")
     right.legend()
     draw_climb(climb, rows)
     fig.tight_layout()
@@ -117,8 +132,8 @@ def draw(thresholds: dict, rows: list[dict]) -> None:
 
 def climb_record(rows: list[dict]) -> dict:
     """At Fig. 6's β from 2 to 6: each split's lifetime, hover fraction and survival, and
-    the N = 3 and 5 data divided by their β = 8 value."""
-    betas = [float(b) for b in np.arange(2.0, 6.01, 0.5)]
+    the N = 3 and 5 data (and divided by their β = 8 value), the N = 3 prediction."""
+    betas = [float(b) for b in np.arange(2.0, 8.01, 0.5)]
     record: dict = {"beta": betas}
     for k, m in SPLITS:
         record[f"{k}:{m}"] = {
@@ -128,11 +143,13 @@ def climb_record(rows: list[dict]) -> dict:
             ],
             "survival": [float(survival(b, (k, m))) for b in betas],
         }
+    record["N=3 prediction (3/2)·P2·F·exp(-T/tau)"] = [three_tokens(b) for b in betas]
     for n in (3, 5):
         beta, p = _pair_rows(rows, n)
         if beta:
             ratio = dict(zip(beta, p[:, 0] / p[-1, 0], strict=True))
             record[f"N={n} data / plateau"] = [float(ratio[b]) for b in betas]
+            record[f"N={n} data"] = [float(dict(zip(beta, p[:, 0], strict=True))[b]) for b in betas]
     return record
 
 
