@@ -54,6 +54,34 @@ def test_the_ratio_of_the_coefficients_is_the_scale_densitys_log_slope(beta, dim
     np.testing.assert_allclose(-2 * drift / variance, log_slope, rtol=1e-6, atol=1e-8)
 
 
+@pytest.mark.parametrize("sizes", [(2, 1), (3, 2), (4, 1), (7, 3)])
+@pytest.mark.parametrize("attention", ["softmax", "unnormalized"])
+def test_the_expanded_coefficients_are_003s_general_identity(sizes, attention):
+    # The module evaluates the coefficients expanded about −1 (no cancellation there);
+    # here they are 003 App. C's identity written directly from the attention outputs
+    # A₁ = (k e^β θ₁ + m e^{βz} θ₂)/D₁, A₂ = (m e^β θ₂ + k e^{βz} θ₁)/D₂ (SA; D = N for
+    # USA), in coordinates: θ₁ = e₁, θ₂ = z e₁ + √(1 − z²) e₂. Away from −1 the two agree
+    # to rounding.
+    beta, dim, (k, m) = 1.3, 5, sizes
+    z = np.linspace(-0.9, 0.9, 19)
+    theta1 = np.stack([np.ones_like(z), np.zeros_like(z)], -1)
+    theta2 = np.stack([z, np.sqrt(1 - z * z)], -1)
+    w_self, w_other = np.exp(beta), np.exp(beta * z)[:, None]
+    if attention == "softmax":
+        first, second = k * w_self + m * w_other, m * w_self + k * w_other
+    else:
+        first = second = np.full_like(w_other, k + m)
+    a1 = (k * w_self * theta1 + m * w_other * theta2) / first
+    a2 = (m * w_self * theta2 + k * w_other * theta1) / second
+    n1, n2, inner = (a1 * a1).sum(-1), (a2 * a2).sum(-1), (a1 * a2).sum(-1)
+    drift = 0.5 * (1 - dim) * z * (n1 + n2) + (z * z + dim - 2) * inner
+    variance = (1 - z * z) * (n1 + n2 - 2 * z * inner)
+    got = theory.two_cluster_overlap_coefficients(z, beta, dim, sizes, attention=attention)
+    scale = np.exp(2 * beta) if attention == "unnormalized" else 1.0
+    np.testing.assert_allclose(got[0], drift, rtol=1e-9, atol=1e-12 * scale)
+    np.testing.assert_allclose(got[1], variance, rtol=1e-9, atol=1e-12 * scale)
+
+
 @pytest.mark.parametrize("k", [2, 3, 5])
 def test_an_even_split_has_the_law_of_two_tokens(k):
     # Under SA the k's cancel from the attention weights: the same diffusion as N = 2.
