@@ -377,7 +377,7 @@ def test_a_split_lives_and_hovers_as_the_first_passage_formulas_say(make_model):
 @pytest.mark.slow
 @pytest.mark.parametrize("make_model", [_sde_every_step, _layers_every_step])
 def test_a_hovering_split_lives_as_the_first_passage_formulas_say(make_model):
-    # β = 1.5, tol = 10⁻²: the split hovers at 1 + Z ≈ 0.018 (λ = 1.36), lifetime 11.2,
+    # β = 1.5, tol = 10⁻²: the split hovers at 1 + Z ≈ 0.018 (λ = 1.46), lifetime 11.2,
     # 29 % of it classified antipodal. dt = 1/L = 0.005, where the O(dt) biases measured
     # ≤ 0.7 % (they are 3-6 % at 0.01); 4,000 trajectories, 4 SE plus 3 %.
     _check_split_life(make_model, 1.5, 1e-2, 4000, 0.005)
