@@ -117,6 +117,12 @@ def test_beta_n_sde_has_antipodal_pair_positive(tmp_path):
     assert result.exit_code == 0, result.output
     points = json.loads(result.stdout)["points"]
     assert [p["tokens"] for p in points] == [3, 4]
+    # The three-token reading is carried for N = 3 only: at β = 6 a split outlives T = 10,
+    # so it is 3/2 of the exact two-token probability times its hover fraction.
+    assert points[0]["p_antipodal_pair_three_tokens"] == pytest.approx(
+        1.5 * ad.theory.p_antipodal_uniform(6.0, 4), rel=2e-3
+    )
+    assert "p_antipodal_pair_three_tokens" not in points[1]
     for p in points:
         assert p["p_has_antipodal_pair"] >= p["p_antipodal"]
         # Wilson lower bound of P(antipodal) > 0, and antipodal ⊂ has-antipodal-pair.

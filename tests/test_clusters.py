@@ -413,3 +413,32 @@ def test_three_tokens_follow_the_split_survival_with_no_free_parameter():
         p = float(ds["probability"].sel(outcome=outcome).squeeze())
         se = np.sqrt(p * (1 - p) / 4000)
         assert abs(p - expected) < 4 * se + 0.08 * expected, (outcome, p, expected, se)
+
+
+def test_the_beta_n_study_carries_the_three_token_reading_where_it_was_derived():
+    # studies.phase.three_token_curve: (3/2)·P₂·F·e^{−T/τ} for N = 3 (composed here from
+    # the public theory functions), the classifier's tol and σ passed on; NaN where the
+    # reading was not derived (N ≠ 3, USA, LayerNorm, non-Gaussian values, d < 3); past
+    # β = 150 the survival is 1 in float64.
+    from attndyn.studies import phase as study
+
+    spec = study.ModelSpec(noise="full", horizon=200.0, sigma=1.5)
+    points = [
+        {"beta": 3.0, "dim": 4, "tokens": 3},
+        {"beta": 3.0, "dim": 4, "tokens": 2},
+        {"beta": 3.0, "dim": 2, "tokens": 3},
+        {"beta": 200.0, "dim": 4, "tokens": 3},
+    ]
+    curve = study.three_token_curve(points, spec, tol=1e-2)
+    lifetime = theory.antipodal_split_lifetime(3.0, 4, (2, 1), tol=1e-2, sigma=1.5)
+    hover = theory.antipodal_split_hover_fraction(3.0, 4, (2, 1), tol=1e-2)
+    expected = 1.5 * theory.p_antipodal_uniform(3.0, 4) * hover * np.exp(-200.0 / lifetime)
+    assert curve[0] == pytest.approx(expected, rel=1e-12)
+    assert np.isnan(curve[1]) and np.isnan(curve[2])
+    assert curve[3] == pytest.approx(1.5 * theory.p_antipodal_uniform(200.0, 4), rel=1e-12)
+    for other in (
+        study.ModelSpec(noise="full", attention="unnormalized"),
+        study.ModelSpec(noise="full", norm="layernorm"),
+        study.ModelSpec(noise="full", values="rademacher"),
+    ):
+        assert np.isnan(study.three_token_curve(points[:1], other, tol=1e-3)).all()

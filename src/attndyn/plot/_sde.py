@@ -138,8 +138,10 @@ def plot_beta_n(
     ds: xr.Dataset, *, outcome: str = "has_antipodal_pair", title: str | None = None
 ) -> Figure:
     """Seed 003 Fig. 6: P(outcome) at the last save time against β, one curve per N
-    (viridis, ordered by N), with Wilson 95 % bands. ``title`` replaces the first line of
-    the title; the second gives d, the sample size, L and T."""
+    (viridis, ordered by N), with Wilson 95 % bands; where the dataset carries them, the
+    exact t = ∞ two-token curve (N = 2, thin) and the three-token reading
+    (3/2)·P₂·F·e^{−T/τ} (N = 3, dashed). ``title`` replaces the first line of the title;
+    the second gives d, the sample size, L and T."""
     last = ds.isel(time=-1).sel(outcome=outcome)
     tokens = np.unique(last["tokens"].values)
     fig, ax = subplots(figsize=(7, 4.6))
@@ -147,7 +149,8 @@ def plot_beta_n(
         sel = last.where(last["tokens"] == n, drop=True).sortby("beta")
         beta = sel["beta"].values
         ax.fill_between(beta, sel["ci_lower"], sel["ci_upper"], color=color, alpha=0.25, lw=0)
-        ax.plot(beta, sel["probability"], "o-", color=color, ms=4, lw=1, label=f"N = {int(n)}")
+        ax.plot(beta, sel["probability"], "o", color=color, ms=4, label=f"N = {int(n)}")
+        _beta_n_references(ax, sel, color, outcome)
     name = outcome.replace("_", " ")
     ax.set_xlabel("β (inverse temperature)")
     ax.set_ylabel(f"P({name}) at T")
@@ -156,6 +159,31 @@ def plot_beta_n(
     ax.set_title(wrap(text, fig.get_figwidth()), fontsize=9)
     ax.legend(fontsize=8, title="tokens", title_fontsize=8)
     return fig  # type: ignore[return-value]
+
+
+#: The references plot_beta_n draws where a dataset carries them: (variable, outcomes it
+#: predicts, line style, legend label).
+_BETA_N_REFERENCES = (
+    ("p_antipodal_exact", ("antipodal", "has_antipodal_pair"), "-", "exact t = ∞ (N = 2)"),
+    (
+        "p_antipodal_pair_three_tokens",
+        ("has_antipodal_pair",),
+        "--",
+        "N = 3: (3/2)·P₂·F·exp(−T/τ) (reading)",
+    ),
+)
+
+
+def _beta_n_references(ax, sel: xr.Dataset, color, outcome: str) -> None:
+    """One N's theory lines, where the dataset has finite values for them; else the data
+    joined by a thin line."""
+    drawn = False
+    for name, outcomes, style, label in _BETA_N_REFERENCES:
+        if name in sel and outcome in outcomes and np.isfinite(sel[name].values).any():
+            ax.plot(sel["beta"], sel[name], style, color=color, lw=1.2, label=label)
+            drawn = True
+    if not drawn:
+        ax.plot(sel["beta"], sel["probability"], "-", color=color, lw=0.8, alpha=0.7)
 
 
 def plot_evolution(

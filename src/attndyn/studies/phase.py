@@ -49,6 +49,8 @@ from .._models.integrators import SDEIntegrator
 from .._models.sde import HybridSDE, TransformerSDE
 from ..theory import (
     EXACT_BETA_MAX,
+    antipodal_split_hover_fraction,
+    antipodal_split_lifetime,
     depth_for_step,
     hybrid_layer_step,
     p_antipodal_hybrid_uniform,
@@ -331,9 +333,11 @@ def phase_diagram_study(
     progress: bool = True,
     metadata: Mapping[str, Any] | None = None,
 ) -> xr.Dataset:
-    """Estimate a phase diagram; add the exact t = ∞ two-token curve (``beta-d``; computed
-    before the simulation, NaN with a note where β > :data:`attndyn.theory.EXACT_BETA_MAX`)
-    and the SDE solver's measured drift off the sphere (``engine="sde"``). ``kind`` fixes
+    """Estimate a phase diagram; add the exact t = ∞ two-token curve (its N = 2 points;
+    computed before the simulation, NaN with a note where β >
+    :data:`attndyn.theory.EXACT_BETA_MAX`), for ``beta-n`` the three-token reading of
+    :func:`three_token_curve`, and the SDE solver's measured drift off the sphere
+    (``engine="sde"``). ``kind`` fixes
     ``spec.noise`` (beta-d and beta-n: ``"full"``, beta-eps: ``"hybrid"``, as the CLI pairs
     them) and the keys of every point (:func:`phase_points`)."""
     check_study(kind, spec, points)
@@ -343,12 +347,11 @@ def phase_diagram_study(
     if spec.noise == "hybrid" and spec.engine == "discrete":
         warn_hybrid_step(points, spec)
     # Exact references first: a failure there must not waste the simulation.
-    if kind == "beta-d":
-        exact = exact_curve(points, norm=spec.norm)
-    elif kind == "beta-eps":
+    if kind == "beta-eps":
         exact = exact_hybrid_curve(points, spec.attention)
     else:
-        exact = None
+        exact = exact_curve(points, norm=spec.norm)
+    three = three_token_curve(points, spec, tol=mc.tol) if kind == "beta-n" else None
     ds = mc.estimate(
         model_fn,
         points,
@@ -356,8 +359,9 @@ def phase_diagram_study(
         progress=progress,
         metadata={"kind": kind, **spec.metadata(), **(metadata or {})},
     )
-    if exact is not None:
-        add_exact_curve(ds, exact, hybrid=kind == "beta-eps", norm=spec.norm)
+    add_exact_curve(ds, exact, hybrid=kind == "beta-eps", norm=spec.norm)
+    if three is not None:
+        add_three_token_curve(ds, three, horizon=spec.horizon)
     if spec.engine == "sde":
         add_sphere_drift(ds, model_fn, points, seed=mc.seed)
     return ds
@@ -454,6 +458,53 @@ def add_exact_curve(
         + (", RMS model in d − 1 dimensions" if norm == "layernorm" else "")
         + f"); NaN for N ≠ 2 and for β > {EXACT_BETA_MAX:g}, beyond the quadrature's range "
         "(it tends to 1/2 as β → ∞)"
+    )
+
+
+#: Above this β a 2 : 1 split outlives any horizon (τ ≈ e^{2β} > 10¹³⁰) and sits far below
+#: any tolerance: its survival F·e^{−T/τ} is 1 in float64.
+_SPLIT_FOREVER_BETA = 150.0
+
+
+def three_token_curve(
+    points: Sequence[Mapping[str, Any]], spec: ModelSpec, *, tol: float
+) -> np.ndarray:
+    """Per point, Fig. 6's three-token reading (3/2)·P₂·F·e^{−T/τ} at T = the horizon: the
+    chance that a 2 : 1 antipodal split formed (3/2 times the exact two-token probability
+    P₂: settled, three tokens are one cluster or a split with two antipodal pairs) and is
+    still seen with an antipodal pair (:func:`attndyn.theory.antipodal_split_lifetime`,
+    :func:`attndyn.theory.antipodal_split_hover_fraction`). A reading compared with the
+    paper-scale data (within 0.017), not a proof. NaN where it was not derived: N ≠ 3,
+    unnormalised attention, LayerNorm tokens, non-Gaussian values, d < 3."""
+    gaussian = spec.engine == "sde" or (spec.values or "gaussian") == "gaussian"
+    applies = spec.attention == "softmax" and spec.norm == "rms" and gaussian
+    return np.asarray(
+        [
+            _three_tokens(p["beta"], p["dim"], spec, tol)
+            if applies and p["tokens"] == 3 and p["dim"] >= 3 and p["beta"] <= EXACT_BETA_MAX
+            else float("nan")
+            for p in points
+        ]
+    )
+
+
+def _three_tokens(beta: float, dim: int, spec: ModelSpec, tol: float) -> float:
+    survival = 1.0
+    if beta <= _SPLIT_FOREVER_BETA:
+        lifetime = antipodal_split_lifetime(beta, dim, (2, 1), tol=tol, sigma=spec.sigma)
+        hover = antipodal_split_hover_fraction(beta, dim, (2, 1), tol=tol)
+        survival = hover * float(np.exp(-spec.horizon / lifetime))
+    return 1.5 * p_antipodal_uniform(beta, dim) * survival
+
+
+def add_three_token_curve(ds: xr.Dataset, curve: np.ndarray, *, horizon: float) -> None:
+    """``p_antipodal_pair_three_tokens`` (from :func:`three_token_curve`)."""
+    ds["p_antipodal_pair_three_tokens"] = ("point", curve)
+    ds["p_antipodal_pair_three_tokens"].attrs["description"] = (
+        f"three tokens: (3/2)·P2·F·exp(-T/tau) at T = {horizon:g}, the chance that a 2:1 "
+        "antipodal split formed and is still seen with an antipodal pair (a reading, "
+        "within 0.017 of seed 003 Fig. 6 at the paper's scale; not a proof); NaN for "
+        "N != 3, unnormalised attention, LayerNorm, non-Gaussian values or d < 3"
     )
 
 

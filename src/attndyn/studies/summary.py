@@ -55,8 +55,9 @@ def json_points(ds: xr.Dataset) -> list[dict[str, Any]]:
             ]
         if int(row["tokens"].item()) > 2:
             record["p_has_antipodal_pair"] = p("has_antipodal_pair")
-        if "p_antipodal_exact" in row and np.isfinite(float(row["p_antipodal_exact"])):
-            record["p_antipodal_exact"] = float(row["p_antipodal_exact"])
+        for name in ("p_antipodal_exact", "p_antipodal_pair_three_tokens"):
+            if name in row and np.isfinite(float(row[name])):
+                record[name] = float(row[name])
         if "sphere_drift" in row:
             record["sphere_drift"] = plain(float(row["sphere_drift"]))
         records.append(record)
