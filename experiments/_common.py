@@ -148,6 +148,9 @@ def summary(ds, path: Path) -> None:
                 ]
                 for o in ("single", "antipodal", "has_antipodal_pair", "unclustered")
             }
+        for name in ("p_antipodal_exact", "p_antipodal_pair_three_tokens"):  # theory, where given
+            if name in r and np.isfinite(float(r[name])):
+                row[name] = float(r[name])
         rows.append(row)
     path.write_text(json.dumps(rows, indent=1))
     for row in rows:

@@ -12,6 +12,21 @@ from _common import FIGURES, checkpoint_of, figure_stem, parser, run, summary
 import attndyn as ad
 
 
+def with_theory(ds, horizon: float):
+    """The references ad.plot.beta_n draws: the exact t = ∞ two-token probability through
+    N = 2 and the three-token reading (3/2)·P₂·F·exp(−T/τ) through N = 3 (NaN elsewhere)."""
+    columns = (ds["beta"].values, ds["dim"].values, ds["tokens"].values)
+    rows = [(float(b), int(d), int(n)) for b, d, n in zip(*columns, strict=True)]
+    exact = [ad.theory.p_antipodal_uniform(b, d) if n == 2 else np.nan for b, d, n in rows]
+    three = [
+        ad.theory.p_antipodal_pair_three_tokens(b, d, horizon) if n == 3 else np.nan
+        for b, d, n in rows
+    ]
+    return ds.assign(
+        p_antipodal_exact=("point", exact), p_antipodal_pair_three_tokens=("point", three)
+    )
+
+
 def main():
     args = parser(__doc__, x64=True).parse_args()
     if args.full:
@@ -32,6 +47,7 @@ def main():
         horizon=horizon,
         dt=0.01,
     )
+    ds = with_theory(ds, horizon)
     FIGURES.mkdir(exist_ok=True)
     # At the paper's scale the ordering in N holds only for β ≳ 3.5: below, two tokens
     # end antipodal more often than 3, 5, 10 or 20 (docs/examples/seed-003.md, Fig. 6).

@@ -71,7 +71,7 @@ def survival(beta: float, sizes) -> float:
 
 def three_tokens(beta: float) -> float:
     """(3/2)·P₂·F·e^{−T/τ}: three tokens seen with an antipodal pair at T (see above)."""
-    return 1.5 * theory.p_antipodal_uniform(beta, DIM) * float(survival(beta, (2, 1)))
+    return theory.p_antipodal_pair_three_tokens(beta, DIM, HORIZON, tol=TOL)
 
 
 def _pair_rows(rows: list[dict], n: int) -> tuple[list[float], np.ndarray]:

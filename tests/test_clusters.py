@@ -442,3 +442,17 @@ def test_the_beta_n_study_carries_the_three_token_reading_where_it_was_derived()
         study.ModelSpec(noise="full", values="rademacher"),
     ):
         assert np.isnan(study.three_token_curve(points[:1], other, tol=1e-3)).all()
+
+
+def test_the_three_token_reading_is_its_three_factors():
+    # (3/2)·P₂·F·e^{−T/τ}: at T = 0 the survival is F alone; it falls with T at rate 1/τ;
+    # d < 3 (where −1 may absorb an uneven split) and negative horizons are refused.
+    p2 = theory.p_antipodal_uniform(3.0, 4)
+    hover = theory.antipodal_split_hover_fraction(3.0, 4, (2, 1))
+    lifetime = theory.antipodal_split_lifetime(3.0, 4, (2, 1))
+    assert theory.p_antipodal_pair_three_tokens(3.0, 4, 0.0) == pytest.approx(1.5 * p2 * hover)
+    ratio = theory.p_antipodal_pair_three_tokens(3.0, 4, 500.0) / (1.5 * p2 * hover)
+    assert ratio == pytest.approx(np.exp(-500.0 / lifetime))
+    for kwargs in ({"dim": 2, "horizon": 10.0}, {"dim": 4, "horizon": -1.0}):
+        with pytest.raises(ad.ParameterError):
+            theory.p_antipodal_pair_three_tokens(3.0, **kwargs)

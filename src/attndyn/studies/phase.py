@@ -49,11 +49,10 @@ from .._models.integrators import SDEIntegrator
 from .._models.sde import HybridSDE, TransformerSDE
 from ..theory import (
     EXACT_BETA_MAX,
-    antipodal_split_hover_fraction,
-    antipodal_split_lifetime,
     depth_for_step,
     hybrid_layer_step,
     p_antipodal_hybrid_uniform,
+    p_antipodal_pair_three_tokens,
     p_antipodal_uniform,
 )
 from ..theory._hybrid import STEP_WARNING
@@ -461,40 +460,26 @@ def add_exact_curve(
     )
 
 
-#: Above this β a 2 : 1 split outlives any horizon (τ ≈ e^{2β} > 10¹³⁰) and sits far below
-#: any tolerance: its survival F·e^{−T/τ} is 1 in float64.
-_SPLIT_FOREVER_BETA = 150.0
-
-
 def three_token_curve(
     points: Sequence[Mapping[str, Any]], spec: ModelSpec, *, tol: float
 ) -> np.ndarray:
-    """Per point, Fig. 6's three-token reading (3/2)·P₂·F·e^{−T/τ} at T = the horizon: the
-    chance that a 2 : 1 antipodal split formed (3/2 times the exact two-token probability
-    P₂: settled, three tokens are one cluster or a split with two antipodal pairs) and is
-    still seen with an antipodal pair (:func:`attndyn.theory.antipodal_split_lifetime`,
-    :func:`attndyn.theory.antipodal_split_hover_fraction`). A reading compared with the
-    paper-scale data (within 0.017), not a proof. NaN where it was not derived: N ≠ 3,
-    unnormalised attention, LayerNorm tokens, non-Gaussian values, d < 3."""
+    """Per point, Fig. 6's three-token reading (3/2)·P₂·F·e^{−T/τ} at T = the horizon
+    (:func:`attndyn.theory.p_antipodal_pair_three_tokens`): the chance that a 2 : 1
+    antipodal split formed and is still seen with an antipodal pair. A reading compared
+    with the paper-scale data (within 0.017), not a proof. NaN where it was not derived:
+    N ≠ 3, unnormalised attention, LayerNorm tokens, non-Gaussian values, d < 3."""
     gaussian = spec.engine == "sde" or (spec.values or "gaussian") == "gaussian"
     applies = spec.attention == "softmax" and spec.norm == "rms" and gaussian
     return np.asarray(
         [
-            _three_tokens(p["beta"], p["dim"], spec, tol)
+            p_antipodal_pair_three_tokens(
+                p["beta"], p["dim"], spec.horizon, tol=tol, sigma=spec.sigma
+            )
             if applies and p["tokens"] == 3 and p["dim"] >= 3 and p["beta"] <= EXACT_BETA_MAX
             else float("nan")
             for p in points
         ]
     )
-
-
-def _three_tokens(beta: float, dim: int, spec: ModelSpec, tol: float) -> float:
-    survival = 1.0
-    if beta <= _SPLIT_FOREVER_BETA:
-        lifetime = antipodal_split_lifetime(beta, dim, (2, 1), tol=tol, sigma=spec.sigma)
-        hover = antipodal_split_hover_fraction(beta, dim, (2, 1), tol=tol)
-        survival = hover * float(np.exp(-spec.horizon / lifetime))
-    return 1.5 * p_antipodal_uniform(beta, dim) * survival
 
 
 def add_three_token_curve(ds: xr.Dataset, curve: np.ndarray, *, horizon: float) -> None:

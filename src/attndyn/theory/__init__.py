@@ -14,7 +14,8 @@ Plain NumPy/SciPy: nothing here shares code with the simulations it checks.
   :func:`antipodal_split_drift` (an uneven antipodal split is pushed apart: metastable),
   :func:`antipodal_contraction_rate`, :func:`antipodal_split_level`,
   :func:`antipodal_split_lifetime` and :func:`antipodal_split_hover_fraction` (its mean
-  time to merge and the share of it classified antipodal: first-passage formulas).
+  time to merge and the share of it classified antipodal: first-passage formulas),
+  :func:`p_antipodal_pair_three_tokens` (Fig. 6's N = 3 curve, a reading).
 """
 
 from ._clusters import (
@@ -23,6 +24,7 @@ from ._clusters import (
     antipodal_split_hover_fraction as antipodal_split_hover_fraction,
     antipodal_split_level as antipodal_split_level,
     antipodal_split_lifetime as antipodal_split_lifetime,
+    p_antipodal_pair_three_tokens as p_antipodal_pair_three_tokens,
     two_cluster_overlap_coefficients as two_cluster_overlap_coefficients,
 )
 from ._hybrid import (

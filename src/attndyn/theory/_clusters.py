@@ -31,6 +31,7 @@ import numpy as np
 
 from .._core.attention import ATTENTION_KINDS
 from .._core.errors import ParameterError, check_bound, check_choice, check_int
+from ._phase import p_antipodal_uniform
 
 
 def _check(beta: float, dim: int, sizes: tuple[int, int], attention: str, sigma: float):
@@ -270,3 +271,31 @@ def _log_occupation(beta, dim, sizes, attention, tol) -> float:
     log_total = _log_cumulative(log_density, -np.inf, step)
     below = np.interp(0.5 * math.log(tol / (2 - tol)), w, log_total)
     return float(below - log_total[-1])
+
+
+#: Above this β a 2 : 1 split outlives any horizon (τ ≈ e^{2β} > 10¹³⁰) and sits far below
+#: any tolerance: its survival F·e^{−T/τ} is 1 in float64.
+_SPLIT_FOREVER_BETA = 150.0
+
+
+def p_antipodal_pair_three_tokens(
+    beta: float, dim: int, horizon: float, *, tol: float = 1e-3, sigma: float = 1.0
+) -> float:
+    """Three uniform tokens (full value noise, softmax attention, Q = K = I): the chance of
+    an antipodal pair at time ``horizon``, read as (3/2)·P₂·F·e^{−T/τ}.
+
+    Settled, three tokens are one cluster (no antipodal pair) or a 2 : 1 split (two
+    antipodal pairs), so by exchangeability P(split) = (3/2)·P(a given pair is antipodal),
+    exactly; each pair is then read as two tokens (P₂ = :func:`p_antipodal_uniform`), and
+    the split is still seen at T with probability F·e^{−T/τ}
+    (:func:`antipodal_split_hover_fraction`, :func:`antipodal_split_lifetime`). A reading,
+    not a proof: within 0.017 of seed 003 Fig. 6 at the paper's scale (d = 4, T = 500,
+    every β of its grid), and tested at β = 3, T = 200 with Fig. 6's layer map."""
+    check_bound("horizon", horizon, lower=0.0)
+    check_int("dim", dim, lower=3)
+    survival = 1.0
+    if beta <= _SPLIT_FOREVER_BETA:
+        lifetime = antipodal_split_lifetime(beta, dim, (2, 1), tol=tol, sigma=sigma)
+        hover = antipodal_split_hover_fraction(beta, dim, (2, 1), tol=tol)
+        survival = hover * math.exp(-horizon / lifetime)
+    return 1.5 * p_antipodal_uniform(beta, dim) * survival
