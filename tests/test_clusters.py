@@ -228,13 +228,21 @@ def test_the_split_level_balances_push_and_contraction():
 
 @pytest.mark.parametrize(
     ("beta", "dim", "sizes"),
-    [(0.3, 4, (2, 1)), (1.0, 4, (2, 1)), (3.0, 4, (2, 1)), (6.0, 4, (3, 2)), (2.0, 3, (4, 1))],
+    [
+        (0.3, 4, (2, 1)),
+        (1.0, 4, (2, 1)),
+        (3.0, 4, (2, 1)),
+        (6.0, 4, (3, 2)),
+        (2.0, 3, (4, 1)),
+        (0.5, 64, (2, 1)),
+    ],
 )
 @pytest.mark.parametrize("attention", ["softmax", "unnormalized"])
 def test_the_lifetime_quadrature_has_converged(monkeypatch, beta, dim, sizes, attention):
-    # The trapezoid rule in w = artanh z is second order: halving its step moves the
-    # lifetime and the fraction by ~10⁻⁵ (grid ends on b exactly; an overshooting grid
-    # gave 10⁻³, first order).
+    # The trapezoid rule in w = artanh z is second order: halving its step (and the most
+    # log s may change per step, which sets the step at large d) moves the lifetime and the
+    # fraction by ~10⁻⁵ (grid ends on b exactly; an overshooting grid gave 10⁻³, first
+    # order; at d = 64 a fixed step of 0.01 gave 2 %).
     from attndyn.theory import _clusters
 
     def both():
@@ -245,6 +253,7 @@ def test_the_lifetime_quadrature_has_converged(monkeypatch, beta, dim, sizes, at
 
     coarse = both()
     monkeypatch.setattr(_clusters, "_STEP", _clusters._STEP / 2)
+    monkeypatch.setattr(_clusters, "_LOG_STEP", _clusters._LOG_STEP / 2)
     fine = both()
     assert coarse == pytest.approx(fine, rel=2e-4)
 

@@ -155,8 +155,10 @@ def antipodal_split_level(
 
 
 #: Step of the quadrature grid in w = artanh(z): the integrands are smooth on that scale
-#: (halving it moves the lifetime by ~10⁻⁴ relative or less, tested).
+#: (halving it, and _LOG_STEP, moves the lifetime by ~10⁻⁴ relative or less, tested).
 _STEP = 0.01
+#: The most log s may change over one step (the grid is refined where it would change more).
+_LOG_STEP = 0.05
 #: The smallest split level the grid (which starts 10⁻¹⁰ below it) can hold in float64.
 _SMALLEST_LEVEL = 1e-290
 
@@ -180,11 +182,23 @@ def _split_measures(beta, dim, sizes, attention, tol, step):
     low = 0.5 * math.log(level * 1e-10 / 2)
     high = 0.5 * math.log(2 / tol - 1)  # 1 − z = tol exactly: the grid ends on b
     w, step = np.linspace(low, high, math.ceil((high - low) / step) + 1, retstep=True)
-    eps, delta = 2 / (1 + np.exp(-2 * w)), 2 / (1 + np.exp(2 * w))
-    drift, q = _reduced_coefficients(eps, delta, beta, dim, sizes, attention)
-    slope = 2 * drift / q
+    eps, delta, slope, q = _slope(w, beta, dim, sizes, attention)
+    # Large d (or β) makes log s steep: keep its change under _LOG_STEP per step, where the
+    # trapezoid's relative error is ~_LOG_STEP²/12.
+    steepest = float(np.max(np.abs(slope)))
+    if steepest * step > _LOG_STEP:
+        count = math.ceil((high - low) * steepest / _LOG_STEP) + 1
+        w, step = np.linspace(low, high, count, retstep=True)
+        eps, delta, slope, q = _slope(w, beta, dim, sizes, attention)
     log_scale = -np.concatenate([[0.0], np.cumsum(0.5 * step * (slope[1:] + slope[:-1]))])
     return w, step, eps, delta, log_scale, np.log(2 / q) - log_scale
+
+
+def _slope(w: np.ndarray, beta, dim, sizes, attention):
+    """1 + z, 1 − z, d log(1/s)/dw = 2μ/(σ²Q) and Q on the grid w."""
+    eps, delta = 2 / (1 + np.exp(-2 * w)), 2 / (1 + np.exp(2 * w))
+    drift, q = _reduced_coefficients(eps, delta, beta, dim, sizes, attention)
+    return eps, delta, 2 * drift / q, q
 
 
 def _check_uneven(beta, dim, sizes, attention, tol):
