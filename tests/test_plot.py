@@ -108,17 +108,17 @@ def test_evolution_refuses_a_bad_ncols():
 def test_beta_n_draws_the_references_the_dataset_carries():
     # N = 2: the exact t = ∞ curve (thin); N = 3: the three-token reading (dashed); no
     # reference (N = 5 here): the data joined by a thin line.
-    two, three, five = (_dataset(tokens=n) for n in (2, 3, 5))
-    two["p_antipodal_exact"] = ("point", [0.1, 0.2, 0.3])
-    three["p_antipodal_pair_three_tokens"] = ("point", [0.0, 0.1, 0.4])
-    for ds in (two, three, five):
-        ds["p_antipodal_exact"] = ds.get("p_antipodal_exact", ("point", [np.nan] * 3))
-    ds = xr.concat([two, three, five], dim="point").assign_coords(point=np.arange(9))
-    labels = [str(line.get_label()) for line in plot.beta_n(ds).axes[0].get_lines()]
-    assert "exact t = ∞ (N = 2)" in labels
-    assert "N = 3: (3/2)·P₂·F·exp(−T/τ) (reading)" in labels
-    assert labels.count("exact t = ∞ (N = 2)") == 1  # not drawn for N = 3 or 5 (NaN)
-    styles = {
-        str(line.get_label()): line.get_linestyle() for line in plot.beta_n(ds).axes[0].get_lines()
-    }
-    assert styles["N = 3: (3/2)·P₂·F·exp(−T/τ) (reading)"] == "--"
+    nan = [np.nan] * 3
+    references = ((2, [0.1, 0.2, 0.3], nan), (3, nan, [0.0, 0.1, 0.4]), (5, nan, nan))
+    parts = [
+        _dataset(tokens=n).assign(
+            p_antipodal_exact=("point", exact), p_antipodal_pair_three_tokens=("point", three)
+        )
+        for n, exact, three in references
+    ]
+    ds = xr.concat(parts, dim="point").assign_coords(point=np.arange(9))
+    lines = plot.beta_n(ds).axes[0].get_lines()
+    styles = [(str(line.get_label()), line.get_linestyle()) for line in lines]
+    # Each reference drawn once (NaN elsewhere), in its own style.
+    assert styles.count(("exact t = ∞ (N = 2)", "-")) == 1
+    assert styles.count(("N = 3: (3/2)·P₂·F·exp(−T/τ) (reading)", "--")) == 1

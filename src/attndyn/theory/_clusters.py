@@ -174,7 +174,7 @@ def _log_cumulative(log_values: np.ndarray, log_start: float, step: float) -> np
     finite = np.isfinite(jump) & (jump > 1e-6)
     safe = np.where(finite, jump, 1.0)
     # ∫ over the panel = step·e^{top}·(1 − e^{−jump})/jump; → step·e^{top}·(1 − jump/2).
-    shape = np.where(finite, np.log(-np.expm1(-safe) / safe), -0.5 * np.where(finite, 0, jump))
+    shape = np.where(finite, np.log(-np.expm1(-safe) / safe), -0.5 * jump)
     exponential = math.log(step) + top + shape
     trapezoid = np.logaddexp(high, low) + math.log(step / 2)
     pieces = np.where(np.isfinite(jump), exponential, trapezoid)
@@ -242,13 +242,7 @@ def antipodal_split_lifetime(
     deep well, the survival to time T is ≈ exp(−T/lifetime). It scales as 1/σ²."""
     _check_uneven(beta, dim, sizes, attention, tol)
     check_bound("sigma", sigma, lower=0.0, lower_open=True)
-    _, step, eps, delta, log_scale, log_speed = _split_measures(
-        beta, dim, sizes, attention, tol, _STEP
-    )
-    # The speed measure below the grid: m dw ~ C e^{(d−1)w} as w → −∞ (s ~ ε^{−(d−1)/2}).
-    log_inner = _log_cumulative(log_speed, log_speed[0] - math.log(dim - 1), step)
-    outer = log_scale + np.log(eps * delta) + log_inner
-    return float(np.exp(_log_cumulative(outer, -np.inf, step)[-1])) / sigma**2
+    return _split_life(beta, dim, sizes, attention, tol)[0] / sigma**2
 
 
 def antipodal_split_hover_fraction(
@@ -272,20 +266,24 @@ def antipodal_split_hover_fraction(
     :func:`antipodal_split_level` is well below ``tol`` and to 0 well above it: a smooth
     form of the level's onset."""
     _check_uneven(beta, dim, sizes, attention, tol)
-    return float(np.exp(_log_occupation(beta, dim, sizes, attention, tol)))
+    return _split_life(beta, dim, sizes, attention, tol)[1]
 
 
-def _log_occupation(beta, dim, sizes, attention, tol) -> float:
-    """log of the expected time with 1 + Z ≤ tol before 1 − Z ≤ tol, over its lifetime."""
+def _split_life(beta, dim, sizes, attention, tol) -> tuple[float, float]:
+    """(lifetime at σ = 1, share of it with 1 + Z ≤ tol) from one grid."""
     w, step, eps, delta, log_scale, log_speed = _split_measures(
         beta, dim, sizes, attention, tol, _STEP
     )
-    # log(S(b) − S(w)): the running integral of s dz = s εδ dw from the top of the grid.
-    log_rest = _log_cumulative((log_scale + np.log(eps * delta))[::-1], -np.inf, step)[::-1]
-    log_density = log_speed + log_rest  # g per unit w; the grid's last point has g = 0
-    log_total = _log_cumulative(log_density, -np.inf, step)
+    log_s_dz = log_scale + np.log(eps * delta)  # s dz = s εδ dw
+    # E τ = ∫ s ∫ m; the speed measure below the grid: m dw ~ C e^{(d−1)w} as w → −∞
+    # (s ~ ε^{−(d−1)/2}), which integrates to m(w₀)/(d − 1).
+    log_inner = _log_cumulative(log_speed, log_speed[0] - math.log(dim - 1), step)
+    lifetime = float(np.exp(_log_cumulative(log_s_dz + log_inner, -np.inf, step)[-1]))
+    # The occupation density g = m·(S(b) − S(w)) per unit w; S(b) − S(w) runs from the top.
+    log_rest = _log_cumulative(log_s_dz[::-1], -np.inf, step)[::-1]
+    log_total = _log_cumulative(log_speed + log_rest, -np.inf, step)
     below = np.interp(0.5 * math.log(tol / (2 - tol)), w, log_total)
-    return float(below - log_total[-1])
+    return lifetime, float(np.exp(below - log_total[-1]))
 
 
 #: Above this β a 2 : 1 split outlives any horizon (τ ≈ e^{2β} > 10¹³⁰) and sits far below
@@ -308,9 +306,10 @@ def p_antipodal_pair_three_tokens(
     every β of its grid), and tested at β = 3, T = 200 with Fig. 6's layer map."""
     check_bound("horizon", horizon, lower=0.0)
     check_int("dim", dim, lower=3)
+    check_bound("sigma", sigma, lower=0.0, lower_open=True)
     survival = 1.0
     if beta <= _SPLIT_FOREVER_BETA:
-        lifetime = antipodal_split_lifetime(beta, dim, (2, 1), tol=tol, sigma=sigma)
-        hover = antipodal_split_hover_fraction(beta, dim, (2, 1), tol=tol)
-        survival = hover * math.exp(-horizon / lifetime)
+        _check_uneven(beta, dim, (2, 1), "softmax", tol)
+        lifetime, hover = _split_life(beta, dim, (2, 1), "softmax", tol)
+        survival = hover * math.exp(-horizon * sigma**2 / lifetime)
     return 1.5 * p_antipodal_uniform(beta, dim) * survival
