@@ -4,9 +4,7 @@ import time
 
 import click
 
-from .._core.attention import ATTENTION_KINDS
-from ..studies.evolution import evolution_points, evolution_study
-from ..studies.summary import series
+from .._core.names import ATTENTION_KINDS
 from ._common import (
     check_engine_flags,
     cli_errors,
@@ -78,6 +76,9 @@ def evolution(**options) -> None:
     """
     options["started"] = time.perf_counter()
     writer = start_processes(options)  # jax.distributed must start before other JAX work
+    from ..studies.evolution import evolution_points, evolution_study
+    from ..studies.summary import series
+
     check_engine_flags(options)
     models = names("--model", options["models"])
     points = evolution_points(

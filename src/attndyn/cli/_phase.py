@@ -4,9 +4,8 @@ import time
 
 import click
 
-from .._core.attention import ATTENTION_KINDS
-from ..studies.phase import DEFAULT_ATTENTION, KINDS, phase_diagram_study, phase_points
-from ..theory import EXACT_BETA_MAX
+from .._core.names import ATTENTION_KINDS
+from ..studies._names import DEFAULT_ATTENTION, KINDS
 from ._common import (
     check_engine_flags,
     cli_errors,
@@ -90,6 +89,9 @@ def phase_diagram(**options) -> None:
     """
     options["started"] = time.perf_counter()
     writer = start_processes(options)  # jax.distributed must start before other JAX work
+    from ..studies.phase import phase_diagram_study, phase_points
+    from ..theory import EXACT_BETA_MAX
+
     check_engine_flags(options)
     kind = options["kind"]
     points = phase_points(

@@ -5,10 +5,7 @@ from typing import Any
 
 import click
 
-from .._core.errors import INT32_MAX, check_int
-from .._core.schemes import SCHEME_NAMES
-from .._estimate.dataset import attach_provenance, provenance
-from ..studies.schemes import check_schemes_start, schemes_study, schemes_summary
+from .._core.names import SCHEME_NAMES
 from ._common import (
     cli_errors,
     command_line,
@@ -21,7 +18,6 @@ from ._common import (
     save_png,
     say,
 )
-from ._output import Output, result_arguments
 
 #: The figures ``attndyn schemes`` writes, one per part of the study.
 FIGURES = ("gamma", "ngpt_alpha", "random_weights", "rates")
@@ -94,6 +90,11 @@ def schemes(**options) -> None:
     locked, before anything is computed; results of other arguments are never replaced
     unless --overwrite is given.
     """
+    from .._core.errors import INT32_MAX, check_int
+    from .._estimate.dataset import attach_provenance, provenance
+    from ..studies.schemes import check_schemes_start, schemes_study, schemes_summary
+    from ._output import Output, result_arguments
+
     scheme_names = names("--schemes", options["scheme_list"])
     alphas = floats("alpha", options["alpha"])
     # Checked here as the study checks them, so that the message names the options (the

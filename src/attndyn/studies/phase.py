@@ -56,8 +56,8 @@ from ..theory import (
     p_antipodal_uniform,
 )
 from ..theory._hybrid import STEP_WARNING
+from ._names import DEFAULT_ATTENTION as DEFAULT_ATTENTION, ENGINES as ENGINES, KINDS as KINDS
 
-KINDS = ("beta-d", "beta-eps", "beta-n")
 #: The value noise each kind is defined for (as the CLI pairs them): the exact curves of
 #: ``beta-d`` and ``beta-eps`` hold for these models only.
 NOISE_OF_KIND = {"beta-d": "full", "beta-eps": "hybrid", "beta-n": "full"}
@@ -67,11 +67,7 @@ POINT_KEYS = {
     "beta-eps": ("dim", "tokens", "eps", "beta"),
     "beta-n": ("dim", "tokens", "beta"),
 }
-ENGINES = ("discrete", "sde")
 NOISES = ("full", "hybrid", "none")
-#: The attention each kind uses unless said otherwise. Fig. 4 tests Prop. 1, which holds
-#: for unnormalised attention (ε_c = √(2e^{−β})); Figs. 3 and 6 use softmax.
-DEFAULT_ATTENTION = {"beta-d": "softmax", "beta-eps": "unnormalized", "beta-n": "softmax"}
 EQUATIONS = {
     ("full", "discrete"): "seed 003 eq. 4 (Post-LN, full value noise)",
     ("full", "sde"): "seed 003 eq. 6 (Transformer SDE)",
