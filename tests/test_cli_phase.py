@@ -48,7 +48,7 @@ def test_phase_diagram_round_trip(tmp_path):
     )
     ds = xr.open_dataset(tmp_path / "phase_diagram.nc")
     prov = ad.provenance(ds)
-    assert prov["seed"] == 0 and prov["depth"] == 5 and "attndyn_version" in prov
+    assert prov["random_seed"] == 0 and prov["depth"] == 5 and "attndyn_version" in prov
     assert prov["command"].startswith("attndyn")
     # Early absorption is on by default where it is quantified (two tokens, reduced route).
     assert prov["early_absorption"]["bound"] == 1e-7

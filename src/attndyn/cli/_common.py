@@ -568,10 +568,12 @@ def finish(
     drop the checkpoint they supersede; then report: one JSON object on stdout with
     ``--json``, else one line on stderr. Every figure carries the dataset's provenance
     (:func:`png_metadata`)."""
+    from .._estimate.metadata import to_netcdf
     from ..studies.summary import json_points
 
     warn_merged(ds)
-    dataset_path = out.write(f"{name}.nc", ds.to_netcdf)
+    # The point MultiIndex is written as plain coordinates; attndyn.open_dataset restores it.
+    dataset_path = out.write(f"{name}.nc", functools.partial(to_netcdf, ds))
     save = functools.partial(save_png, dpi=130, metadata=png_metadata(ds, dataset_path.name))
     figure_path = out.write(f"{name}.png", functools.partial(save, figure(ds)))
     for file, draw in more_figures.items():

@@ -108,7 +108,7 @@ def evolution(**options) -> None:
             from .. import plot
 
             def draw(ds):
-                return plot.evolution(ds, label_keys=("model", "beta", "dim", "tokens", "eps"))
+                return plot.evolution(ds)
 
             finish(
                 ds,

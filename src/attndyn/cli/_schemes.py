@@ -92,6 +92,7 @@ def schemes(**options) -> None:
     """
     from .._core.errors import INT32_MAX, check_int
     from .._estimate.dataset import attach_provenance, provenance
+    from .._estimate.metadata import to_netcdf
     from ..studies.schemes import check_schemes_start, schemes_study, schemes_summary
     from ._output import Output, result_arguments
 
@@ -131,7 +132,7 @@ def schemes(**options) -> None:
         )
         record = {**provenance(ds), "command": command_line(), "arguments": arguments}
         attach_provenance(ds, record)
-        path = out.write("schemes.nc", ds.to_netcdf)
+        path = out.write("schemes.nc", functools.partial(to_netcdf, ds))
         from .. import plot
 
         save = functools.partial(save_png, dpi=120, metadata=png_metadata(ds, path.name))
