@@ -15,8 +15,8 @@ from .._core.errors import (
     check_int,
     check_sequence,
 )
-from .._estimate.plan import check_distinct
 from .._estimate.metadata import describe, index_points
+from .._estimate.plan import check_distinct
 from .phase import (
     ModelSpec,
     MonteCarlo,
@@ -118,7 +118,4 @@ def evolution_study(
 
 
 #: The ``title`` of the dataset.
-TITLE = (
-    "attndyn evolution: fractions of the clustering classes against time "
-    "(seed 003 Figs. 7-9)"
-)
+TITLE = "attndyn evolution: fractions of the clustering classes against time (seed 003 Figs. 7-9)"

@@ -35,6 +35,7 @@ from .._core.schemes import PostLN
 from .._core.sphere import uniform_sphere
 from .._core.values import DISTRIBUTIONS, MatrixValues, ScalarValues
 from .._estimate.estimator import estimate_probabilities
+from .._estimate.metadata import describe, index_points
 from .._estimate.plan import (
     MAX_DIM,
     MAX_TOKENS,
@@ -55,7 +56,6 @@ from ..theory import (
     p_antipodal_pair_three_tokens,
     p_antipodal_uniform,
 )
-from .._estimate.metadata import describe, index_points
 from ..theory._hybrid import STEP_WARNING
 from ._names import DEFAULT_ATTENTION as DEFAULT_ATTENTION, ENGINES as ENGINES, KINDS as KINDS
 
