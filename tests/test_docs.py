@@ -169,9 +169,20 @@ def test_site_builds_in_strict_mode_and_offline(tmp_path):
     assert (site / "reference" / "cli" / "index.html").exists()
     assert (site / "figures" / "fig3_beta_d.png").exists()
     remote = re.compile(r"<(?:script|link|img)\b[^>]*\b(?:src|href)=\"(?:https?:)?//", re.I)
+    image = re.compile(r"<img\b[^>]*\bsrc=\"([^\"]+)\"", re.I)
     for html in site.rglob("*.html"):
-        hits = [m.group(0) for m in remote.finditer(html.read_text())]
+        text = html.read_text()
+        hits = [m.group(0) for m in remote.finditer(text)]
         assert not hits, f"{html.relative_to(site)} loads from the network: {hits[:3]}"
+        # Every image the pages show is in the site (the figures, linked as the forge
+        # reads them, are rewritten to the site's copies by docs/hooks.py).
+        for src in image.findall(text):
+            if not src.startswith("data:"):
+                assert (html.parent / src).resolve().exists(), f"{html.relative_to(site)}: {src}"
+        # Every formula became MathML: none is left as TeX between dollars.
+        assert 'class="arithmatex"' not in text, html.relative_to(site)
+    theory = (site / "guides" / "theory" / "index.html").read_text()
+    assert "<math" in theory and "<msqrt>" in theory  # ε_c(β) = √(2e^{−β})
 
 
 def test_citation_file_is_valid_and_current():
@@ -180,3 +191,16 @@ def test_citation_file_is_valid_and_current():
     for key in ("cff-version", "message", "title", "authors"):
         assert cff.get(key), f"CITATION.cff needs {key!r}"
     assert str(cff["version"]) == attndyn.__version__
+
+
+def test_the_specification_page_is_the_shared_specification():
+    # docs/spec.md is a copy of the project's specification (shared/spec/models.md beside
+    # the repository, where the forge's readers cannot follow a link): it must not drift.
+    for shared in (ROOT.parent / "shared", ROOT.parent.parent / "shared"):
+        spec = shared / "spec" / "models.md"
+        if spec.exists():
+            assert (ROOT / "docs" / "spec.md").read_text() == spec.read_text(), (
+                f"copy {spec} to docs/spec.md"
+            )
+            return
+    pytest.skip("no shared/spec/models.md beside this checkout")

@@ -19,7 +19,7 @@ matplotlib nor the CLI's click until they are needed.
 
 from typing import TYPE_CHECKING
 
-from ._lazy import attach
+from ._lazy import attach as _attach
 from ._version import __version__ as __version__
 
 # The public names, each loaded on first use (attndyn._lazy): ``import attndyn`` imports
@@ -137,4 +137,4 @@ if TYPE_CHECKING:
         symmetric_start as symmetric_start,
     )
 
-__getattr__, __dir__ = attach(__name__, __file__, globals())
+__getattr__, __dir__ = _attach(__name__, __file__, globals())

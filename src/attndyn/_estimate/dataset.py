@@ -82,7 +82,8 @@ def provenance(ds: xr.Dataset) -> dict[str, Any]:
 
 
 def coordinates(points: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """One coordinate per parameter along ``point``: numbers as numbers, the rest as JSON."""
+    """One coordinate per parameter along ``point``: numbers as numbers, strings as
+    themselves (``ds.sel(model="full")``), the rest as JSON."""
     names: list[str] = []
     for p in points:
         names += [k for k in p if k not in names]
@@ -91,6 +92,8 @@ def coordinates(points: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         values = [canonical(p.get(name)) for p in points]
         if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
             coords[name] = ("point", np.asarray(values))
+        elif all(isinstance(v, str) for v in values):
+            coords[name] = ("point", np.asarray(values, dtype=str))
         else:
             coords[name] = ("point", np.asarray([json.dumps(v) for v in values]))
     return coords

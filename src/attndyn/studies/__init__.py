@@ -9,7 +9,7 @@ options without importing JAX.
 
 from typing import TYPE_CHECKING
 
-from .._lazy import attach
+from .._lazy import attach as _attach
 
 if TYPE_CHECKING:
     from .evolution import (
@@ -42,4 +42,4 @@ if TYPE_CHECKING:
     )
     from .summary import json_points as json_points, series as series
 
-__getattr__, __dir__ = attach(__name__, __file__, globals())
+__getattr__, __dir__ = _attach(__name__, __file__, globals())
