@@ -13,6 +13,7 @@ from matplotlib.container import ErrorbarContainer
 
 import attndyn as ad
 from attndyn import plot
+from attndyn.plot._sde import shown_betas
 from attndyn.plot._style import DEFAULT_DPI
 
 
@@ -164,10 +165,13 @@ def test_beta_eps_structure():
     # The exact curve steps at ε_c vertically (two abscissae at ε_c), not as a ramp.
     x = np.asarray(solid[1].get_xdata())
     assert np.sum(np.abs(x - ad.theory.eps_critical(2.0)) < 1e-6) == 2
-    # The cells far from their SDE limit (β = 4) are crossed, in each panel.
-    for ax in (maps, unclustered, lines):
-        crosses = [line for line in ax.get_lines() if line.get_marker() == "x"]
-        assert sum(len(c.get_xdata()) for c in crosses) == 2
+    # The cells far from their SDE limit (β = 4) are hatched on both maps, and their
+    # estimates drawn open.
+    for ax in (maps, unclustered):
+        hatched = [c for c in ax.collections if c.get_hatch()]
+        assert len(hatched) == 1 and np.ma.count(hatched[0].get_array()) == 2
+    opened = [line for line in lines.get_lines() if str(line.get_markerfacecolor()) == "white"]
+    assert sum(np.size(line.get_xdata()) for line in opened) == 2
     labels = _legend_labels(fig)
     for text in (
         "single most likely",
@@ -183,8 +187,21 @@ def test_beta_eps_structure():
         assert text in labels, text
     assert _width_px(fig) <= 1600
     # The mostly unclustered cell takes its class's grey, not white.
-    colours = maps.collections[0].get_facecolors()
+    colours = np.asarray(maps.collections[0].get_facecolor())
     assert not np.allclose(colours[0][:3], 1.0)
+
+
+def test_beta_eps_names_the_betas_its_line_panel_draws():
+    # Seventeen β (the paper's 0 … 4 by 0.25): five curves, every fourth, the last drawn,
+    # and the panel says so (it silently dropped β = 3 before).
+    betas = np.arange(0, 4.01, 0.25)
+    np.testing.assert_allclose(shown_betas(betas), [0, 1, 2, 3, 4])
+    np.testing.assert_allclose(shown_betas(np.arange(0, 4.01, 0.5)), [0, 1, 2, 3, 4])
+    assert len(shown_betas(np.arange(7.0))) <= 6
+    ds = _hybrid_dataset()
+    parts = [ds.assign_coords(beta=ds["beta"] + 6 * k) for k in range(3)]
+    fig = plot.beta_eps(xr.concat(parts, dim="point").assign_coords(point=np.arange(18)))
+    assert "of the 9 β; all in the maps" in fig.axes[2].get_title()
 
 
 def test_beta_eps_without_far_cells_has_no_cross_entry():

@@ -55,18 +55,28 @@ def _grid(last: xr.Dataset, values) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return betas, epss, image
 
 
-def _far_points(last: xr.Dataset) -> tuple[np.ndarray, np.ndarray]:
-    """(β, ε) of the points where the discrete model is far from its SDE limit (the
-    dataset's ``far_from_limit``: layer step > 0.1)."""
+#: How the cells far from their SDE limit are marked on the maps.
+FAR_HATCH = "////"
+
+
+def _hatch_far(ax, last: xr.Dataset) -> None:
+    """Hatch the map cells where the discrete model is far from its SDE limit."""
     if "far_from_limit" not in last:
-        return np.array([]), np.array([])
-    far = np.asarray(last["far_from_limit"].values).astype(bool)
-    return np.asarray(last["beta"].values)[far], np.asarray(last["eps"].values)[far]
+        return
+    betas, epss, far = _grid(last, lambda row: float(row["far_from_limit"]))
+    if not np.nansum(far):
+        return
+    masked = np.ma.masked_where(~(far > 0.5), far)
+    ax.pcolor(
+        _edges(betas), _edges(epss), masked, hatch=FAR_HATCH, facecolor="none",
+        edgecolor=(0, 0, 0, 0.45), linewidth=0.0,
+    )  # fmt: skip
 
 
-def _mark_far(ax, beta: np.ndarray, y: np.ndarray) -> None:
-    if len(beta):
-        ax.plot(beta, y, "x", color="k", ms=6, mew=1.4, zorder=5)
+def _mark_far(ax, x: np.ndarray, y: np.ndarray, color) -> None:
+    """The estimates far from their SDE limit as open markers."""
+    if len(x):
+        ax.plot(x, y, "o", ms=4, mfc="white", mec=color, mew=1.1, lw=0, zorder=5)
 
 
 def _boundaries(ax, betas: np.ndarray, attention: str) -> None:
@@ -117,7 +127,7 @@ def _dominant_panel(ax, last: xr.Dataset, attention: str) -> None:
         image[e, b] = 1 - p[k] * (1 - rgb)
     ax.pcolormesh(_edges(betas), _edges(epss), image, shading="flat")
     _boundaries(ax, betas, attention)
-    _mark_far(ax, *_far_points(last))
+    _hatch_far(ax, last)
     ax.set(xlabel="β", ylabel="ε", title="most likely class at t = T (shade: its probability)")
     ax.set_ylim(_edges(epss)[0], _edges(epss)[-1])
     ax.set_xlim(_edges(betas)[0], _edges(betas)[-1])
@@ -132,32 +142,49 @@ def _unclustered_panel(fig, ax, last: xr.Dataset, attention: str) -> None:
     )
     fig.colorbar(mesh, ax=ax, label="P(unclustered)", pad=0.02)
     _boundaries(ax, betas, attention)
-    _mark_far(ax, *_far_points(last))
+    _hatch_far(ax, last)
     ax.set(xlabel="β", ylabel="ε", title="P(unclustered) at t = T")
     ax.set_ylim(_edges(epss)[0], _edges(epss)[-1])
     ax.set_xlim(_edges(betas)[0], _edges(betas)[-1])
 
 
 def _exact_eps_curve(beta: float, epss: np.ndarray, dim: int, attention: str):
-    """The exact t = ∞ two-token probability of the hybrid SDE against ε (fine grid, with
-    its jumps at the thresholds drawn as vertical steps, not ramps between grid points)."""
+    """The exact t = ∞ two-token probability of the hybrid SDE against ε on a fine grid
+    (USA: its jump from 0 to 1 at ε_c drawn vertical, not as a ramp between grid points;
+    SA: a continuous curve across the band where both ends attract)."""
     top = float(epss.max())
     fine = np.linspace(0.0, top, 81 if attention == "softmax" else 241)
-    if attention == "softmax":
-        jumps = [np.sqrt(1 + np.exp(-2 * beta)), np.sqrt(2.0)]
-    else:
-        jumps = [eps_critical(beta)]
-    for jump in jumps:
+    if attention != "softmax":
+        jump = eps_critical(beta)
         if 0 < jump < top:
             fine = np.union1d(fine, [jump * (1 - 1e-9), jump * (1 + 1e-9)])
     p = [p_antipodal_hybrid_uniform(beta, e, dim, attention) if e > 0 else 0.0 for e in fine]
     return fine, np.asarray(p)
 
 
+#: The most β curves the P(antipodal)-against-ε panel draws (more would not read).
+MAX_CURVES = 6
+
+
+def shown_betas(betas: np.ndarray) -> np.ndarray:
+    """The β the line panel draws: all of them up to :data:`MAX_CURVES`, else every k-th
+    from the first, with k chosen (where one exists) so the last is drawn too."""
+    n = len(betas)
+    if n <= MAX_CURVES:
+        return betas
+    for step in range(2, n):
+        if (n - 1) % step == 0 and (n - 1) // step + 1 <= MAX_CURVES:
+            return betas[::step]
+    step = -(-(n - 1) // (MAX_CURVES - 1))
+    return betas[::step]
+
+
 def _exact_panel(ax, last: xr.Dataset, attention: str) -> list[tuple[object, str]]:
-    """P(antipodal) against ε for every β: the estimates with Wilson 95 % error bars and,
-    for two tokens, the exact t = ∞ curve; returns the β legend entries."""
-    betas = np.unique(last["beta"].values)
+    """P(antipodal) against ε per β (:func:`shown_betas`, named in the panel's title when
+    not all): the estimates with Wilson 95 % error bars and, for two tokens, the exact
+    t = ∞ curve; returns the β legend entries."""
+    all_betas = np.unique(last["beta"].values)
+    betas = shown_betas(all_betas)
     dim, tokens = int(last["dim"].values[0]), int(last["tokens"].values[0])
     entries = []
     for color, beta in zip(ordered_colors(len(betas)), betas):
@@ -172,12 +199,13 @@ def _exact_panel(ax, last: xr.Dataset, attention: str) -> list[tuple[object, str
                 color=color,
                 lw=1,
             )
-        far = (
-            np.asarray(sel["far_from_limit"].values).astype(bool) if "far_from_limit" in sel else []
-        )
-        if len(far) and far.any():
-            _mark_far(ax, sel["eps"].values[far], sel["probability"].values[far])
-    ax.set(xlabel="ε", ylabel="P(antipodal) at t = T", title="P(antipodal) against ε, per β")
+        if "far_from_limit" in sel:
+            far = np.asarray(sel["far_from_limit"].values).astype(bool)
+            _mark_far(ax, sel["eps"].values[far], sel["probability"].values[far], color)
+    title = "P(antipodal) against ε, per β"
+    if len(betas) < len(all_betas):
+        title += f"\n({len(betas)} of the {len(all_betas)} β; all in the maps)"
+    ax.set(xlabel="ε", ylabel="P(antipodal) at t = T", title=title)
     ax.set_ylim(-0.03, 1.03)
     return entries
 
@@ -230,7 +258,11 @@ def _beta_eps_legend(fig, ds: xr.Dataset, attention: str, entries) -> None:
     if int(ds["tokens"].values.min()) == 2:
         items.append((key("exact"), "exact t = ∞ (two tokens)"))
     if "far_from_limit" in ds and bool(np.asarray(ds["far_from_limit"].values).any()):
-        items.append((key("far"), "layer step > 0.1: far from the SDE limit"))
+        far = (
+            Patch(facecolor="none", edgecolor="0.4", hatch=FAR_HATCH),
+            Line2D([], [], marker="o", ms=4, mfc="white", mec="0.3", lw=0),
+        )
+        items.append((far, "layer step > 0.1: far from the SDE limit"))
     items += list(entries)
     handles, labels = zip(*items)
     fig.legend(handles, labels, loc="outside lower center", ncols=min(6, len(items)), fontsize=8)
@@ -350,7 +382,7 @@ def _panel_order(ds: xr.Dataset, keys: list[str]) -> list[int]:
 def _sortable(value):
     if isinstance(value, float | np.floating) and np.isnan(value):
         return (1, 0.0)
-    return (0, value.item() if hasattr(value, "item") else value)
+    return (0, getattr(value, "item", lambda: value)())
 
 
 def _columns(ds: xr.Dataset, keys: list[str], ncols: int | None) -> int:
