@@ -26,7 +26,7 @@ args = parser.parse_args()
 
 ts = np.linspace(0, args.horizon, 121)
 x0 = attndyn.symmetric_start(args.tokens, args.tokens, args.r0)
-fig, axes = plt.subplots(1, 3, figsize=(15, 4.6), layout="constrained")
+fig, axes = plt.subplots(1, 3, figsize=(13.3, 4.6), layout="constrained")  # 1,596 px
 colors = category_colors(attndyn.SCHEME_NAMES)  # Okabe–Ito: colour-blind safe
 for name in attndyn.SCHEME_NAMES:
     scheme = attndyn.scheme_from_name(name, tau=0.5, alpha=1.0)

@@ -57,7 +57,7 @@ ds = attndyn.estimate_probabilities(
 exact = (
     attndyn.theory.p_antipodal_uniform(args.beta, args.dim) if args.tokens == 2 else float("nan")
 )
-fig, axes = plt.subplots(1, 3, figsize=(15, 4.6), layout="constrained")
+fig, axes = plt.subplots(1, 3, figsize=(13.3, 4.6), layout="constrained")  # 1,596 px
 colors = category_colors(attndyn.SCHEME_NAMES)  # Okabe–Ito: colour-blind safe
 times = ds["time"].values
 summary = {}

@@ -347,3 +347,20 @@ def test_schemes_figures_structure():
     assert [_grid_position(ax) for ax in rates.axes] == [(0, 0), (0, 1), (0, 2)]
     assert "2 ± 2e-08" in rates.axes[0].get_title()  # not "[2, 2]"
     assert rates.axes[1].get_xscale() == "log"
+
+
+def test_every_committed_figure_fits_a_page():
+    # The figures the experiments write and the docs show: at most 1,600 px wide (PNG
+    # header: width and height are the two big-endian words after the signature).
+    import struct
+    from pathlib import Path
+
+    figures = Path(__file__).resolve().parents[1] / "figures"
+    widths = {}
+    for path in sorted(figures.glob("*.png")):
+        with path.open("rb") as file:
+            header = file.read(24)
+        widths[path.name] = struct.unpack(">II", header[16:24])[0]
+    assert widths and all(w <= 1600 for w in widths.values()), {
+        k: w for k, w in widths.items() if w > 1600
+    }
