@@ -9,6 +9,9 @@
   forge renders itself; pymdownx.arithmatex finds them and this hook turns each into
   MathML (latex2mathml) when the site is built: browsers draw MathML natively, so the
   site renders its formulas with no script and no network.
+- Docstrings (the API reference), the changelog and the specification write exponents
+  and indices as plain text, ``e^{−2β}``, ``S^{d−1}``; outside code and formulas the site
+  shows them as superscripts and subscripts instead of braces.
 - attndyn's docstrings use reST roles (``:class:`X```, ``:func:`f```) that Markdown leaves
   as ``:class:<code>X</code>``; the role prefix is dropped so the name reads as code.
 """
@@ -75,6 +78,35 @@ def caption_math(match: re.Match) -> str:
     return f"<figcaption>{body}</figcaption>"
 
 
+#: Plain-text exponents and indices: ``^{…}``, ``_{…}`` (no nested braces).
+SCRIPTS = re.compile(r"([\^_])\{([^{}<>]*)\}")
+#: HTML tags, and the elements whose text is left alone.
+TAG = re.compile(r"(<[^>]+>)")
+VERBATIM = ("code", "pre", "math", "script", "style", "kbd")
+
+
+def _script(match: re.Match) -> str:
+    tag = "sup" if match[1] == "^" else "sub"
+    return f"<{tag}>{match[2]}</{tag}>"
+
+
+def scripts(html_text: str) -> str:
+    """``x^{a}`` and ``x_{a}`` in the text (not in code or formulas) as ``x<sup>a</sup>``
+    and ``x<sub>a</sub>``."""
+    out, depth = [], 0
+    for part in TAG.split(html_text):
+        if part.startswith("<"):
+            name = re.match(r"</?\s*([a-zA-Z0-9]+)", part)
+            if name and name[1].lower() in VERBATIM and not part.endswith("/>"):
+                depth += -1 if part.startswith("</") else 1
+            out.append(part)
+        elif depth > 0:
+            out.append(part)
+        else:
+            out.append(SCRIPTS.sub(_script, part))
+    return "".join(out)
+
+
 def on_page_content(html_text: str, **kwargs) -> str:
     html_text = CAPTION.sub(caption_math, ROLE.sub(r"\1", html_text))
-    return MATH.sub(mathml, html_text)
+    return scripts(MATH.sub(mathml, html_text))

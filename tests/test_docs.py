@@ -155,6 +155,20 @@ def test_every_public_name_is_in_the_api_reference():
     assert not missing, f"add to docs/reference/*.md: {missing}"
 
 
+def braces_in_text(html: str) -> list[str]:
+    """The text of ``html`` (outside code, preformatted blocks and MathML) that still
+    shows ``^{`` or ``_{``."""
+    found, depth = [], 0
+    for part in re.split(r"(<[^>]+>)", html):
+        if part.startswith("<"):
+            name = re.match(r"</?\s*([a-zA-Z0-9]+)", part)
+            if name and name[1].lower() in ("code", "pre", "math", "script", "style"):
+                depth += -1 if part.startswith("</") else 1
+        elif depth == 0 and re.search(r"[\^_]\{", part):
+            found.append(part.strip()[:80])
+    return found
+
+
 def test_site_builds_in_strict_mode_and_offline(tmp_path):
     site = tmp_path / "site"
     result = subprocess.run(
@@ -179,8 +193,10 @@ def test_site_builds_in_strict_mode_and_offline(tmp_path):
         for src in image.findall(text):
             if not src.startswith("data:"):
                 assert (html.parent / src).resolve().exists(), f"{html.relative_to(site)}: {src}"
-        # Every formula became MathML: none is left as TeX between dollars.
+        # Every formula became MathML: none is left as TeX between dollars, and no
+        # exponent shows its braces (e^{−β}) outside code.
         assert 'class="arithmatex"' not in text, html.relative_to(site)
+        assert not braces_in_text(text), (html.relative_to(site), braces_in_text(text)[:3])
     theory = (site / "guides" / "theory" / "index.html").read_text()
     assert "<math" in theory and "<msqrt>" in theory  # ε_c(β) = √(2e^{−β})
 
