@@ -22,7 +22,7 @@ def main():
         ds = evolution_run(
             points, args, stem, n_trajectories=n, depth=depth, horizon=horizon, n_saves=31
         )
-        title = "Seed 003 Fig. 9: stochastic (full) and deterministic values, N = 50, d = 4"
+        title = "Seed 003 Fig. 9: stochastic (full) and deterministic values"
         write_evolution(ds, stem, title=title, label_keys=("model", "beta"))
 
 

@@ -16,6 +16,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.lines import Line2D
 
 import attndyn
 from attndyn.plot import category_colors
@@ -82,9 +83,11 @@ axes[0].set(xlabel="t", ylabel="P(single cluster)", xscale="log")
 axes[1].set(xlabel="t", ylabel="P(antipodal)", xscale="log")
 axes[2].set(xlabel="t", ylabel="1 − mean cosine", xscale="log", yscale="log")
 handles, labels = axes[0].get_legend_handles_labels()
-handles += axes[1].get_legend_handles_labels()[0][-1:]
-labels += ["Post-LN, exact t = ∞ (dashed)"]
-fig.legend(handles, labels, loc="outside right upper", fontsize=8, title="Wilson 95 % bars")
+handles.append(Line2D([], [], color="k", ls="--", lw=0.8))
+labels.append("Post-LN, exact t = ∞")
+handles.append(Line2D([], [], color="0.3", marker="|", ms=8, lw=0))
+labels.append("Wilson 95 % (bars)")
+fig.legend(handles, labels, loc="outside lower center", ncols=8, fontsize=8)
 fig.suptitle(
     "Schemes under value noise: "
     f"V = Ξ/√L with Gaussian Ξ (σ = 1), β = {args.beta}, d = {args.dim}, N = {args.tokens}, "

@@ -10,7 +10,9 @@ from matplotlib.patches import Patch
 from .._core.errors import check_int
 from ..theory import (
     EXACT_BETA_MAX,
+    beta_critical,
     eps_critical,
+    p_antipodal_curve,
     p_antipodal_hybrid_uniform,
     p_antipodal_uniform,
 )
@@ -283,7 +285,7 @@ def plot_beta_n(
     for color, n in zip(ordered_colors(len(tokens)), tokens):
         sel = last.where(last["tokens"] == n, drop=True).sortby("beta")
         errorbars(ax, sel["beta"].values, sel, color=color, label=f"N = {int(n)}")
-        styles.update(_beta_n_references(ax, sel, color, outcome))
+        styles.update(_beta_n_references(ax, sel, color, outcome, str(ds.attrs.get("norm", "rms"))))
     name = outcome.replace("_", " ")
     ax.set_xlabel("β (inverse temperature)")
     ax.set_ylabel(f"P({name}) at t = T")
@@ -312,14 +314,21 @@ _BETA_N_REFERENCES = (
 )
 
 
-def _beta_n_references(ax, sel: xr.Dataset, color, outcome: str) -> dict[str, str]:
-    """One N's theory lines, where the dataset has finite values for them (computed at
-    the sampled β: the reading has no finer closed form); returns label → style of the
-    lines drawn."""
+def _beta_n_references(ax, sel: xr.Dataset, color, outcome: str, norm: str) -> dict[str, str]:
+    """One N's theory lines, where the dataset has finite values for them: the exact
+    two-token curve on a fine β grid (its kink at β_c drawn where it is), the three-token
+    reading at the sampled β (a quadrature per β, recorded in the dataset); returns label
+    → style of the lines drawn."""
     drawn = {}
     for name, outcomes, style, label in _BETA_N_REFERENCES:
         if name in sel and outcome in outcomes and np.isfinite(sel[name].values).any():
-            ax.plot(sel["beta"], sel[name], style, color=color, lw=1.2)
+            if name == "p_antipodal_exact":
+                d = int(np.unique(sel["dim"].values)[0])
+                top = min(float(np.nanmax(sel["beta"].values)), EXACT_BETA_MAX)
+                fine = np.union1d(np.linspace(0, top, 81), [min(beta_critical(d, norm), top)])
+                ax.plot(fine, p_antipodal_curve(fine, d, norm), style, color=color, lw=1.2)
+            else:
+                ax.plot(sel["beta"], sel[name], style, color=color, lw=1.2)
             drawn[label] = style
     return drawn
 
@@ -371,26 +380,27 @@ def plot_evolution(
 
 
 def _panel_order(ds: xr.Dataset, keys: list[str]) -> list[int]:
-    """Point indices sorted by the swept coordinates (rows by the first, …, β last)."""
-
-    def sort_key(i):
-        return tuple(_sortable(ds[k].values[i]) for k in keys)
-
-    return sorted(range(ds.sizes["point"]), key=sort_key)
+    """Point indices sorted by the swept coordinates (rows by the first, …, β last):
+    numbers ascending (NaN last), names (the models) in the order the points give them."""
+    ranks = {k: _ranks(np.asarray(ds[k].values)) for k in keys}
+    return sorted(range(ds.sizes["point"]), key=lambda i: tuple(ranks[k][i] for k in keys))
 
 
-def _sortable(value):
-    if isinstance(value, float | np.floating) and np.isnan(value):
-        return (1, 0.0)
-    return (0, getattr(value, "item", lambda: value)())
+def _ranks(values: np.ndarray) -> list:
+    if values.dtype.kind in "biuf":
+        return [(1, 0.0) if np.isnan(v) else (0, float(v)) for v in values.astype(float)]
+    first = {v: i for i, v in reversed(list(enumerate(values.tolist())))}
+    return [(0, first[v]) for v in values.tolist()]
 
 
 def _columns(ds: xr.Dataset, keys: list[str], ncols: int | None) -> int:
-    """One column per value of the last swept coordinate (β), at most ``ncols`` (4)."""
+    """One column per value of the last swept coordinate among ``keys`` (β, usually), at
+    most ``ncols`` (4)."""
     limit = int(ncols) if ncols is not None else 4
     n = ds.sizes["point"]
-    if keys:
-        values = np.asarray(ds[keys[-1]].values)
+    varying = swept(ds, keys)
+    if varying:
+        values = np.asarray(ds[varying[-1]].values)
         per_row = len(np.unique(values.astype(str)))
         return max(1, min(per_row, limit, n))
     return max(1, min(limit, n))
@@ -451,4 +461,6 @@ def _evolution_legend(fig, ds: xr.Dataset, exact: bool) -> None:
             (Line2D([], [], color="0.3", ls=(0, (1, 1.5)), lw=1.2), "exact t = ∞ (two tokens)")
         )
     handles, labels = zip(*items)
-    fig.legend(handles, labels, loc="outside lower center", ncols=len(items), fontsize=8)
+    # As many columns as the figure's width holds (a one-panel figure wraps the legend).
+    columns = max(1, min(len(items), int(fig.get_figwidth() / 2.0)))
+    fig.legend(handles, labels, loc="outside lower center", ncols=columns, fontsize=8)
