@@ -55,7 +55,7 @@ def from_cells(record: dict) -> xr.Dataset:
         [[row["antipodal" if o == "has_antipodal_pair" else o] for o in outcomes] for row in rows]
     )  # (point, outcome, [p, lower, upper])
     dims3 = ("point", "time", "outcome")
-    data = {
+    data: dict[str, tuple] = {
         name: (dims3, values[None, :, :, k].transpose(1, 0, 2))
         for k, name in enumerate(("probability", "ci_lower", "ci_upper"))
     }

@@ -169,7 +169,7 @@ def test_beta_eps_structure():
     # estimates drawn open.
     for ax in (maps, unclustered):
         hatched = [c for c in ax.collections if c.get_hatch()]
-        assert len(hatched) == 1 and np.ma.count(hatched[0].get_array()) == 2
+        assert len(hatched) == 1 and np.ma.count(np.ma.asarray(hatched[0].get_array())) == 2
     opened = [line for line in lines.get_lines() if str(line.get_markerfacecolor()) == "white"]
     assert sum(np.size(line.get_xdata()) for line in opened) == 2
     labels = _legend_labels(fig)

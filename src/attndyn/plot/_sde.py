@@ -1,5 +1,7 @@
 """Figures for the (β, ε), (β, N) and time-resolved studies (seed 003 Figs. 4, 6-9)."""
 
+from typing import Any
+
 import numpy as np
 import xarray as xr
 from matplotlib.colors import to_rgb
@@ -255,7 +257,8 @@ def _groups(last: xr.Dataset, names: tuple[str, ...]) -> list[tuple[str, xr.Data
 
 
 def _beta_eps_legend(fig, ds: xr.Dataset, attention: str, entries) -> None:
-    items = [(Patch(color=c), f"{o} most likely") for o, c in _DOMINANT] + _boundary_keys(attention)
+    items: list[tuple[Any, str]] = [(Patch(color=c), f"{o} most likely") for o, c in _DOMINANT]
+    items += _boundary_keys(attention)
     items.append((key("estimate"), "Monte Carlo ± Wilson 95 %"))
     if int(ds["tokens"].values.min()) == 2:
         items.append((key("exact"), "exact t = ∞ (two tokens)"))
