@@ -28,6 +28,22 @@ if TYPE_CHECKING:
     from ._output import Output
 
 
+def lazy_names(module: str, table: Mapping[str, str]) -> Callable[[str], Any]:
+    """The ``__getattr__`` of a command module whose ``table`` names (name → the module
+    that defines it, relative to attndyn) are imported on first use: ``attndyn --help``
+    imports no JAX, and the names stay module attributes (a test can replace them)."""
+    import importlib
+
+    def __getattr__(name: str) -> Any:
+        if name not in table:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(table[name], "attndyn"), name)
+        setattr(sys.modules[module], name, value)
+        return value
+
+    return __getattr__
+
+
 def cli_errors(func: Callable) -> Callable:
     """Turn parameter errors into usage errors (exit status 2, one line naming the
     parameter), and overflow or file-system errors into errors with exit status 1, and a

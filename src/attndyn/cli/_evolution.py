@@ -1,5 +1,6 @@
 """``attndyn evolution``: clustering fractions against time (seed 003 Figs. 7-9)."""
 
+import sys
 import time
 
 import click
@@ -13,6 +14,7 @@ from ._common import (
     floats,
     given,
     ints,
+    lazy_names,
     model_spec,
     monte_carlo,
     names,
@@ -22,6 +24,16 @@ from ._common import (
     study_metadata,
     study_options,
     study_output,
+)
+
+#: What the command runs, imported when it runs (a --help imports no JAX).
+__getattr__ = lazy_names(
+    __name__,
+    {
+        "evolution_points": ".studies.evolution",
+        "evolution_study": ".studies.evolution",
+        "series": ".studies.summary",
+    },
 )
 
 #: The (t, β) heatmap of the pair density, written after the dataset and the main figure.
@@ -76,12 +88,10 @@ def evolution(**options) -> None:
     """
     options["started"] = time.perf_counter()
     writer = start_processes(options)  # jax.distributed must start before other JAX work
-    from ..studies.evolution import evolution_points, evolution_study
-    from ..studies.summary import series
-
+    run = sys.modules[__name__]  # the study's names, loaded now (see __getattr__)
     check_engine_flags(options)
     models = names("--model", options["models"])
-    points = evolution_points(
+    points = run.evolution_points(
         models,
         betas=floats("beta", options["beta"]),
         dims=ints("dim", options["dim"]),
@@ -95,7 +105,7 @@ def evolution(**options) -> None:
         options, "evolution", writer=writer, more_figures=[PAIR_DENSITY_FIGURE]
     ) as out:
         checkpoint = study_checkpoint(out, "evolution", fresh=options["fresh"])
-        ds = evolution_study(
+        ds = run.evolution_study(
             spec,
             mc,
             points,
@@ -119,7 +129,7 @@ def evolution(**options) -> None:
                 options,
                 more_figures={PAIR_DENSITY_FIGURE: plot.pair_density},
                 kind="evolution",
-                series=series(ds),
+                series=run.series(ds),
             )
 
 

@@ -1,5 +1,6 @@
 """``attndyn phase-diagram``: clustering phase diagrams with Wilson intervals."""
 
+import sys
 import time
 
 import click
@@ -14,6 +15,7 @@ from ._common import (
     floats,
     given,
     ints,
+    lazy_names,
     model_spec,
     monte_carlo,
     refuse_unused,
@@ -23,6 +25,16 @@ from ._common import (
     study_metadata,
     study_options,
     study_output,
+)
+
+#: What the command runs, imported when it runs (a --help imports no JAX).
+__getattr__ = lazy_names(
+    __name__,
+    {
+        "phase_diagram_study": ".studies.phase",
+        "phase_points": ".studies.phase",
+        "EXACT_BETA_MAX": ".theory",
+    },
 )
 
 
@@ -89,9 +101,8 @@ def phase_diagram(**options) -> None:
     """
     options["started"] = time.perf_counter()
     writer = start_processes(options)  # jax.distributed must start before other JAX work
-    from ..studies.phase import phase_diagram_study, phase_points
-    from ..theory import EXACT_BETA_MAX
-
+    run = sys.modules[__name__]  # the study's names, loaded now (see __getattr__)
+    phase_points, EXACT_BETA_MAX = run.phase_points, run.EXACT_BETA_MAX
     check_engine_flags(options)
     kind = options["kind"]
     points = phase_points(
@@ -117,7 +128,7 @@ def phase_diagram(**options) -> None:
     refuse_unused([*depth_conflicts(options), *kind_conflicts(kind)], spec, points)
     with study_output(options, "phase_diagram", writer=writer) as out:
         checkpoint = study_checkpoint(out, "phase_diagram", fresh=options["fresh"])
-        ds = phase_diagram_study(
+        ds = run.phase_diagram_study(
             kind,
             spec,
             mc,

@@ -1,6 +1,7 @@
 """``attndyn schemes``: clustering speed of the six normalization schemes (seed 004)."""
 
 import functools
+import sys
 from typing import Any
 
 import click
@@ -11,12 +12,22 @@ from ._common import (
     command_line,
     emit_json,
     floats,
+    lazy_names,
     names,
     nonempty_path,
     overwrite_option,
     png_metadata,
     save_png,
     say,
+)
+
+#: What the command runs, imported when it runs (a --help imports no JAX).
+__getattr__ = lazy_names(
+    __name__,
+    {
+        name: ".studies.schemes"
+        for name in ("check_schemes_start", "schemes_study", "schemes_summary")
+    },
 )
 
 #: The figures ``attndyn schemes`` writes, one per part of the study.
@@ -93,7 +104,9 @@ def schemes(**options) -> None:
     from .._core.errors import INT32_MAX, check_int
     from .._estimate.dataset import attach_provenance, provenance
     from .._estimate.metadata import to_netcdf
-    from ..studies.schemes import check_schemes_start, schemes_study, schemes_summary
+
+    run = sys.modules[__name__]  # the study's names, loaded now (see __getattr__)
+    check_schemes_start, schemes_summary = run.check_schemes_start, run.schemes_summary
     from ._output import Output, result_arguments
 
     scheme_names = names("--schemes", options["scheme_list"])
@@ -122,7 +135,7 @@ def schemes(**options) -> None:
         arguments=arguments,
         overwrite=options["overwrite"],
     ) as out:
-        ds = schemes_study(
+        ds = run.schemes_study(
             schemes=scheme_names,
             alphas=alphas,
             seed=options["seed"],
