@@ -77,7 +77,7 @@ PAIR_DENSITY_FIGURE = "evolution_pair_density.png"
 @cli_errors
 def evolution(**options) -> None:
     """Fractions of single / antipodal / unclustered (and has-an-antipodal-pair) against
-    time, with Wilson 95 % bands (seed 003 Figs. 7-9).
+    time, with Wilson 95 % error bars (seed 003 Figs. 7-9).
 
     Fig. 7: --beta 5 --dim 4 --tokens 50 --horizon 50. Fig. 8: --tokens 2 --dim 4,6,8,10
     --beta 0.25,1,3 --horizon 50 (and 100). Fig. 9: --model full,deterministic --beta 0.5

@@ -81,8 +81,9 @@ def phase_diagram(**options) -> None:
     full value noise (eq. 4), or its SDE (eq. 6) with --engine sde; the figure compares
     with the exact t = ∞ two-token probability, β_c(d) dashed.
     --kind beta-eps: the hybrid model (eq. 7, or eq. 8 with --engine sde) over (β, ε),
-    Fig. 4 (paper: --dim 3 --depth 100 --horizon 50); cells coloured by the dominant
-    outcome and shaded by its fraction, ε_c(β) = √(2e^{−β}) dashed.
+    Fig. 4 (paper: --dim 3 --depth 100 --horizon 50); cells coloured by their most likely
+    class and shaded by its probability, ε_c(β) = √(2·exp(−β)) dashed, cells whose layer
+    step exceeds 0.1 hatched (the dataset's far_from_limit).
     --kind beta-n: P(has an antipodal pair) against β, one curve per N in --tokens, Fig. 6.
 
     Uniform starts on the sphere; writes OUT/phase_diagram.nc (probabilities, Wilson 95 %

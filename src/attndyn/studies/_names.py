@@ -6,5 +6,5 @@ KINDS = ("beta-d", "beta-eps", "beta-n")
 #: The discrete layer maps or their L → ∞ SDE.
 ENGINES = ("discrete", "sde")
 #: The attention each kind uses unless said otherwise. Fig. 4 tests Prop. 1, which holds
-#: for unnormalised attention (ε_c = √(2e^{−β})); Figs. 3 and 6 use softmax.
+#: for unnormalised attention (ε_c = √(2·exp(−β))); Figs. 3 and 6 use softmax.
 DEFAULT_ATTENTION = {"beta-d": "softmax", "beta-eps": "unnormalized", "beta-n": "softmax"}
