@@ -26,8 +26,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.lines import Line2D
 
 import attndyn
+from attndyn.plot import category_colors
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--full-size", action="store_true")
@@ -75,6 +77,9 @@ def interval(values: np.ndarray) -> list[float]:
 
 fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), layout="constrained", sharey=True)
 layers = np.arange(args.layers + 1)
+colors = category_colors(attndyn.SCHEME_NAMES)  # Okabe–Ito: colour-blind safe
+means: dict[str, dict[str, np.ndarray]] = {regime: {} for regime in REGIMES}
+every = max(1, len(layers) // 12)  # error bars at a dozen sampled layers
 summary: dict = {"d": dim, "n": tokens, "beta": beta, "runs": args.runs, "schemes": {}}
 at = (1, 8, args.layers)
 for name in attndyn.SCHEME_NAMES:
@@ -84,9 +89,17 @@ for name in attndyn.SCHEME_NAMES:
     for ax, (regime, weights) in zip(axes, REGIMES.items()):
         cos = cosines(scheme, weights)
         curves[regime] = cos
-        lo, hi = np.quantile(cos, [0.05, 0.95], axis=0)
-        (line,) = ax.plot(layers, cos.mean(0), label=name)
-        ax.fill_between(layers, lo, hi, color=line.get_color(), alpha=0.15)
+        mean = cos.mean(0)
+        # A curve equal to one drawn already (Mix-LN is Post-LN here, within 1e-4) is
+        # dashed so that both stay visible.
+        same = any(np.max(np.abs(mean - m)) < 1e-4 for m in means[regime].values())
+        means[regime][name] = mean
+        half = 1.96 * cos.std(0, ddof=1) / math.sqrt(len(cos))  # 95 % interval of the mean
+        ax.plot(layers, mean, "--" if same else "-", color=colors[name], label=name)
+        ax.errorbar(
+            layers[::every], mean[::every], yerr=half[::every], fmt="none",
+            ecolor=colors[name], elinewidth=0.9, capsize=2,
+        )  # fmt: skip
         row[regime] = {f"layer_{n}": interval(cos[:, n]) for n in at}
     row["frozen_minus_redrawn"] = {
         f"layer_{n}": [
@@ -115,11 +128,14 @@ for ax, regime in zip(axes, REGIMES):
         xlabel="layer",
         title=f"Kaiming weights {regime}"
         + (" every layer" if regime == "redrawn" else " (drawn once)")
-        + f"; d={dim}, n={tokens}, β=√d; {args.runs} runs, 90 % band",
+        + f"; d = {dim}, n = {tokens}, β = √d, {args.runs} runs",
     )
     ax.title.set_fontsize(9)
 axes[0].set_ylabel("mean cosine similarity")
-axes[1].legend(fontsize=8)
+handles, labels = axes[0].get_legend_handles_labels()
+handles.append(Line2D([], [], color="0.3", marker="|", ms=8, lw=0))
+labels.append("95 % interval of the mean (bars)")
+fig.legend(handles, labels, loc="outside right upper", fontsize=8)
 fig.savefig(args.out, dpi=120)
 Path(args.out).with_suffix(".json").write_text(json.dumps(summary, indent=1))
 print("wrote", args.out, "and", Path(args.out).with_suffix(".json"))

@@ -90,20 +90,22 @@ def draw_climb(axis, rows: list[dict]) -> None:
             plateau = p[-1, 0]
             axis.plot(beta, p[:, 0] / plateau, "o", ms=4, label=f"N = {n} data / its β = 8 value")
     axis.set(xlabel="β", ylabel="seen antipodal at T = 500", ylim=(0, 1.05), xlim=(1.5, 8))
-    axis.set_title("The climb: survival of a split (d = 4)")
+    axis.set_title("survival of a split, d = 4, T = 500", fontsize=9)
     axis.legend(fontsize=7)
 
 
 def draw(thresholds: dict, rows: list[dict]) -> None:
-    fig, (left, right, climb) = plt.subplots(1, 3, figsize=(16, 4.2))
+    fig, (left, right, climb) = plt.subplots(
+        1, 3, figsize=(12.3, 4.6), layout="constrained"
+    )  # 1,599 px
     for sizes in SPLITS:
         levels = [theory.antipodal_split_level(b, DIM, sizes) for b in BETAS]
         left.semilogy(BETAS, levels, label=f"{sizes[0]} : {sizes[1]}")
     left.axhline(TOL, color="k", ls=":", label="classifier's tol = 10⁻³")
     left.axvline(theory.beta_critical(DIM), color="grey", ls="--", lw=0.8, label="β_c(4)")
     left.set(xlabel="β", ylabel="1 + Z where push and contraction balance", ylim=(1e-12, 1))
-    left.set_title("Uneven antipodal splits, d = 4 (an even split: 0)")
-    left.legend()
+    left.set_title("level of uneven antipodal splits, d = 4 (even: 0)", fontsize=9)
+    left.legend(fontsize=8)
     for n in (2, 3, 5):
         beta, p = _pair_rows(rows, n)
         if beta:
@@ -123,10 +125,12 @@ def draw(thresholds: dict, rows: list[dict]) -> None:
         right.axvline(beta, color="grey", ls="--", lw=0.8)
         right.text(beta, 0.02, f" {sizes}", rotation=90, fontsize=8, color="grey")
     right.set(xlabel="β", ylabel="P(has an antipodal pair) at T = 500", ylim=(0, 1))
-    right.set_title("Fig. 6 (paper scale), each split's onset, N = 3 predicted")
-    right.legend()
+    right.set_title(
+        "Fig. 6 at paper scale (Wilson 95 % bars), d = 4;\ndashed grey: each split's onset",
+        fontsize=9,
+    )
+    right.legend(fontsize=8, loc="upper left")
     draw_climb(climb, rows)
-    fig.tight_layout()
     fig.savefig(FIGURES / "fig6_split_push.png", dpi=130)
 
 

@@ -18,7 +18,7 @@ def main():
     ds = evolution_run(
         points, args, stem, n_trajectories=n, depth=depth, horizon=horizon, n_saves=41
     )
-    title = "Seed 003 Fig. 7: 50 tokens leave the unclustered start and end in two antipodal groups"
+    title = "Seed 003 Fig. 7: class fractions against time, Post-LN with Gaussian values"
     write_evolution(
         ds,
         stem,

@@ -26,14 +26,13 @@ def main():
         points, args, stem, n_trajectories=n, depth=depth, horizon=horizon, n_saves=26
     )
     title = (
-        "Seed 003 Fig. 8: two tokens end antipodal only where β > β_c(d) "
-        "(β_c(4) = 0.66, β_c(6) = 1.03)"
+        "Seed 003 Fig. 8: class fractions of two tokens against time (β_c(4) = 0.66, β_c(6) = 1.03)"
     )
     write_evolution(
         ds,
         stem,
         title=title,
-        label_keys=("beta", "dim"),
+        label_keys=("dim", "beta"),
         dpi=110,
         ncols=3,  # one row per d, one column per β
     )

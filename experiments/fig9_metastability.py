@@ -22,12 +22,7 @@ def main():
         ds = evolution_run(
             points, args, stem, n_trajectories=n, depth=depth, horizon=horizon, n_saves=31
         )
-        title = (
-            "Seed 003 Fig. 9: N = 50, d = 4; with noise (left) the tokens cluster, without "
-            "(right) they linger unclustered"
-            if beta > 1
-            else "Seed 003 Fig. 9: N = 50, d = 4; with or without noise the tokens form one cluster"
-        )
+        title = "Seed 003 Fig. 9: stochastic (full) and deterministic values"
         write_evolution(ds, stem, title=title, label_keys=("model", "beta"))
 
 

@@ -33,6 +33,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 import attndyn as ad
+from attndyn.plot import OKABE_ITO
 
 
 def estimate(norm: str, dims, betas, *, n, depth, horizon, seed):
@@ -93,32 +94,35 @@ def compare(results, dims) -> list[dict]:
 def draw(results, dims, out: Path) -> None:
     fig, axes = plt.subplots(1, len(dims), figsize=(5.2 * len(dims), 4.2), layout="constrained")
     fine = np.linspace(0, 3, 121)
+    blue, vermillion, green = OKABE_ITO[0], OKABE_ITO[1], OKABE_ITO[2]  # colour-blind safe
     for ax, d in zip(np.atleast_1d(axes), dims):
         series = (
-            ("rms", d, "tab:blue", "o", f"Monte Carlo, RMS, d = {d}"),
-            ("rms", d - 1, "tab:green", "^", f"Monte Carlo, RMS, d − 1 = {d - 1}"),
-            ("layernorm", d, "tab:red", "s", f"Monte Carlo, LayerNorm, d = {d}"),
+            ("rms", d, blue, "o", f"Monte Carlo, RMS, d = {d}"),
+            ("rms", d - 1, green, "^", f"Monte Carlo, RMS, d − 1 = {d - 1}"),
+            ("layernorm", d, vermillion, "s", f"Monte Carlo, LayerNorm, d = {d}"),
         )
         for norm, dim, color, marker, label in series:
             sel = [r for r in results if r["norm"] == norm and r["dim"] == dim]
             beta = np.array([r["beta"] for r in sel])
             p = np.array([r["p_antipodal"] for r in sel])
             lo, hi = np.array([r["ci"] for r in sel]).T
-            ax.fill_between(beta, lo, hi, color=color, alpha=0.2, lw=0)
-            ax.plot(beta, p, marker, color=color, ms=3.5, label=label, mfc="none")
-        ax.plot(fine, ad.theory.p_antipodal_curve(fine, d), "-", color="tab:blue", lw=1,
-                label=f"exact, RMS in d = {d}")  # fmt: skip
-        ax.plot(fine, ad.theory.p_antipodal_curve(fine, d, "layernorm"), "--", color="tab:red",
-                lw=1, label=f"exact, RMS in d − 1 = {d - 1}")  # fmt: skip
-        for norm, color in (("rms", "tab:blue"), ("layernorm", "tab:red")):
+            # Wilson 95 % intervals as error bars at the sampled β (no band between them).
+            ax.errorbar(beta, p, yerr=[p - lo, hi - p], fmt=marker, color=color, ms=3.5,
+                        mfc="none", capsize=2, elinewidth=0.8, label=label)  # fmt: skip
+        ax.plot(fine, ad.theory.p_antipodal_curve(fine, d), "-", color=blue, lw=1,
+                label=f"exact t = ∞, RMS in d = {d}")  # fmt: skip
+        ax.plot(fine, ad.theory.p_antipodal_curve(fine, d, "layernorm"), "--", color=vermillion,
+                lw=1, label=f"exact t = ∞, RMS in d − 1 = {d - 1}")  # fmt: skip
+        for norm, color in (("rms", blue), ("layernorm", vermillion)):
             bc = ad.theory.beta_critical(d, norm)
             if bc > 0:
                 ax.axvline(bc, color=color, ls=":", lw=0.9)
-        ax.set(xlabel="β", ylabel="P(antipodal)", title=f"two tokens, d = {d}")
+        ax.plot([], [], ":", color="0.3", label="β_c of each (dotted)")
+        ax.set(xlabel="β", ylabel="P(antipodal) at t = T", title=f"two tokens, d = {d}")
         ax.legend(fontsize=7)
     fig.suptitle(
-        "Centred LayerNorm moves the two-token threshold to β_c(d − 1) "
-        "(Post-LN, Gaussian values σ = 1; Wilson 95 % bands; dotted: β_c)",
+        "Centred LayerNorm against RMS tokens: Post-LN, Gaussian values σ = 1, L = 20, T = 40, "
+        "Wilson 95 % error bars",
         fontsize=9,
     )
     fig.savefig(out, dpi=130)
@@ -129,8 +133,15 @@ def main() -> None:
     parser.add_argument("--out", default="figures/layernorm_threshold.png")
     parser.add_argument("--trajectories", type=int, default=4000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--replot", action="store_true", help="redraw the figure from its JSON (no simulation)"
+    )
     args = parser.parse_args()
     dims, betas = (4, 6), np.arange(0.0, 3.01, 0.25)
+    if args.replot:
+        out = Path(args.out)
+        draw(json.loads(out.with_suffix(".json").read_text())["points"], dims, out)
+        return
     kw = {"n": args.trajectories, "depth": 20, "horizon": 40.0}
     results = []
     for norm, ds_dims in (("rms", sorted({*dims, *(d - 1 for d in dims)})), ("layernorm", dims)):

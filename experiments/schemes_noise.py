@@ -16,6 +16,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.lines import Line2D
 
 import attndyn
 from attndyn.plot import category_colors
@@ -57,7 +58,7 @@ ds = attndyn.estimate_probabilities(
 exact = (
     attndyn.theory.p_antipodal_uniform(args.beta, args.dim) if args.tokens == 2 else float("nan")
 )
-fig, axes = plt.subplots(1, 3, figsize=(15, 4.6), layout="constrained")
+fig, axes = plt.subplots(1, 3, figsize=(13.3, 4.4), layout="constrained")  # 1,596 px
 colors = category_colors(attndyn.SCHEME_NAMES)  # Okabe–Ito: colour-blind safe
 times = ds["time"].values
 summary = {}
@@ -68,8 +69,11 @@ for i, name in enumerate(attndyn.SCHEME_NAMES):
         p = row["probability"].sel(outcome=outcome).values
         lo = row["ci_lower"].sel(outcome=outcome).values
         hi = row["ci_upper"].sel(outcome=outcome).values
-        ax.plot(times, p, "o-", ms=3, color=colors[name], label=name)
-        ax.fill_between(times, lo, hi, color=colors[name], alpha=0.15, lw=0)
+        # Wilson 95 % intervals as error bars at the save times (never a band between them).
+        ax.errorbar(
+            times, p, yerr=[p - lo, hi - p], fmt="o-", ms=3, capsize=2, color=colors[name],
+            label=name, elinewidth=0.8,
+        )  # fmt: skip
         summary[name][outcome] = [[float(a), float(b), float(c)] for a, b, c in zip(p, lo, hi)]
     cos = row["mean_cosine"].values if "mean_cosine" in row else None
     if cos is not None:
@@ -78,13 +82,16 @@ axes[1].axhline(exact, color="k", ls="--", lw=0.8, label="Post-LN, exact t = ∞
 axes[0].set(xlabel="t", ylabel="P(single cluster)", xscale="log")
 axes[1].set(xlabel="t", ylabel="P(antipodal)", xscale="log")
 axes[2].set(xlabel="t", ylabel="1 − mean cosine", xscale="log", yscale="log")
-for ax in axes:
-    ax.legend(fontsize=7)
+handles, labels = axes[0].get_legend_handles_labels()
+handles.append(Line2D([], [], color="k", ls="--", lw=0.8))
+labels.append("Post-LN, exact t = ∞")
+handles.append(Line2D([], [], color="0.3", marker="|", ms=8, lw=0))
+labels.append("Wilson 95 % (bars)")
+fig.legend(handles, labels, loc="outside lower center", ncols=8, fontsize=8)
 fig.suptitle(
-    "Schemes under value noise: Post-LN and sqrt-scaling cluster, Pre- and Mix-LN slowly, "
-    "Peri-LN and nGPT barely move\n"
+    "Schemes under value noise: "
     f"V = Ξ/√L with Gaussian Ξ (σ = 1), β = {args.beta}, d = {args.dim}, N = {args.tokens}, "
-    f"L = {args.depth}, {args.trajectories} trajectories per scheme; bands: Wilson 95 %"
+    f"L = {args.depth}, {args.trajectories} trajectories per scheme"
 )
 fig.savefig(args.out, dpi=120)
 print(json.dumps({"times": list(map(float, times)), "exact_post_ln": exact, **summary}))

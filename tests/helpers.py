@@ -30,3 +30,40 @@ def run_untyped(code: str) -> str:
     )
     assert child.returncode == 0, child.stderr[-2000:]
     return child.stdout
+
+
+#: What the CF checker says of every attndyn file that is not a defect: the model time t
+#: is dimensionless (layers in units of 1/L), not a CF time axis, which the checker
+#: assumes of any coordinate named "time".
+CF_NOT_DEFECTS = ("Coordinate variable 'time' should have standard_name='time'",)
+
+
+def assert_cf(path) -> None:
+    """The netCDF file at ``path`` describes itself (CF-1.10): a long name and description
+    on every variable and coordinate, units on every number, the global title,
+    Conventions, history, source and references; and the IOOS CF checker finds no error
+    besides :data:`CF_NOT_DEFECTS`."""
+    import xarray as xr
+    from compliance_checker.runner import CheckSuite
+
+    with xr.open_dataset(path) as ds:
+        for name in [*ds.data_vars, *ds.coords]:
+            attrs = ds[name].attrs
+            assert attrs.get("long_name") and attrs.get("description"), name
+            if ds[name].dtype.kind in "biuf":
+                assert attrs.get("units"), name
+        for attribute in ("title", "Conventions", "history", "source", "references"):
+            assert ds.attrs.get(attribute), attribute
+        assert ds.attrs["Conventions"] == "CF-1.10"
+        assert "seed" not in ds.attrs and "random_seed" in ds.attrs  # apart from the papers
+    suite = CheckSuite()
+    suite.load_all_available_checkers()
+    groups, _ = suite.run_all(suite.load_dataset(str(path)), ["cf:1.10"], [])["cf:1.10"]
+    failed = [
+        message
+        for group in groups
+        if group.weight == 3 and group.value[0] < group.value[1]  # the checker's "errors"
+        for message in group.msgs
+        if not message.startswith(CF_NOT_DEFECTS)
+    ]
+    assert not failed, failed

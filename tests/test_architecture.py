@@ -105,3 +105,22 @@ def test_plot_and_studies_load_on_first_use():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "ok"
+
+
+def test_the_command_line_starts_without_jax():
+    # `attndyn --help`, a command's --help and an option's own error (a bad choice) load
+    # neither JAX, xarray nor matplotlib: the CLI imports what a command runs when it runs.
+    code = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from attndyn.cli import main\n"
+        "runner = CliRunner()\n"
+        "for args in (['--help'], ['phase-diagram', '--help'], ['evolution', '--help'],\n"
+        "             ['schemes', '--help'], ['phase-diagram', '--kind', 'nope']):\n"
+        "    result = runner.invoke(main, args)\n"
+        "    assert result.exit_code == (2 if 'nope' in args else 0), result.output\n"
+        "heavy = ('jax', 'numpy', 'xarray', 'matplotlib', 'equinox', 'scipy')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -6,6 +6,7 @@ from click.testing import CliRunner
 
 import attndyn as ad
 from attndyn.cli import main
+from tests.helpers import assert_cf
 
 SMALL = ["--beta", "4.5", "--tokens", "6", "--dim", "4", "--trajectories", "32"]
 SMALL += ["--depth", "10", "--horizon", "4", "--saves", "5", "--no-progress"]
@@ -37,6 +38,9 @@ def test_evolution_round_trip(tmp_path):
     assert prov["values"] == {"full": "gaussian", "deterministic": None}
     assert prov["sigma"] == {"full": 1.0} and "solver" not in prov and "dt" not in prov
     assert (tmp_path / "evolution.png").stat().st_size > 10_000
+    assert_cf(tmp_path / "evolution.nc")
+    back = ad.open_dataset(tmp_path / "evolution.nc")  # the point index restored
+    assert back.sel(model="deterministic").sizes["point"] == 1
     assert payload["pair_density_figure"] == str(tmp_path / "evolution_pair_density.png")
     assert (tmp_path / "evolution_pair_density.png").stat().st_size > 10_000
 

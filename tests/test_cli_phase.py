@@ -6,6 +6,7 @@ from click.testing import CliRunner
 
 import attndyn as ad
 from attndyn.cli import main
+from tests.helpers import assert_cf
 
 SMALL = [
     "--beta",
@@ -48,14 +49,19 @@ def test_phase_diagram_round_trip(tmp_path):
     )
     ds = xr.open_dataset(tmp_path / "phase_diagram.nc")
     prov = ad.provenance(ds)
-    assert prov["seed"] == 0 and prov["depth"] == 5 and "attndyn_version" in prov
+    assert prov["random_seed"] == 0 and prov["depth"] == 5 and "attndyn_version" in prov
     assert prov["command"].startswith("attndyn")
+    assert ds.attrs["history"].endswith(prov["command"])
     # Early absorption is on by default where it is quantified (two tokens, reduced route).
     assert prov["early_absorption"]["bound"] == 1e-7
     assert all(gaps is not None for gaps in prov["early_absorption"]["gaps"])
     assert (tmp_path / "phase_diagram.png").stat().st_size > 10_000
     assert not (tmp_path / "phase_diagram.checkpoint.nc").exists()
     ds.close()
+    assert_cf(tmp_path / "phase_diagram.nc")
+    # The Done-when of issue 32: select a point by its values.
+    back = ad.open_dataset(tmp_path / "phase_diagram.nc")
+    assert back.sel(beta=2.0, dim=4)["probability"].isel(time=-1).shape == (1, 4)
 
 
 @pytest.mark.parametrize(
@@ -101,6 +107,14 @@ def test_beta_eps_round_trip(tmp_path):
     prov = ad.provenance(xr.open_dataset(tmp_path / "phase_diagram.nc"))
     assert prov["attention"] == "unnormalized" and prov["kind"] == "beta-eps"
     assert (tmp_path / "phase_diagram.png").stat().st_size > 10_000
+    assert_cf(tmp_path / "phase_diagram.nc")
+    # The points are an index: select by value. The layer step ε·e^β/(2√L) of each
+    # cell is recorded, and flagged above 0.1 (ε = 1.5: 1.5·e/20 = 0.20).
+    ds = ad.open_dataset(tmp_path / "phase_diagram.nc")
+    high = ds.sel(beta=1.0, dim=3, tokens=2, eps=1.5)
+    assert float(high["layer_step"]) == pytest.approx(1.5 * 2.718281828 / 20, rel=1e-6)
+    assert int(high["far_from_limit"]) == 1
+    assert int(ds.sel(beta=1.0, dim=3, tokens=2, eps=0.2)["far_from_limit"]) == 0
 
 
 def test_beta_n_sde_has_antipodal_pair_positive(tmp_path):

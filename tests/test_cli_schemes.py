@@ -7,6 +7,7 @@ import xarray as xr
 from click.testing import CliRunner
 
 from attndyn.cli._schemes import schemes
+from tests.helpers import assert_cf
 
 SMALL = [
     "--tokens",
@@ -55,10 +56,12 @@ def test_json_dataset_and_figures(tmp_path, names):
         assert lo <= row["terminal_rate_theory"] <= hi, name
     ds = xr.open_dataset(tmp_path / "schemes.nc")
     prov = json.loads(ds.attrs["provenance"])
-    assert prov["seed"] == 0 and prov["params"]["alphas"] == [1.0, 2.0]
+    assert prov["random_seed"] == 0 and prov["params"]["alphas"] == [1.0, 2.0]
     assert "seconds" in prov and "attndyn_version" in prov and "command" in prov
     assert ds["random_weights_cosine"].shape == (len(payload["schemes"]), 2, 5)
     assert float(abs(ds["gamma_full"] - ds["gamma_reduced"]).max()) < 1e-4
+    ds.close()
+    assert_cf(tmp_path / "schemes.nc")
     for key in ("gamma", "ngpt_alpha", "random_weights", "rates"):
         assert (tmp_path / f"schemes_{key}.png").stat().st_size > 0
     # A bar over the study's stages (3 per scheme and nGPT over α), run to its end.

@@ -155,6 +155,20 @@ def test_every_public_name_is_in_the_api_reference():
     assert not missing, f"add to docs/reference/*.md: {missing}"
 
 
+def braces_in_text(html: str) -> list[str]:
+    """The text of ``html`` (outside code, preformatted blocks and MathML) that still
+    shows ``^{`` or ``_{``."""
+    found, depth = [], 0
+    for part in re.split(r"(<[^>]+>)", html):
+        if part.startswith("<"):
+            name = re.match(r"</?\s*([a-zA-Z0-9]+)", part)
+            if name and name[1].lower() in ("code", "pre", "math", "script", "style"):
+                depth += -1 if part.startswith("</") else 1
+        elif depth == 0 and re.search(r"[\^_]\{", part):
+            found.append(part.strip()[:80])
+    return found
+
+
 def test_site_builds_in_strict_mode_and_offline(tmp_path):
     site = tmp_path / "site"
     result = subprocess.run(
@@ -169,9 +183,22 @@ def test_site_builds_in_strict_mode_and_offline(tmp_path):
     assert (site / "reference" / "cli" / "index.html").exists()
     assert (site / "figures" / "fig3_beta_d.png").exists()
     remote = re.compile(r"<(?:script|link|img)\b[^>]*\b(?:src|href)=\"(?:https?:)?//", re.I)
+    image = re.compile(r"<img\b[^>]*\bsrc=\"([^\"]+)\"", re.I)
     for html in site.rglob("*.html"):
-        hits = [m.group(0) for m in remote.finditer(html.read_text())]
+        text = html.read_text()
+        hits = [m.group(0) for m in remote.finditer(text)]
         assert not hits, f"{html.relative_to(site)} loads from the network: {hits[:3]}"
+        # Every image the pages show is in the site (the figures, linked as the forge
+        # reads them, are rewritten to the site's copies by docs/hooks.py).
+        for src in image.findall(text):
+            if not src.startswith("data:"):
+                assert (html.parent / src).resolve().exists(), f"{html.relative_to(site)}: {src}"
+        # Every formula became MathML: none is left as TeX between dollars, and no
+        # exponent shows its braces (e^{−β}) outside code.
+        assert 'class="arithmatex"' not in text, html.relative_to(site)
+        assert not braces_in_text(text), (html.relative_to(site), braces_in_text(text)[:3])
+    theory = (site / "guides" / "theory" / "index.html").read_text()
+    assert "<math" in theory and "<msqrt>" in theory  # ε_c(β) = √(2e^{−β})
 
 
 def test_citation_file_is_valid_and_current():
@@ -180,3 +207,16 @@ def test_citation_file_is_valid_and_current():
     for key in ("cff-version", "message", "title", "authors"):
         assert cff.get(key), f"CITATION.cff needs {key!r}"
     assert str(cff["version"]) == attndyn.__version__
+
+
+def test_the_specification_page_is_the_shared_specification():
+    # docs/spec.md is a copy of the project's specification (shared/spec/models.md beside
+    # the repository, where the forge's readers cannot follow a link): it must not drift.
+    for shared in (ROOT.parent / "shared", ROOT.parent.parent / "shared"):
+        spec = shared / "spec" / "models.md"
+        if spec.exists():
+            assert (ROOT / "docs" / "spec.md").read_text() == spec.read_text(), (
+                f"copy {spec} to docs/spec.md"
+            )
+            return
+    pytest.skip("no shared/spec/models.md beside this checkout")

@@ -47,9 +47,18 @@ def test_mean_cosine_and_variance():
     assert float(ad.variance(x)) == pytest.approx(8 / 9, rel=1e-6)
 
 
-def test_n_clusters():
+def test_n_clusters_is_an_exact_integer():
     x = jnp.array([[1.0, 0, 0], [1.0, 0, 0], [-1.0, 0, 0], [0, 1.0, 0], [0, 1.0, 0]])
-    assert float(ad.n_clusters(x)) == pytest.approx(3.0)
+    count = ad.n_clusters(x)
+    assert jnp.issubdtype(count.dtype, jnp.integer) and int(count) == 3
+    # Three clusters of three, five and seven tokens: summing 1/size over the tokens gave
+    # 2.9999999999999996 for such sizes, which int() truncated to 2.
+    sizes = (3, 5, 7)
+    axes = jnp.eye(3)
+    x = jnp.concatenate([jnp.tile(axes[i], (n, 1)) for i, n in enumerate(sizes)])
+    assert int(ad.n_clusters(x)) == 3
+    assert int(ad.span_dimension(x)) == 3
+    assert jnp.issubdtype(ad.span_dimension(x).dtype, jnp.integer)
 
 
 def test_span_dimension_of_two_tokens_is_the_gram_eigenvalue_count():

@@ -16,8 +16,8 @@ from .errors import (
     concrete,
 )
 from .linalg import matmul, small_max, small_sum
+from .names import ATTENTION_KINDS as ATTENTION_KINDS
 
-ATTENTION_KINDS = ("softmax", "unnormalized")
 AttentionKind = Literal["softmax", "unnormalized"]
 
 

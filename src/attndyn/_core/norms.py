@@ -29,9 +29,8 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from .errors import ParameterError, check_choice
+from .names import NORM_NAMES as NORM_NAMES
 from .sphere import normalize
-
-NORM_NAMES = ("rms", "layernorm")
 
 
 class AbstractNorm(eqx.Module):

@@ -5,7 +5,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float
+from jaxtyping import Array, Bool, Float, Int
 
 from .errors import check_bound
 from .linalg import SMALL_AXIS, dot
@@ -112,18 +112,22 @@ def variance(x: Float[Array, "N d"]) -> Float[Array, ""]:
     return jnp.mean(jnp.sum((theta - jnp.mean(theta, axis=0, keepdims=True)) ** 2, axis=-1))
 
 
-def n_clusters(x: Float[Array, "N d"], tol: float | Array = 1e-3) -> Float[Array, ""]:
-    """Number of connected components of the "together" graph.
+def n_clusters(x: Float[Array, "N d"], tol: float | Array = 1e-3) -> Int[Array, ""]:
+    """Number of connected components of the "together" graph, as an integer.
 
-    The reachability matrix comes from ⌈log₂ N⌉ boolean squarings; a component of size s
-    contributes s tokens each counting 1/s.
+    The reachability matrix comes from ⌈log₂ N⌉ boolean squarings; each component is
+    counted once, at its first token (the one that no earlier token reaches). Summing
+    1/size over tokens instead gave floats such as 2.9999999999999996, which ``int()``
+    truncates to 2.
     """
     check_bound("tol", tol, lower=0.0, upper=1.0, lower_open=True, upper_open=True)
     n_tokens = x.shape[0]
     reach = (overlaps(x) >= 1 - tol).astype(x.dtype)
     for _ in range(max(1, (n_tokens - 1).bit_length())):
         reach = (dot(reach, reach) > 0).astype(x.dtype)
-    return jnp.sum(1 / jnp.sum(reach, axis=-1))
+    earlier = jnp.tril(jnp.ones((n_tokens, n_tokens), dtype=bool), k=-1)  # [i, j]: j < i
+    first = ~jnp.any((reach > 0) & earlier, axis=-1)
+    return jnp.sum(first, dtype=jnp.int32)
 
 
 #: Most numbers :func:`numerically_merged` compares at once for one trajectory.
@@ -205,9 +209,10 @@ def pair_density(
 
 def span_dimension(
     x: Float[Array, "N d"], threshold: float | Array = SPAN_THRESHOLD
-) -> Float[Array, ""]:
+) -> Int[Array, ""]:
     """The dimension of the tokens' span, counted as the eigenvalues of the Gram matrix
-    ⟨θ_i, θ_j⟩ above ``threshold`` (the peers' measure; between 1 and min(N, d)).
+    ⟨θ_i, θ_j⟩ above ``threshold`` (the peers' measure; an integer between 1 and
+    min(N, d)).
 
     For N ≤ 2 the eigenvalues are written out (1 and 1 ± ⟨θ_1, θ_2⟩): no LAPACK call, which
     matters because jaxlib's batched LAPACK kernels can deadlock when several devices run
@@ -227,4 +232,4 @@ def span_dimension(
         eigenvalues = jnp.linalg.eigvalsh(dot(theta.T, theta))
     else:
         eigenvalues = jnp.linalg.eigvalsh(overlaps(x))
-    return jnp.sum(eigenvalues > threshold).astype(x.dtype)
+    return jnp.sum(eigenvalues > threshold, dtype=jnp.int32)

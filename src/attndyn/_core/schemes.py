@@ -36,6 +36,7 @@ from jaxtyping import Array, Float
 
 from .attention import as_float
 from .errors import check_bound, check_scalar
+from .names import SCHEME_NAMES as SCHEME_NAMES
 from .norms import AbstractNorm, RMSNorm, as_norm
 
 Update = Callable[[Float[Array, "N d"]], Float[Array, "N d"]]
@@ -46,9 +47,6 @@ _ULPS = 4
 
 def _near(value: float, target: float, *, scale: float = 1.0) -> bool:
     return abs(value - target) <= _ULPS * float(np.finfo(np.float32).eps) * scale
-
-
-SCHEME_NAMES = ("post-ln", "pre-ln", "mix-ln", "peri-ln", "ngpt", "sqrt-scaling")
 
 
 class AbstractScheme(eqx.Module):

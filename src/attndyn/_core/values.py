@@ -17,8 +17,8 @@ from . import random
 from .attention import as_float
 from .errors import check_bound, check_choice, check_scalar
 from .linalg import lq, matmul
+from .names import DISTRIBUTIONS as DISTRIBUTIONS
 
-DISTRIBUTIONS = ("gaussian", "uniform", "rademacher", "truncnormal")
 Distribution = Literal["gaussian", "uniform", "rademacher", "truncnormal"]
 
 # Truncated normal: a standard normal cut at ±TRUNCATION, rescaled to unit variance.

@@ -17,6 +17,7 @@ import xarray as xr
 from .._core.observables import OUTCOMES
 from .._version import __version__
 from .keys import canonical
+from .metadata import describe, history_line
 from .stats import wilson_interval
 from .tallies import MEANS, Tallies
 
@@ -65,8 +66,9 @@ def provenance_record(seconds: float, **fields: Any) -> dict[str, Any]:
 
 
 def attach_provenance(ds: xr.Dataset, record: Mapping[str, Any]) -> xr.Dataset:
-    """Store ``record`` as JSON in ``attrs["provenance"]``, and its scalars as attributes
-    (so netCDF tools show them)."""
+    """Store ``record`` as JSON in ``attrs["provenance"]``, its scalars as attributes (so
+    netCDF tools show them), and the CF ``history`` line it implies."""
+    ds.attrs["history"] = history_line(record)
     ds.attrs["provenance"] = json.dumps(record, default=str)
     for name, value in record.items():
         if isinstance(value, str | int | float) and not isinstance(value, bool):
@@ -80,7 +82,8 @@ def provenance(ds: xr.Dataset) -> dict[str, Any]:
 
 
 def coordinates(points: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """One coordinate per parameter along ``point``: numbers as numbers, the rest as JSON."""
+    """One coordinate per parameter along ``point``: numbers as numbers, strings as
+    themselves (``ds.sel(model="full")``), the rest as JSON."""
     names: list[str] = []
     for p in points:
         names += [k for k in p if k not in names]
@@ -89,17 +92,18 @@ def coordinates(points: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         values = [canonical(p.get(name)) for p in points]
         if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
             coords[name] = ("point", np.asarray(values))
+        elif all(isinstance(v, str) for v in values):
+            coords[name] = ("point", np.asarray(values, dtype=str))
         else:
             coords[name] = ("point", np.asarray([json.dumps(v) for v in values]))
     return coords
 
 
-#: What each per-(point, time) mean is, for the dataset's attributes.
-MEAN_DESCRIPTIONS = {
-    "mean_cosine": "mean over trajectories of the mean pairwise cosine (seed 000's CosSim)",
-    "pair_density": "mean over trajectories of the fraction of pairs with cosine > 0.999",
-    "span_dim": "mean over trajectories of the number of Gram eigenvalues > 1e-3",
-}
+#: The title of a dataset of :func:`attndyn.estimate_probabilities` (a study sets its own).
+PROBABILITIES_TITLE = (
+    "attndyn: probabilities of the clustering classes with Wilson 95 % intervals, per "
+    "point and save time"
+)
 
 
 def mean_and_se(total: np.ndarray, total_sq: np.ndarray, n: np.ndarray):
@@ -178,23 +182,5 @@ def probabilities_dataset(
             **coordinates(points),
         },
     )
-    ds["ci_lower"].attrs["description"] = "Wilson score interval, 95 %"
-    ds["ci_upper"].attrs["description"] = "Wilson score interval, 95 %"
-    for name in ("merge_ci_lower", "merge_ci_upper"):
-        ds[name].attrs["description"] = (
-            "95 % bound whatever class the n_merged trajectories truly have: Wilson lower "
-            "bound of the unmerged count, upper bound of it plus n_merged, over n_valid "
-            "(the Wilson interval where nothing merged)"
-        )
-    for name, text in MEAN_DESCRIPTIONS.items():
-        ds[name].attrs["description"] = text
-        ds[f"{name}_se"].attrs["description"] = "standard error of " + name
-    ds["n_merged"].attrs["description"] = (
-        "valid trajectories whose tokens became numerically identical (or exactly "
-        "antipodal): the arithmetic, not the dynamics, fixed their class"
-    )
-    ds["n_counted"].attrs["description"] = (
-        "trajectories in the probabilities and means at each save time: n_valid, less "
-        "n_merged where merged trajectories are excluded (provenance on_merged)"
-    )
-    return ds
+    # Units, long names and descriptions from the one table of them (metadata.VARIABLES).
+    return describe(ds, title=PROBABILITIES_TITLE)

@@ -32,13 +32,12 @@ import jax
 import numpy as np
 
 from .._core.errors import DistributedError, ParameterError, check_int
+from .defaults import DEFAULT_COORDINATOR_TIMEOUT as DEFAULT_COORDINATOR_TIMEOUT
 
 ENV_COORDINATOR = "ATTNDYN_COORDINATOR"
 ENV_PROCESS_COUNT = "ATTNDYN_PROCESS_COUNT"
 ENV_PROCESS_ID = "ATTNDYN_PROCESS_ID"
 ENV_COORDINATOR_TIMEOUT = "ATTNDYN_COORDINATOR_TIMEOUT"
-#: Seconds every process waits for the coordinator and all the processes to join.
-DEFAULT_COORDINATOR_TIMEOUT = 120
 #: JAX's own limit is set this many seconds past ours: past it, JAX ends the process
 #: with a C++ abort and a stack trace (status 134) rather than an exception.
 _JAX_GRACE = 60

@@ -1,5 +1,7 @@
 """Pieces shared by the CLI commands."""
 
+from __future__ import annotations
+
 import contextlib
 import dataclasses
 import functools
@@ -10,32 +12,36 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import jax
 from click.core import ParameterSource
 
-from .._core.errors import (
-    NonFiniteError,
-    NumericalMergeError,
-    NumericalMergeWarning,
-    ParameterError,
-)
-from .._core.norms import NORM_NAMES
-from .._core.serialize import plain
-from .._core.values import DISTRIBUTIONS
-from .._estimate.distributed import (
-    DEFAULT_COORDINATOR_TIMEOUT,
-    DistributedError,
-    initialize_distributed,
-)
-from .._estimate.runtime import enable_compilation_cache, use_all_cores
-from ..studies.evolution import NOISE_OF
-from ..studies.phase import ENGINES, ModelSpec, MonteCarlo
-from ..studies.summary import json_points
-from ._output import Output, result_arguments
-from ._ranges import parse_range
+# Only modules that import nothing heavy at the top: `attndyn --help` and the options'
+# own errors never import JAX (each command imports what it runs when it runs).
+from .._core.names import DISTRIBUTIONS, NORM_NAMES
+from .._estimate.defaults import DEFAULT_COORDINATOR_TIMEOUT
+from ..studies._names import ENGINES
+
+if TYPE_CHECKING:
+    from ..studies.phase import ModelSpec, MonteCarlo
+    from ._output import Output
+
+
+def lazy_names(module: str, table: Mapping[str, str]) -> Callable[[str], Any]:
+    """The ``__getattr__`` of a command module whose ``table`` names (name → the module
+    that defines it, relative to attndyn) are imported on first use: ``attndyn --help``
+    imports no JAX, and the names stay module attributes (a test can replace them)."""
+    import importlib
+
+    def __getattr__(name: str) -> Any:
+        if name not in table:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(table[name], "attndyn"), name)
+        setattr(sys.modules[module], name, value)
+        return value
+
+    return __getattr__
 
 
 def cli_errors(func: Callable) -> Callable:
@@ -45,6 +51,15 @@ def cli_errors(func: Callable) -> Callable:
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
+        import jax
+
+        from .._core.errors import (
+            NonFiniteError,
+            NumericalMergeError,
+            NumericalMergeWarning,
+            ParameterError,
+        )
+
         try:
             with warnings.catch_warnings():
                 # The commands print their own line per point (warn_merged).
@@ -132,6 +147,8 @@ def nonempty_path(context: click.Context, param: click.Parameter, value: str | N
 def names(option: str, text: str) -> list[str]:
     """The comma-separated names of ``option``, each given once (a repeat would run, and
     store, the same study twice under one label)."""
+    from .._core.errors import ParameterError
+
     listed = [part.strip() for part in text.split(",") if part.strip()]
     repeated = sorted({name for name in listed if listed.count(name) > 1})
     if repeated:
@@ -142,14 +159,20 @@ def names(option: str, text: str) -> list[str]:
 
 
 def floats(name: str, text: str) -> list[float]:
+    from ._ranges import parse_range
+
     return parse_range(name, text)
 
 
 def ints(name: str, text: str) -> list[int]:
+    from ._ranges import parse_range
+
     return parse_range(name, text, integer=True)
 
 
 def emit_json(payload: dict[str, Any]) -> None:
+    from .._core.serialize import plain
+
     click.echo(json.dumps(plain(payload)))
 
 
@@ -374,6 +397,8 @@ SDE_IGNORES = {
 def check_engine_flags(options: dict[str, Any]) -> None:
     """Refuse flags of the other engine (they would be ignored): --solver and --dt with
     the discrete engine, --step and --values with the sde engine."""
+    from .._core.errors import ParameterError
+
     if options["engine"] == "sde":
         for name, why in SDE_IGNORES.items():
             if given(name):
@@ -415,6 +440,9 @@ def refuse_unused(
     building every point's model, so that a value the model refuses is named first."""
     if not problems:
         return
+    from .._core.errors import ParameterError
+    from ..studies.evolution import NOISE_OF
+
     for point in points:
         p = dict(point)
         noise = NOISE_OF[p.pop("model")] if "model" in p else spec.noise
@@ -426,6 +454,11 @@ def start_processes(options: dict[str, Any]) -> bool:
     """Set the process up before any other JAX work: one CPU device per core, the
     persistent compilation cache (unless --no-cache), and a multi-process run if asked.
     True on the process that writes the outputs."""
+    import jax
+
+    from .._estimate.distributed import DistributedError, initialize_distributed
+    from .._estimate.runtime import enable_compilation_cache, use_all_cores
+
     use_all_cores()
     if options.get("cache", True):
         enable_compilation_cache(options.get("cache_dir"))
@@ -446,6 +479,8 @@ def start_processes(options: dict[str, Any]) -> bool:
 
 def monte_carlo(options: dict[str, Any]) -> MonteCarlo:
     """The estimator options shared by the study commands."""
+    from ..studies.phase import MonteCarlo
+
     return MonteCarlo(
         trajectories=options["trajectories"],
         seed=options["seed"],
@@ -461,6 +496,8 @@ def monte_carlo(options: dict[str, Any]) -> MonteCarlo:
 
 def model_spec(options: dict[str, Any], *, noise: str, attention: str) -> ModelSpec:
     """The model options shared by the study commands."""
+    from ..studies.phase import ModelSpec
+
     return ModelSpec(
         noise=noise,
         engine=options["engine"],
@@ -481,6 +518,8 @@ def study_output(
 ) -> Output:
     """The checked, locked ``--out`` folder of a Monte Carlo study (``name``.nc and .png,
     and ``more_figures``)."""
+    from ._output import Output, result_arguments
+
     return Output(
         options["out"],
         dataset=f"{name}.nc",
@@ -495,6 +534,8 @@ def study_checkpoint(out: Output, name: str, *, fresh: bool) -> Path | None:
     """Where a study keeps its resumable tallies (``None`` in a multi-process run, where
     each process holds only its own share and a shared file would mix them). Called with
     the folder locked, so ``--fresh`` never deletes another run's checkpoint."""
+    import jax
+
     if jax.process_count() > 1:
         return None
     checkpoint = out.folder / f"{name}.checkpoint.nc"
@@ -543,8 +584,12 @@ def finish(
     drop the checkpoint they supersede; then report: one JSON object on stdout with
     ``--json``, else one line on stderr. Every figure carries the dataset's provenance
     (:func:`png_metadata`)."""
+    from .._estimate.metadata import to_netcdf
+    from ..studies.summary import json_points
+
     warn_merged(ds)
-    dataset_path = out.write(f"{name}.nc", ds.to_netcdf)
+    # The point MultiIndex is written as plain coordinates; attndyn.open_dataset restores it.
+    dataset_path = out.write(f"{name}.nc", functools.partial(to_netcdf, ds))
     save = functools.partial(save_png, dpi=130, metadata=png_metadata(ds, dataset_path.name))
     figure_path = out.write(f"{name}.png", functools.partial(save, figure(ds)))
     for file, draw in more_figures.items():

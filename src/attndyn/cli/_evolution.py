@@ -1,12 +1,11 @@
 """``attndyn evolution``: clustering fractions against time (seed 003 Figs. 7-9)."""
 
+import sys
 import time
 
 import click
 
-from .._core.attention import ATTENTION_KINDS
-from ..studies.evolution import evolution_points, evolution_study
-from ..studies.summary import series
+from .._core.names import ATTENTION_KINDS
 from ._common import (
     check_engine_flags,
     cli_errors,
@@ -15,6 +14,7 @@ from ._common import (
     floats,
     given,
     ints,
+    lazy_names,
     model_spec,
     monte_carlo,
     names,
@@ -24,6 +24,16 @@ from ._common import (
     study_metadata,
     study_options,
     study_output,
+)
+
+#: What the command runs, imported when it runs (a --help imports no JAX).
+__getattr__ = lazy_names(
+    __name__,
+    {
+        "evolution_points": ".studies.evolution",
+        "evolution_study": ".studies.evolution",
+        "series": ".studies.summary",
+    },
 )
 
 #: The (t, β) heatmap of the pair density, written after the dataset and the main figure.
@@ -67,7 +77,7 @@ PAIR_DENSITY_FIGURE = "evolution_pair_density.png"
 @cli_errors
 def evolution(**options) -> None:
     """Fractions of single / antipodal / unclustered (and has-an-antipodal-pair) against
-    time, with Wilson 95 % bands (seed 003 Figs. 7-9).
+    time, with Wilson 95 % error bars (seed 003 Figs. 7-9).
 
     Fig. 7: --beta 5 --dim 4 --tokens 50 --horizon 50. Fig. 8: --tokens 2 --dim 4,6,8,10
     --beta 0.25,1,3 --horizon 50 (and 100). Fig. 9: --model full,deterministic --beta 0.5
@@ -78,9 +88,10 @@ def evolution(**options) -> None:
     """
     options["started"] = time.perf_counter()
     writer = start_processes(options)  # jax.distributed must start before other JAX work
+    run = sys.modules[__name__]  # the study's names, loaded now (see __getattr__)
     check_engine_flags(options)
     models = names("--model", options["models"])
-    points = evolution_points(
+    points = run.evolution_points(
         models,
         betas=floats("beta", options["beta"]),
         dims=ints("dim", options["dim"]),
@@ -94,7 +105,7 @@ def evolution(**options) -> None:
         options, "evolution", writer=writer, more_figures=[PAIR_DENSITY_FIGURE]
     ) as out:
         checkpoint = study_checkpoint(out, "evolution", fresh=options["fresh"])
-        ds = evolution_study(
+        ds = run.evolution_study(
             spec,
             mc,
             points,
@@ -107,7 +118,7 @@ def evolution(**options) -> None:
             from .. import plot
 
             def draw(ds):
-                return plot.evolution(ds, label_keys=("model", "beta", "dim", "tokens", "eps"))
+                return plot.evolution(ds)
 
             finish(
                 ds,
@@ -118,7 +129,7 @@ def evolution(**options) -> None:
                 options,
                 more_figures={PAIR_DENSITY_FIGURE: plot.pair_density},
                 kind="evolution",
-                series=series(ds),
+                series=run.series(ds),
             )
 
 

@@ -1,12 +1,12 @@
 """``attndyn phase-diagram``: clustering phase diagrams with Wilson intervals."""
 
+import sys
 import time
 
 import click
 
-from .._core.attention import ATTENTION_KINDS
-from ..studies.phase import DEFAULT_ATTENTION, KINDS, phase_diagram_study, phase_points
-from ..theory import EXACT_BETA_MAX
+from .._core.names import ATTENTION_KINDS
+from ..studies._names import DEFAULT_ATTENTION, KINDS
 from ._common import (
     check_engine_flags,
     cli_errors,
@@ -15,6 +15,7 @@ from ._common import (
     floats,
     given,
     ints,
+    lazy_names,
     model_spec,
     monte_carlo,
     refuse_unused,
@@ -24,6 +25,16 @@ from ._common import (
     study_metadata,
     study_options,
     study_output,
+)
+
+#: What the command runs, imported when it runs (a --help imports no JAX).
+__getattr__ = lazy_names(
+    __name__,
+    {
+        "phase_diagram_study": ".studies.phase",
+        "phase_points": ".studies.phase",
+        "EXACT_BETA_MAX": ".theory",
+    },
 )
 
 
@@ -70,8 +81,9 @@ def phase_diagram(**options) -> None:
     full value noise (eq. 4), or its SDE (eq. 6) with --engine sde; the figure compares
     with the exact t = ∞ two-token probability, β_c(d) dashed.
     --kind beta-eps: the hybrid model (eq. 7, or eq. 8 with --engine sde) over (β, ε),
-    Fig. 4 (paper: --dim 3 --depth 100 --horizon 50); cells coloured by the dominant
-    outcome and shaded by its fraction, ε_c(β) = √(2e^{−β}) dashed.
+    Fig. 4 (paper: --dim 3 --depth 100 --horizon 50); cells coloured by their most likely
+    class and shaded by its probability, ε_c(β) = √(2·exp(−β)) dashed, cells whose layer
+    step exceeds 0.1 hatched (the dataset's far_from_limit).
     --kind beta-n: P(has an antipodal pair) against β, one curve per N in --tokens, Fig. 6.
 
     Uniform starts on the sphere; writes OUT/phase_diagram.nc (probabilities, Wilson 95 %
@@ -90,6 +102,8 @@ def phase_diagram(**options) -> None:
     """
     options["started"] = time.perf_counter()
     writer = start_processes(options)  # jax.distributed must start before other JAX work
+    run = sys.modules[__name__]  # the study's names, loaded now (see __getattr__)
+    phase_points, EXACT_BETA_MAX = run.phase_points, run.EXACT_BETA_MAX
     check_engine_flags(options)
     kind = options["kind"]
     points = phase_points(
@@ -115,7 +129,7 @@ def phase_diagram(**options) -> None:
     refuse_unused([*depth_conflicts(options), *kind_conflicts(kind)], spec, points)
     with study_output(options, "phase_diagram", writer=writer) as out:
         checkpoint = study_checkpoint(out, "phase_diagram", fresh=options["fresh"])
-        ds = phase_diagram_study(
+        ds = run.phase_diagram_study(
             kind,
             spec,
             mc,

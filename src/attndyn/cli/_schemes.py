@@ -1,19 +1,18 @@
 """``attndyn schemes``: clustering speed of the six normalization schemes (seed 004)."""
 
 import functools
+import sys
 from typing import Any
 
 import click
 
-from .._core.errors import INT32_MAX, check_int
-from .._core.schemes import SCHEME_NAMES
-from .._estimate.dataset import attach_provenance, provenance
-from ..studies.schemes import check_schemes_start, schemes_study, schemes_summary
+from .._core.names import SCHEME_NAMES
 from ._common import (
     cli_errors,
     command_line,
     emit_json,
     floats,
+    lazy_names,
     names,
     nonempty_path,
     overwrite_option,
@@ -21,7 +20,15 @@ from ._common import (
     save_png,
     say,
 )
-from ._output import Output, result_arguments
+
+#: What the command runs, imported when it runs (a --help imports no JAX).
+__getattr__ = lazy_names(
+    __name__,
+    {
+        name: ".studies.schemes"
+        for name in ("check_schemes_start", "schemes_study", "schemes_summary")
+    },
+)
 
 #: The figures ``attndyn schemes`` writes, one per part of the study.
 FIGURES = ("gamma", "ngpt_alpha", "random_weights", "rates")
@@ -94,6 +101,14 @@ def schemes(**options) -> None:
     locked, before anything is computed; results of other arguments are never replaced
     unless --overwrite is given.
     """
+    from .._core.errors import INT32_MAX, check_int
+    from .._estimate.dataset import attach_provenance, provenance
+    from .._estimate.metadata import to_netcdf
+
+    run = sys.modules[__name__]  # the study's names, loaded now (see __getattr__)
+    check_schemes_start, schemes_summary = run.check_schemes_start, run.schemes_summary
+    from ._output import Output, result_arguments
+
     scheme_names = names("--schemes", options["scheme_list"])
     alphas = floats("alpha", options["alpha"])
     # Checked here as the study checks them, so that the message names the options (the
@@ -120,7 +135,7 @@ def schemes(**options) -> None:
         arguments=arguments,
         overwrite=options["overwrite"],
     ) as out:
-        ds = schemes_study(
+        ds = run.schemes_study(
             schemes=scheme_names,
             alphas=alphas,
             seed=options["seed"],
@@ -130,7 +145,7 @@ def schemes(**options) -> None:
         )
         record = {**provenance(ds), "command": command_line(), "arguments": arguments}
         attach_provenance(ds, record)
-        path = out.write("schemes.nc", ds.to_netcdf)
+        path = out.write("schemes.nc", functools.partial(to_netcdf, ds))
         from .. import plot
 
         save = functools.partial(save_png, dpi=120, metadata=png_metadata(ds, path.name))

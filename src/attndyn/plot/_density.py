@@ -5,6 +5,7 @@ import xarray as xr
 from matplotlib.figure import Figure
 
 from ._figure import subplots
+from ._style import MAX_WIDTH_INCHES, SYMBOLS, setting_line, swept
 
 #: Coordinates that split a dataset into panels (β and time are the axes of each panel).
 GROUP_KEYS = ("model", "dim", "tokens", "eps")
@@ -23,38 +24,60 @@ def _edges(v: np.ndarray) -> np.ndarray:
 
 
 def _groups(ds: xr.Dataset) -> dict[tuple, list[int]]:
+    """Point indices by their values of the swept :data:`GROUP_KEYS` (NaN, as ε of the
+    models without it, is one value: keyed by its text)."""
     groups: dict[tuple, list[int]] = {}
-    keys = [k for k in GROUP_KEYS if k in ds.coords]
+    keys = swept(ds, GROUP_KEYS)
     for i in range(ds.sizes["point"]):
-        label = tuple((k, ds[k].values[i].item()) for k in keys)
+        label = tuple((k, _fmt(ds[k].values[i].item())) for k in keys)
         groups.setdefault(label, []).append(i)
     return groups
 
 
-def plot_pair_density(ds: xr.Dataset, *, variable: str = "pair_density") -> Figure:
+def plot_pair_density(ds: xr.Dataset, *, variable: str = "pair_density", ncols: int = 3) -> Figure:
     """A (t, β) heatmap of ``variable`` (``pair_density``, ``span_dim`` or ``mean_cosine``,
-    the Monte Carlo mean over trajectories), one panel per (model, d, N, ε).
+    the Monte Carlo mean over trajectories), one panel per (model, d, N, ε) in rows of
+    ``ncols``; each simulated β is one row of cells, labelled with its value (no β axis
+    between the values, where nothing was simulated).
 
     The peers' figure: their density of clustered pairs (cosine > 0.999) against time and
     β, in which the metastable plateaus at large β show as bands.
     """
     groups = _groups(ds)
-    fig, axes = subplots(1, len(groups), figsize=(4.6 * len(groups), 3.8), squeeze=False)
+    columns = max(1, min(ncols, len(groups)))
+    rows = -(-len(groups) // columns)
+    n_betas = max(len(v) for v in groups.values())
+    fig, axes = subplots(
+        rows,
+        columns,
+        figsize=(min(3.6 * columns + 1.4, MAX_WIDTH_INCHES), (0.35 * n_betas + 1.6) * rows + 0.6),
+        squeeze=False,
+    )
     times = ds["time"].values
     top = float(np.nanmax(ds[variable].values)) if variable == "span_dim" else 1.0
     mesh = None
-    for ax, (label, indices) in zip(axes[0], groups.items()):
+    for ax, (label, indices) in zip(axes.ravel(), groups.items()):
         betas = np.asarray([float(ds["beta"].values[i]) for i in indices])
         order = np.argsort(betas)
         image = np.stack([ds[variable].values[indices[j]] for j in order])
+        rows_at = np.arange(len(order) + 1) - 0.5
         mesh = ax.pcolormesh(
-            _edges(times), _edges(betas[order]), image, shading="flat", vmin=0.0, vmax=top
+            _edges(times), rows_at, image, shading="flat", vmin=0.0, vmax=top, cmap="viridis"
         )
+        ax.set_yticks(np.arange(len(order)), [f"{b:g}" for b in betas[order]])
         ax.set_xlabel("t")
         ax.set_ylabel("β")
-        ax.set_title(", ".join(f"{k} = {_fmt(v)}" for k, v in label), fontsize=9)
+        ax.set_title(", ".join(f"{SYMBOLS.get(k, k)} = {v}" for k, v in label), fontsize=9)
+    for ax in axes.ravel()[len(groups) :]:
+        ax.remove()
     if mesh is not None:
-        fig.colorbar(mesh, ax=axes[0].tolist(), label=LABELS.get(variable, variable))
+        fig.colorbar(
+            mesh,
+            ax=axes.ravel()[: len(groups)].tolist(),
+            label=LABELS.get(variable, variable),
+            pad=0.02,
+        )
+    fig.suptitle(setting_line(ds, GROUP_KEYS), fontsize=9)
     return fig  # type: ignore[return-value]
 
 

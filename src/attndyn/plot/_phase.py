@@ -7,7 +7,7 @@ from matplotlib.figure import Figure
 
 from ..theory import EXACT_BETA_MAX, beta_critical, p_antipodal_curve
 from ._figure import subplots
-from ._style import axes_width, ordered_colors, sample_line, wrap
+from ._style import axes_width, errorbars, key, ordered_colors, setting_line, wrap
 
 
 def plot_phase_diagram(
@@ -18,17 +18,18 @@ def plot_phase_diagram(
     ax: Axes | None = None,
     title: str | None = None,
 ) -> Figure:
-    """P(outcome) at the last save time against β, one curve per d, with Wilson bands.
+    """P(outcome) at the last save time against β, one colour per d: the Monte Carlo
+    estimates with their Wilson 95 % intervals as error bars at the sampled β.
 
     With ``theory=True`` and two tokens, the exact t = ∞ probability is drawn for each d
     and β_c(d) is marked with a dashed vertical line (for a centred-LayerNorm study, those
     of d − 1 dimensions: the dataset's ``norm`` attribute). Colours run along viridis with d.
-    The title says what to look for (``title`` replaces its first line); the second line
-    gives N, the sample size, L and T.
+    The legend explains every mark and line; the title states the setting (N, the sample
+    size, L and T; ``title`` adds a first line).
     """
     norm = str(ds.attrs.get("norm", "rms"))
     if ax is None:
-        fig, ax = subplots(figsize=(7, 4.6))
+        fig, ax = subplots(figsize=(7.5, 4.8))
     else:
         fig = ax.figure  # type: ignore[assignment]
     assert ax is not None
@@ -39,35 +40,37 @@ def plot_phase_diagram(
     for color, d in zip(ordered_colors(len(dims)), dims):
         sel = last.where(last["dim"] == d, drop=True).sortby("beta")
         beta = sel["beta"].values
-        ax.fill_between(
-            beta, sel["ci_lower"].values, sel["ci_upper"].values, color=color, alpha=0.25, lw=0
-        )
-        ax.plot(beta, sel["probability"].values, "o", color=color, ms=4, label=f"d = {int(d)}")
+        errorbars(ax, beta, sel, color=color, label=f"d = {int(d)}")
         if exact:
-            bc = beta_critical(int(d), norm)
-            # 61 points and the kink at β_c itself: the curve is smooth on either side; it
-            # is computed up to EXACT_BETA_MAX (within 1e-3 of its limit 1/2).
-            top = min(max(beta.max(), 0.1), EXACT_BETA_MAX)
-            fine = np.union1d(np.linspace(0, top, 61), [min(bc, top)])
-            ax.plot(fine, p_antipodal_curve(fine, int(d), norm), "-", color=color, lw=1)
-            if bc > 0:
-                ax.axvline(bc, color=color, ls="--", lw=0.8)
+            _exact_curve(ax, beta, int(d), norm, color)
     name = outcome.replace("_", " ")
     ax.set_xlabel("β (inverse temperature)")
-    ax.set_ylabel(f"P({name}) at T")
+    ax.set_ylabel(f"P({name}) at t = T")
+    handles, labels = ax.get_legend_handles_labels()
+    handles.append(key("estimate"))
+    labels.append("Monte Carlo ± Wilson 95 %")
     if exact:
-        headline = "Antipodal pairs appear only above β_c(d) and follow the exact t = ∞ curves"
-        key = "dots: Monte Carlo, bands: Wilson 95 %, lines: exact t = ∞, dashed: β_c(d)"
-    else:
-        headline = f"P({name}) against β, one colour per d"
-        key = "dots: Monte Carlo, bands: Wilson 95 %"
-    tokens_text = ", ".join(str(int(n)) for n in tokens)
+        handles += [key("exact"), key("critical")]
+        labels += ["exact t = ∞", "β_c(d)"]
+    setting = setting_line(ds, ("tokens",))
     if norm != "rms":
-        tokens_text += f" ({norm}: the curves of d − 1 dimensions)"
-    text = f"{title or headline}\nN = {tokens_text}, {sample_line(ds)}\n{key}"
+        setting += f"; {norm} tokens: the exact curves of d − 1 dimensions"
+    text = f"{title}\n{setting}" if title else setting
     ax.set_title(wrap(text, axes_width(ax) + 0.5), fontsize=9)
     upper = last["ci_upper"].values
     top = float(np.nanmax(upper)) if np.isfinite(upper).any() else 0.0  # all excluded: NaN
     ax.set_ylim(-0.02, max(0.55, top + 0.05))
-    ax.legend(fontsize=8, ncols=2, title="dimension", title_fontsize=8)
+    ax.legend(handles, labels, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig  # type: ignore[return-value]
+
+
+def _exact_curve(ax: Axes, beta: np.ndarray, d: int, norm: str, color) -> None:
+    """The exact t = ∞ probability of d over the plotted β range (61 points and the kink
+    at β_c itself: the curve is smooth on either side; computed up to EXACT_BETA_MAX,
+    within 1e-3 of its limit 1/2), and β_c(d) dashed."""
+    bc = beta_critical(d, norm)
+    top = min(max(float(beta.max()), 0.1), EXACT_BETA_MAX)
+    fine = np.union1d(np.linspace(0, top, 61), [min(bc, top)])
+    ax.plot(fine, p_antipodal_curve(fine, d, norm), "-", color=color, lw=1)
+    if bc > 0:
+        ax.axvline(bc, color=color, ls="--", lw=0.8)

@@ -4,17 +4,26 @@ from typing import Any
 
 import numpy as np
 import xarray as xr
+from matplotlib.lines import Line2D
+from scipy import stats
 
 from .._estimate.dataset import provenance
 from ._figure import subplots
-from ._style import category_colors, ordered_colors
+from ._style import MAX_WIDTH_INCHES, category_colors, ordered_colors, wrap
+
+#: 1 − γ below this is float32 rounding, not dynamics (γ is stored from float32 solves:
+#: its spacing near 1 is 6e-8), so the log panels stop here.
+GAP_FLOOR = 1e-6
+#: Curves closer than this everywhere are drawn as one (named together in the legend).
+SAME_CURVE = 1e-4
 
 
 def plot_schemes(ds: xr.Dataset) -> dict[str, Any]:
     """Figures of a :func:`schemes_study` dataset: {"gamma", "ngpt_alpha", "random_weights",
     "rates"} → matplotlib Figure. Schemes are told apart by the Okabe–Ito palette (the same
-    colour for a scheme in every figure), nGPT's α values by viridis; every title says what
-    to look for and gives β, n, d and the numbers of runs."""
+    colour for a scheme in every figure), nGPT's α values by viridis; every title states
+    the setting (β, n, d, the numbers of runs) and every legend explains each line and
+    mark."""
     names = [str(s) for s in ds["scheme"].values]
     colors = category_colors(names)
     params = provenance(ds)["params"]
@@ -26,78 +35,153 @@ def plot_schemes(ds: xr.Dataset) -> dict[str, Any]:
     }
 
 
+def _settled_time(t: np.ndarray, curves: np.ndarray, level: float = 0.99) -> float:
+    """The time by which every curve has reached ``level`` (where the interesting part of
+    γ(t) ends), with a margin; the whole horizon if one never does."""
+    reached = [t[np.argmax(c >= level)] if (c >= level).any() else t[-1] for c in curves]
+    return float(min(t[-1], 1.25 * max(reached)))
+
+
 def _gamma(ds: xr.Dataset, names, colors, params):
-    fig, axes = subplots(1, 2, figsize=(11, 4.4))
+    fig, axes = subplots(1, 2, figsize=(11, 4.6))
     t = ds["time"].values
+    reduced = ds["gamma_reduced"].values
+    end = _settled_time(t, reduced)
+    every = max(1, int(np.sum(t <= end)) // 20)
     for name in names:
         row = ds.sel(scheme=name)
-        for ax, transform in ((axes[0], lambda g: g), (axes[1], lambda g: 1 - g)):
-            ax.plot(t, transform(row["gamma_reduced"]), color=colors[name], label=name)
-            full = transform(row["gamma_full"])[::6]
-            ax.plot(t[::6], full, "o", ms=3, mfc="none", color=colors[name])
-    axes[0].set(xlabel="t", ylabel="γ(t): cosine between any two tokens")
-    axes[0].set_title("γ(t): reduced ODE (lines) over the n-particle ODE (circles)", fontsize=9)
-    axes[1].set(xlabel="t", ylabel="1 − γ(t)", yscale="log")
-    axes[1].set_title("clustering gap: exponential (straight) or slower (bending)", fontsize=9)
-    axes[0].legend(fontsize=8)
-    headline = "Symmetric start: every scheme drives γ to 1, at its own speed"
-    if {"peri-ln", "ngpt", "post-ln"} <= set(names):
-        headline = (
-            "Symmetric start: Peri-LN and nGPT move first (largest γ'(0)); Post-LN and nGPT "
-            "close the gap exponentially"
-        )
+        red, full = row["gamma_reduced"].values, row["gamma_full"].values
+        axes[0].plot(t, red, color=colors[name], label=name)
+        axes[0].plot(t[::every], full[::every], "o", ms=3.5, mfc="none", color=colors[name])
+        gap, full_gap = _gap(red), _gap(full)
+        axes[1].plot(t, gap, color=colors[name])
+        axes[1].plot(t[::6], full_gap[::6], "o", ms=3.5, mfc="none", color=colors[name])
+    axes[0].set(xlabel="t", ylabel="γ(t): cosine between any two tokens", xlim=(0, end))
+    axes[0].set_title(f"γ(t) up to t = {end:.3g} (every scheme ≥ 0.99 by then)", fontsize=9)
+    axes[1].set(xlabel="t", ylabel="1 − γ(t)", yscale="log", ylim=(GAP_FLOOR, 2))
+    axes[1].set_title(
+        f"clustering gap 1 − γ, to t = {t[-1]:g} (cut at {GAP_FLOOR:g}: float32 rounding)",
+        fontsize=9,
+    )
+    handles, labels = axes[0].get_legend_handles_labels()
+    handles += [
+        Line2D([], [], color="0.3"),
+        Line2D([], [], color="0.3", marker="o", mfc="none", lw=0, ms=4),
+    ]
+    labels += ["reduced ODE (Thm 4.1)", "n-particle ODE"]
+    fig.legend(handles, labels, loc="outside right upper", fontsize=8)
     fig.suptitle(
-        f"{headline}\nβ = {params['beta']}, n = {params['n']}, "
-        f"d = {params['d']}, r0 = {params['r0']} (deterministic ODEs)",
+        f"Symmetric start: β = {params['beta']}, n = {params['n']}, d = {params['d']}, "
+        f"r0 = {params['r0']} (deterministic ODEs)",
         fontsize=10,
     )
     return fig
 
 
+def _gap(gamma: np.ndarray) -> np.ndarray:
+    """1 − γ, NaN below :data:`GAP_FLOOR` (rounding, not dynamics)."""
+    gap = 1 - np.asarray(gamma, dtype=float)
+    return np.where(gap >= GAP_FLOOR, gap, np.nan)
+
+
 def _ngpt_alpha(ds: xr.Dataset, params):
-    fig, ax = subplots(figsize=(6.2, 4.4))
+    fig, axes = subplots(1, 2, figsize=(10, 4.4))
     t = ds["time"].values
     alphas = ds["alpha"].values
+    curves = ds["ngpt_gamma"].values
+    end = _settled_time(t, curves)
     order = np.argsort(alphas)
-    colors = ordered_colors(len(alphas))
-    for color, i in zip(colors, order):
-        ax.plot(t, ds["ngpt_gamma"].values[i], color=color, label=f"α = {alphas[i]:g}")
-    ax.set(xlabel="t", ylabel="γ(t)")
-    ax.set_title(
-        "nGPT: a larger step α clusters faster (1 − γ ~ e^{−2αt})\n"
-        f"symmetric start, β = {params['beta']}, n = {params['n']}, d = {params['d']}",
-        fontsize=9,
+    for color, i in zip(ordered_colors(len(alphas)), order):
+        axes[0].plot(t, curves[i], color=color, label=f"α = {alphas[i]:g}")
+        axes[1].plot(t, _gap(curves[i]), color=color)
+    axes[0].set(xlabel="t", ylabel="γ(t)", xlim=(0, end))
+    axes[0].set_title(f"γ(t) up to t = {end:.3g}", fontsize=9)
+    resolved = np.isfinite(np.stack([_gap(c) for c in curves]))
+    last = float(t[min(len(t) - 1, int(np.max(np.nonzero(resolved.any(0))[0])) + 2)])
+    axes[1].set(xlabel="t", ylabel="1 − γ(t)", yscale="log", ylim=(GAP_FLOOR, 2), xlim=(0, last))
+    axes[1].set_title(f"1 − γ until it drops below {GAP_FLOOR:g} (float32 rounding)", fontsize=9)
+    fig.legend(loc="outside right upper", fontsize=8, title="nGPT step", title_fontsize=8)
+    fig.suptitle(
+        f"nGPT, reduced ODE, symmetric start: β = {params['beta']}, n = {params['n']}, "
+        f"d = {params['d']}",
+        fontsize=10,
     )
-    ax.legend(fontsize=8)
     return fig
+
+
+def _same_curves(curves: dict[str, np.ndarray]) -> dict[str, list[str]]:
+    """Names grouped by curves that agree within :data:`SAME_CURVE` everywhere (each group
+    keyed by its first name)."""
+    groups: dict[str, list[str]] = {}
+    for name, curve in curves.items():
+        for first in groups:
+            if np.nanmax(np.abs(curve - curves[first])) < SAME_CURVE:
+                groups[first].append(name)
+                break
+        else:
+            groups[name] = [name]
+    return groups
 
 
 def _random_weights(ds: xr.Dataset, names, colors, params):
-    fig, ax = subplots(figsize=(6.8, 4.4))
+    fig, ax = subplots(figsize=(8.4, 4.6))
     layers = ds["layer"].values
-    for name in names:
-        runs = ds["random_weights_cosine"].sel(scheme=name).values
-        ax.plot(layers, runs.mean(0), color=colors[name], label=name)
-        lo, hi = np.quantile(runs, [0.05, 0.95], axis=0)
-        ax.fill_between(layers, lo, hi, color=colors[name], alpha=0.15, lw=0)
+    runs = {n: ds["random_weights_cosine"].sel(scheme=n).values for n in names}
+    groups = _same_curves({n: r.mean(0) for n, r in runs.items()})
+    n_runs = next(iter(runs.values())).shape[0]
+    # A 95 % interval of the mean over the runs (Student t), as error bars at sampled
+    # layers (every layer when few): the same 95 % as every other figure.
+    half = stats.t.ppf(0.975, max(n_runs - 1, 1))
+    every = max(1, len(layers) // 12)
+    for k, (first, members) in enumerate(groups.items()):
+        r = runs[first]
+        mean = r.mean(0)
+        sem = r.std(0, ddof=1) / np.sqrt(n_runs) if n_runs > 1 else np.zeros_like(mean)
+        label = " = ".join(members) + (" (equal within 1e-4)" if len(members) > 1 else "")
+        ax.plot(layers, mean, color=colors[first], label=label)
+        shift = (k - len(groups) / 2) * 0.08 * every  # bars of the schemes side by side
+        ax.errorbar(
+            layers[::every] + shift,
+            mean[::every],
+            yerr=half * sem[::every],
+            fmt="none",
+            ecolor=colors[first],
+            elinewidth=0.9,
+            capsize=2,
+        )
     rw = params["random_weights"]
-    ax.set(xlabel="layer", ylabel="mean cosine similarity")
-    headline = "Random weights: mean cosine similarity against depth, per scheme"
-    if {"peri-ln", "ngpt"} <= set(names):
-        headline = "Random weights: Peri-LN and nGPT move tokens most in the first layer"
+    ax.set(xlabel="layer", ylabel="mean pairwise cosine")
+    handles, labels = ax.get_legend_handles_labels()
+    handles.append(Line2D([], [], color="0.3", lw=0, marker="|", ms=8))
+    labels.append(f"95 % interval of the mean of {n_runs} runs")
+    ax.legend(handles, labels, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_title(
-        f"{headline}\n"
-        f"Q, K, V re-drawn per layer (Kaiming): d = {rw['d']}, n = {rw['n']}, "
-        f"β = {rw['beta']:.3g}; mean of {rw['runs']} runs, 90 % band",
+        wrap(
+            f"Random weights re-drawn per layer (Kaiming): d = {rw['d']}, n = {rw['n']}, "
+            f"β = {rw['beta']:.3g}, {n_runs} runs",
+            6.0,
+        ),
         fontsize=9,
     )
-    ax.legend(fontsize=8)
     return fig
 
 
+def _interval(value: float, lower: float, upper: float) -> str:
+    """``value ± half-width`` of the interval [lower, upper] (a tight interval printed as
+    bounds reads "[2, 2]" at any sensible precision)."""
+    return f"{value:.6g} ± {(upper - lower) / 2:.2g}"
+
+
 def _rates(ds: xr.Dataset, names, colors):
-    fig, axes = subplots(1, len(names), figsize=(3.2 * len(names), 3.6), squeeze=False)
-    for ax, name in zip(axes[0], names):
+    columns = min(3, len(names))
+    rows = -(-len(names) // columns)
+    fig, axes = subplots(
+        rows,
+        columns,
+        figsize=(min(3.9 * columns, MAX_WIDTH_INCHES), 3.2 * rows + 1.1),
+        squeeze=False,
+    )
+    for ax, name in zip(axes.ravel(), names):
         row = ds.sel(scheme=name)
         tt, lg = row["rate_time"].values, row["rate_log_gap"].values
         kind = str(row["terminal_rate_kind"].values)
@@ -106,18 +190,30 @@ def _rates(ds: xr.Dataset, names, colors):
         )
         ax.plot(tt, lg / np.log(10), color=colors[name])
         ax.set_xscale("log" if kind == "power" else "linear")
-        ax.set(
-            title=f"{name}\nfit {float(row['terminal_rate']):.4g} "
-            f"[{float(row['terminal_rate_lower']):.4g}, "
-            f"{float(row['terminal_rate_upper']):.4g}] per unit of {variable}\n"
-            f"theory {row['terminal_law'].values}",
-            xlabel="t",
+        fit = _interval(
+            float(row["terminal_rate"]),
+            float(row["terminal_rate_lower"]),
+            float(row["terminal_rate_upper"]),
         )
-        ax.title.set_fontsize(8)
-    axes[0][0].set_ylabel("log10(1 − γ)")
+        ax.set_title(
+            f"{name}: fit {fit} per {variable}\ntheory {row['terminal_law'].values} = "
+            f"{float(row['terminal_rate_theory']):.4g}",
+            fontsize=8,
+        )
+        ax.set_xlabel("t")
+    for ax in axes.ravel()[len(names) :]:
+        ax.remove()
+    for r in axes:
+        r[0].set_ylabel("log10(1 − γ)")
+    fig.legend(
+        [Line2D([], [], color="0.3")],
+        ["log10(1 − γ(t)) of the reduced ODE in the fit window (log t for power laws)"],
+        loc="outside lower center",
+        fontsize=8,
+    )
     fig.suptitle(
-        "Terminal rates of 1 − γ: each fitted interval (reduced ODE, deep in the terminal "
-        "regime) should contain the theory of Thm 4.1",
+        "Terminal rates of 1 − γ (reduced ODE, deep in the terminal regime): fitted rate "
+        "with its interval, and the rate of Thm 4.1",
         fontsize=10,
     )
     return fig

@@ -1,15 +1,36 @@
 """Figures for the (β, ε), (β, N) and time-resolved studies (seed 003 Figs. 4, 6-9)."""
 
+from typing import Any
+
 import numpy as np
 import xarray as xr
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from .._core.errors import check_int
-from ..theory import eps_critical
+from ..theory import (
+    EXACT_BETA_MAX,
+    beta_critical,
+    eps_critical,
+    p_antipodal_curve,
+    p_antipodal_hybrid_uniform,
+    p_antipodal_uniform,
+)
 from ._figure import subplots
-from ._style import OUTCOME_COLORS, ordered_colors, sample_line, values_line, wrap
+from ._style import (
+    MAX_WIDTH_INCHES,
+    OUTCOME_COLORS,
+    SYMBOLS,
+    errorbars,
+    key,
+    ordered_colors,
+    point_label,
+    setting_line,
+    swept,
+    wrap,
+)
 
 #: Colour-blind-safe outcome colours (Okabe–Ito): blue = single cluster, vermillion =
 #: antipodal, grey = unclustered (seed 003 draws magenta and violet, hard to tell apart).
@@ -38,41 +59,82 @@ def _grid(last: xr.Dataset, values) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return betas, epss, image
 
 
+#: How the cells far from their SDE limit are marked on the maps.
+FAR_HATCH = "////"
+
+
+def _hatch_far(ax, last: xr.Dataset) -> None:
+    """Hatch the map cells where the discrete model is far from its SDE limit."""
+    if "far_from_limit" not in last:
+        return
+    betas, epss, far = _grid(last, lambda row: float(row["far_from_limit"]))
+    if not np.nansum(far):
+        return
+    masked = np.ma.masked_where(~(far > 0.5), far)
+    ax.pcolor(
+        _edges(betas), _edges(epss), masked, hatch=FAR_HATCH, facecolor="none",
+        edgecolor=(0, 0, 0, 0.45), linewidth=0.0,
+    )  # fmt: skip
+
+
+def _mark_far(ax, x: np.ndarray, y: np.ndarray, color) -> None:
+    """The estimates far from their SDE limit as open markers."""
+    if len(x):
+        ax.plot(x, y, "o", ms=4, mfc="white", mec=color, mew=1.1, lw=0, zorder=5)
+
+
 def _boundaries(ax, betas: np.ndarray, attention: str) -> None:
     """ε_c(β) for USA (003 Prop. 1); the two SA boundaries ε² = 2 and ε² = 1 + e^{−2β}."""
     fine = np.linspace(max(_edges(betas)[0], 0), _edges(betas)[-1], 200)
     if attention == "softmax":
-        ax.plot(
-            fine, np.full_like(fine, np.sqrt(2)), "k--", lw=1.1, label="ε² = 2 (+1 repels above)"
-        )
-        ax.plot(fine, np.sqrt(1 + np.exp(-2 * fine)), "k:", lw=1.3, label="ε² = 1 + e^{−2β}")
+        ax.plot(fine, np.full_like(fine, np.sqrt(2)), "k--", lw=1.1)
+        ax.plot(fine, np.sqrt(1 + np.exp(-2 * fine)), "k:", lw=1.3)
     else:
-        ax.plot(fine, [eps_critical(b) for b in fine], "k--", lw=1.2, label="ε_c(β) = √(2e^{−β})")
+        ax.plot(fine, [eps_critical(b) for b in fine], "k--", lw=1.2)
+
+
+def _boundary_keys(attention: str) -> list[tuple[Line2D, str]]:
+    if attention == "softmax":
+        return [
+            (Line2D([], [], color="k", ls="--", lw=1.1), r"$\varepsilon^2 = 2$ (+1 repels above)"),
+            (Line2D([], [], color="k", ls=":", lw=1.3), r"$\varepsilon^2 = 1 + e^{-2\beta}$"),
+        ]
+    return [(Line2D([], [], color="k", ls="--", lw=1.2), r"$\varepsilon_c = \sqrt{2e^{-\beta}}$")]
+
+
+#: The classes of the dominant-outcome map, with their colours.
+_DOMINANT = (
+    ("single", SINGLE_COLOR),
+    ("antipodal", ANTIPODAL_COLOR),
+    ("unclustered", UNCLUSTERED_COLOR),
+)
 
 
 def _dominant_panel(ax, last: xr.Dataset, attention: str) -> None:
-    single_rgb, anti_rgb = np.array(to_rgb(SINGLE_COLOR)), np.array(to_rgb(ANTIPODAL_COLOR))
+    """Each cell coloured by its most likely class (single, antipodal or unclustered) and
+    shaded by that class's probability, so no cell is left white."""
 
-    def colour(row):
-        ps = float(row["probability"].sel(outcome="single"))
-        pa = float(row["probability"].sel(outcome="antipodal"))
-        return ps if ps >= pa else -pa  # sign: which outcome; magnitude: its fraction
+    def probabilities(row):
+        return [float(row["probability"].sel(outcome=o)) for o, _ in _DOMINANT]
 
-    betas, epss, signed = _grid(last, colour)
-    image = np.ones((*signed.shape, 3))
-    for rgb, mask in ((single_rgb, signed >= 0), (anti_rgb, signed < 0)):
-        frac = np.abs(np.where(mask, signed, 0.0))[..., None]
-        image = np.where(mask[..., None], 1 - frac * (1 - rgb), image)
-    ax.pcolormesh(_edges(betas), _edges(epss), np.nan_to_num(image, nan=1.0), shading="flat")
+    betas, epss, _ = _grid(last, lambda row: 0.0)
+    image = np.ones((len(epss), len(betas), 3))
+    for i in range(last.sizes["point"]):
+        row = last.isel(point=i)
+        p = probabilities(row)
+        if not np.isfinite(p).all():
+            continue
+        k = int(np.argmax(p))
+        rgb = np.array(to_rgb(_DOMINANT[k][1]))
+        b = np.searchsorted(betas, float(row["beta"]))
+        e = np.searchsorted(epss, float(row["eps"]))
+        image[e, b] = 1 - p[k] * (1 - rgb)
+    ax.pcolormesh(_edges(betas), _edges(epss), image, shading="flat")
     _boundaries(ax, betas, attention)
-    handles = [
-        Patch(color=SINGLE_COLOR, label="single dominant"),
-        Patch(color=ANTIPODAL_COLOR, label="antipodal dominant"),
-        *ax.get_legend_handles_labels()[0],
-    ]
-    ax.legend(handles=handles, fontsize=7, loc="upper right")
-    ax.set(xlabel="β", ylabel="ε", title="dominant outcome (shade: its fraction)")
+    _hatch_far(ax, last)
+    ax.set(xlabel="β", ylabel="ε", title="most likely class at t = T (shade: its probability)")
     ax.set_ylim(_edges(epss)[0], _edges(epss)[-1])
+    ax.set_xlim(_edges(betas)[0], _edges(betas)[-1])
 
 
 def _unclustered_panel(fig, ax, last: xr.Dataset, attention: str) -> None:
@@ -82,82 +144,163 @@ def _unclustered_panel(fig, ax, last: xr.Dataset, attention: str) -> None:
     mesh = ax.pcolormesh(
         _edges(betas), _edges(epss), image, shading="flat", cmap="cividis", vmin=0, vmax=1
     )
-    fig.colorbar(mesh, ax=ax, label="P(unclustered)")
+    fig.colorbar(mesh, ax=ax, label="P(unclustered)", pad=0.02)
     _boundaries(ax, betas, attention)
-    ax.set(xlabel="β", ylabel="ε", title="still unclustered at T (slow approach near ε_c)")
+    _hatch_far(ax, last)
+    ax.set(xlabel="β", ylabel="ε", title="P(unclustered) at t = T")
     ax.set_ylim(_edges(epss)[0], _edges(epss)[-1])
+    ax.set_xlim(_edges(betas)[0], _edges(betas)[-1])
 
 
-def _exact_panel(ax, last: xr.Dataset) -> None:
-    """P(antipodal) against ε for four β, with Wilson bands and the exact t = ∞ curve."""
-    betas = np.unique(last["beta"].values)
-    chosen = betas[np.unique(np.linspace(0, len(betas) - 1, min(4, len(betas))).astype(int))]
-    colors = ordered_colors(len(chosen))
-    for color, beta in zip(colors, chosen):
+def _exact_eps_curve(beta: float, epss: np.ndarray, dim: int, attention: str):
+    """The exact t = ∞ two-token probability of the hybrid SDE against ε on a fine grid
+    (USA: its jump from 0 to 1 at ε_c drawn vertical, not as a ramp between grid points;
+    SA: a continuous curve across the band where both ends attract)."""
+    top = float(epss.max())
+    fine = np.linspace(0.0, top, 81 if attention == "softmax" else 241)
+    if attention != "softmax":
+        jump = eps_critical(beta)
+        if 0 < jump < top:
+            fine = np.union1d(fine, [jump * (1 - 1e-9), jump * (1 + 1e-9)])
+    p = [p_antipodal_hybrid_uniform(beta, e, dim, attention) if e > 0 else 0.0 for e in fine]
+    return fine, np.asarray(p)
+
+
+#: The most β curves the P(antipodal)-against-ε panel draws (more would not read).
+MAX_CURVES = 6
+
+
+def shown_betas(betas: np.ndarray) -> np.ndarray:
+    """The β the line panel draws: all of them up to :data:`MAX_CURVES`, else every k-th
+    from the first, with k chosen (where one exists) so the last is drawn too."""
+    n = len(betas)
+    if n <= MAX_CURVES:
+        return betas
+    for step in range(2, n):
+        if (n - 1) % step == 0 and (n - 1) // step + 1 <= MAX_CURVES:
+            return betas[::step]
+    step = -(-(n - 1) // (MAX_CURVES - 1))
+    return betas[::step]
+
+
+def _exact_panel(ax, last: xr.Dataset, attention: str) -> list[tuple[object, str]]:
+    """P(antipodal) against ε per β (:func:`shown_betas`, named in the panel's title when
+    not all): the estimates with Wilson 95 % error bars and, for two tokens, the exact
+    t = ∞ curve; returns the β legend entries."""
+    all_betas = np.unique(last["beta"].values)
+    betas = shown_betas(all_betas)
+    dim, tokens = int(last["dim"].values[0]), int(last["tokens"].values[0])
+    entries = []
+    for color, beta in zip(ordered_colors(len(betas)), betas):
         sel = last.where(last["beta"] == beta, drop=True).sortby("eps")
         sel = sel.sel(outcome="antipodal")
-        eps = sel["eps"].values
-        ax.fill_between(
-            eps, sel["ci_lower"].values, sel["ci_upper"].values, color=color, alpha=0.25, lw=0
-        )
-        ax.plot(eps, sel["probability"].values, "o", ms=3, color=color, label=f"β = {beta:g}")
-        if "p_antipodal_exact" in sel:
-            ax.plot(eps, sel["p_antipodal_exact"].values, "-", color=color, lw=1)
-    ax.set(
-        xlabel="ε",
-        ylabel="P(antipodal)",
-        title="Monte Carlo (dots, 95 % bands) vs exact t = ∞ (lines)",
-    )
-    ax.legend(fontsize=7)
+        bars = errorbars(ax, sel["eps"].values, sel, color=color, ms=3.5)
+        entries.append((bars, f"β = {beta:g}"))
+        if tokens == 2:
+            ax.plot(
+                *_exact_eps_curve(float(beta), sel["eps"].values, dim, attention),
+                "-",
+                color=color,
+                lw=1,
+            )
+        if "far_from_limit" in sel:
+            far = np.asarray(sel["far_from_limit"].values).astype(bool)
+            _mark_far(ax, sel["eps"].values[far], sel["probability"].values[far], color)
+    title = "P(antipodal) against ε, per β"
+    if len(betas) < len(all_betas):
+        title += f"\n({len(betas)} of the {len(all_betas)} β; all in the maps)"
+    ax.set(xlabel="ε", ylabel="P(antipodal) at t = T", title=title)
+    ax.set_ylim(-0.03, 1.03)
+    return entries
 
 
 def plot_beta_eps(ds: xr.Dataset, *, title: str | None = None) -> Figure:
-    """Seed 003 Fig. 4 in three panels: (a) each (β, ε) cell coloured by its dominant
-    outcome (single or antipodal) and shaded by its fraction, as the paper draws it; (b)
-    P(unclustered), which a dominant-outcome map hides (just above ε_c the approach to −1 is
-    slow); (c) P(antipodal) against ε for a few β with Wilson bands and the exact t = ∞
-    two-token probability. Boundaries dashed: ε_c(β) = √(2e^{−β}) for USA; ε² = 2 and
-    ε² = 1 + e^{−2β} for SA."""
+    """Seed 003 Fig. 4, one row of three panels per (d, N): (a) each (β, ε) cell coloured
+    by its most likely class (single, antipodal or unclustered) and shaded by its
+    probability; (b) P(unclustered), which a dominant-class map hides (just above ε_c the
+    approach to −1 is slow); (c) P(antipodal) against ε for every β with Wilson 95 % error
+    bars and, for two tokens, the exact t = ∞ probability of the hybrid SDE (its steps at
+    the thresholds drawn vertical). Boundaries dashed: ε_c(β) = √(2e^{−β}) for USA; ε² = 2
+    and ε² = 1 + e^{−2β} for SA. Cells where the layer step exceeds 0.1 (the dataset's
+    ``far_from_limit``: the discrete model is far from its SDE limit) are crossed in every
+    panel. One legend, below, explains every colour, line and mark; the title states the
+    setting (``title`` adds a first line)."""
     last = ds.isel(time=-1)
     attention = str(ds.attrs.get("attention", "unnormalized"))
-    fig, axes = subplots(1, 3, figsize=(17, 4.8))
-    _dominant_panel(axes[0], last, attention)
-    _unclustered_panel(fig, axes[1], last, attention)
-    _exact_panel(axes[2], last)
-    t = float(ds["time"].values[-1])
-    n = int(last["n_valid"].max())
-    default = (
-        f"hybrid model (003 eq. 7/8), {attention}, d = {int(last['dim'].values[0])}, "
-        f"N = 2, T = {t:g}, {n} trajectories per cell"
+    groups = _groups(last, ("dim", "tokens"))
+    fig, axes = subplots(
+        len(groups), 3, figsize=(MAX_WIDTH_INCHES, 3.9 * len(groups) + 1.3), squeeze=False
     )
-    fig.suptitle(title or default, fontsize=10)
+    entries: list[tuple[object, str]] = []
+    for row_axes, (label, sel) in zip(axes, groups):
+        _dominant_panel(row_axes[0], sel, attention)
+        _unclustered_panel(fig, row_axes[1], sel, attention)
+        entries = _exact_panel(row_axes[2], sel, attention)
+        if len(groups) > 1:
+            row_axes[0].set_title(f"{label}: {row_axes[0].get_title()}")
+    _beta_eps_legend(fig, ds, attention, entries)
+    setting = setting_line(ds, ("dim", "tokens"))
+    head = f"hybrid model (seed 003 eq. 7/8), {attention} attention, {setting}"
+    fig.suptitle(wrap(f"{title}\n{head}" if title else head, MAX_WIDTH_INCHES, 10.0), fontsize=10)
     return fig  # type: ignore[return-value]
+
+
+def _groups(last: xr.Dataset, names: tuple[str, ...]) -> list[tuple[str, xr.Dataset]]:
+    """The points split by the values of ``names`` (each group's label and points)."""
+    keys = [tuple(last[n].values[i].item() for n in names) for i in range(last.sizes["point"])]
+    out = []
+    for value in dict.fromkeys(keys):
+        mask = np.array([k == value for k in keys])
+        label = ", ".join(f"{SYMBOLS[n]} = {v}" for n, v in zip(names, value))
+        out.append((label, last.isel(point=np.flatnonzero(mask))))
+    return out
+
+
+def _beta_eps_legend(fig, ds: xr.Dataset, attention: str, entries) -> None:
+    items: list[tuple[Any, str]] = [(Patch(color=c), f"{o} most likely") for o, c in _DOMINANT]
+    items += _boundary_keys(attention)
+    items.append((key("estimate"), "Monte Carlo ± Wilson 95 %"))
+    if int(ds["tokens"].values.min()) == 2:
+        items.append((key("exact"), "exact t = ∞ (two tokens)"))
+    if "far_from_limit" in ds and bool(np.asarray(ds["far_from_limit"].values).any()):
+        far = (
+            Patch(facecolor="none", edgecolor="0.4", hatch=FAR_HATCH),
+            Line2D([], [], marker="o", ms=4, mfc="white", mec="0.3", lw=0),
+        )
+        items.append((far, "layer step > 0.1: far from the SDE limit"))
+    items += list(entries)
+    handles, labels = zip(*items)
+    fig.legend(handles, labels, loc="outside lower center", ncols=min(6, len(items)), fontsize=8)
 
 
 def plot_beta_n(
     ds: xr.Dataset, *, outcome: str = "has_antipodal_pair", title: str | None = None
 ) -> Figure:
-    """Seed 003 Fig. 6: P(outcome) at the last save time against β, one curve per N
-    (viridis, ordered by N), with Wilson 95 % bands; where the dataset carries them, the
-    exact t = ∞ two-token curve (N = 2, thin) and the three-token reading
-    (3/2)·P₂·F·e^{−T/τ} (N = 3, dashed). ``title`` replaces the first line of the title;
-    the second gives d, the sample size, L and T."""
+    """Seed 003 Fig. 6: P(outcome) at the last save time against β, one colour per N
+    (viridis, ordered by N), with Wilson 95 % error bars at the sampled β; where the
+    dataset carries them, the exact t = ∞ two-token curve (N = 2, solid) and the
+    three-token reading (3/2)·P₂·F·e^{−T/τ} (N = 3, dashed). The legend explains every
+    mark and line; the title states the setting (``title`` adds a first line)."""
     last = ds.isel(time=-1).sel(outcome=outcome)
     tokens = np.unique(last["tokens"].values)
-    fig, ax = subplots(figsize=(7, 4.6))
+    fig, ax = subplots(figsize=(7.5, 4.8))
+    styles: dict[str, str] = {}
     for color, n in zip(ordered_colors(len(tokens)), tokens):
         sel = last.where(last["tokens"] == n, drop=True).sortby("beta")
-        beta = sel["beta"].values
-        ax.fill_between(beta, sel["ci_lower"], sel["ci_upper"], color=color, alpha=0.25, lw=0)
-        ax.plot(beta, sel["probability"], "o", color=color, ms=4, label=f"N = {int(n)}")
-        _beta_n_references(ax, sel, color, outcome)
+        errorbars(ax, sel["beta"].values, sel, color=color, label=f"N = {int(n)}")
+        styles.update(_beta_n_references(ax, sel, color, outcome, str(ds.attrs.get("norm", "rms"))))
     name = outcome.replace("_", " ")
     ax.set_xlabel("β (inverse temperature)")
-    ax.set_ylabel(f"P({name}) at T")
-    headline = title or f"P({name}) against β, one colour per number of tokens N"
-    text = f"{headline}\nd = {values_line(last, 'dim')}, {sample_line(ds)}; bands: Wilson 95 %"
-    ax.set_title(wrap(text, fig.get_figwidth()), fontsize=9)
-    ax.legend(fontsize=8, title="tokens", title_fontsize=8)
+    ax.set_ylabel(f"P({name}) at t = T")
+    handles, labels = ax.get_legend_handles_labels()
+    handles.append(key("estimate"))
+    labels.append("Monte Carlo ± Wilson 95 %")
+    for label, style in styles.items():
+        handles.append(Line2D([], [], ls=style, color="0.25", lw=1.2))
+        labels.append(label)
+    setting = setting_line(ds, ("dim",))
+    ax.set_title(wrap(f"{title}\n{setting}" if title else setting, 7.0), fontsize=9)
+    ax.legend(handles, labels, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig  # type: ignore[return-value]
 
 
@@ -174,51 +317,101 @@ _BETA_N_REFERENCES = (
 )
 
 
-def _beta_n_references(ax, sel: xr.Dataset, color, outcome: str) -> None:
-    """One N's theory lines, where the dataset has finite values for them; else the data
-    joined by a thin line."""
-    drawn = False
+def _beta_n_references(ax, sel: xr.Dataset, color, outcome: str, norm: str) -> dict[str, str]:
+    """One N's theory lines, where the dataset has finite values for them: the exact
+    two-token curve on a fine β grid (its kink at β_c drawn where it is), the three-token
+    reading at the sampled β (a quadrature per β, recorded in the dataset); returns label
+    → style of the lines drawn."""
+    drawn = {}
     for name, outcomes, style, label in _BETA_N_REFERENCES:
         if name in sel and outcome in outcomes and np.isfinite(sel[name].values).any():
-            ax.plot(sel["beta"], sel[name], style, color=color, lw=1.2, label=label)
-            drawn = True
-    if not drawn:
-        ax.plot(sel["beta"], sel["probability"], "-", color=color, lw=0.8, alpha=0.7)
+            if name == "p_antipodal_exact":
+                d = int(np.unique(sel["dim"].values)[0])
+                top = min(float(np.nanmax(sel["beta"].values)), EXACT_BETA_MAX)
+                fine = np.union1d(np.linspace(0, top, 81), [min(beta_critical(d, norm), top)])
+                ax.plot(fine, p_antipodal_curve(fine, d, norm), style, color=color, lw=1.2)
+            else:
+                ax.plot(sel["beta"], sel[name], style, color=color, lw=1.2)
+            drawn[label] = style
+    return drawn
+
+
+#: The point coordinates an evolution figure splits into panels, rows first.
+_EVOLUTION_KEYS = ("model", "dim", "tokens", "eps", "beta")
 
 
 def plot_evolution(
     ds: xr.Dataset,
     *,
-    label_keys: tuple[str, ...] = ("beta",),
+    label_keys: tuple[str, ...] | None = None,
     title: str | None = None,
     ncols: int | None = None,
 ) -> Figure:
     """Seed 003 Figs. 7-9: fractions of single (blue) / antipodal (vermillion) /
-    unclustered (grey) against time, one panel per point, with Wilson 95 % bands. The
-    figure's title gives the sample size, L and T (``title`` adds a first line). Panels
-    fill rows of ``ncols`` (default: all in one row up to 6 points, else rows of 6)."""
+    unclustered (grey) against time, with Wilson 95 % error bars at the save times, one
+    panel per point in a grid by the swept parameters (a row per value of the others, a
+    column per β; ``ncols`` columns at most, default 4). For two tokens the exact t = ∞
+    probabilities are drawn as dotted lines: of antipodal (and of single, its complement)
+    for the full-noise model (Thm 2) and the hybrid model (Prop. 1). Each panel is titled
+    by its swept values (``label_keys``: which coordinates, default the swept ones); the
+    figure's title states the shared setting and the sample (``title`` adds a first line).
+    One legend explains every line and mark."""
     n = ds.sizes["point"]
     if ncols is not None:
         check_int("ncols", ncols, lower=1)
-    ncols = min(int(ncols) if ncols is not None else 6, n)
-    nrows = -(-n // ncols)
-    fig, axes = subplots(nrows, ncols, figsize=(4.2 * ncols, 3.6 * nrows + 0.4), squeeze=False)
+    keys = list(label_keys) if label_keys is not None else swept(ds, _EVOLUTION_KEYS)
+    order = _panel_order(ds, keys)
+    columns = _columns(ds, keys, ncols)
+    nrows = -(-n // columns)
+    fig, axes = subplots(
+        nrows, columns, figsize=(3.0 * columns + 1.2, 2.6 * nrows + 1.6), squeeze=False
+    )
     flat = axes.ravel()
-    for i in range(n):
-        _evolution_panel(flat[i], ds.isel(point=i), label_keys)
+    exact_drawn = False
+    for ax, i in zip(flat, order):
+        exact_drawn |= _evolution_panel(ax, ds.isel(point=i), keys, ds.attrs)
     for ax in flat[n:]:
         ax.remove()
     for row in axes:
         row[0].set_ylabel("fraction of trajectories")
-    flat[n - 1].legend(fontsize=8)
-    line = f"{sample_line(ds)}; bands: Wilson 95 %"
+    _evolution_legend(fig, ds, exact_drawn)
+    shared = [k for k in _EVOLUTION_KEYS if k not in keys]
+    line = setting_line(ds, shared)
     text = f"{title}\n{line}" if title else line
     fig.suptitle(wrap(text, fig.get_figwidth(), fontsize=10.0), fontsize=10)
     return fig  # type: ignore[return-value]
 
 
-def _evolution_panel(ax, row: xr.Dataset, label_keys: tuple[str, ...]) -> None:
-    """One point's fractions against time, with their bands."""
+def _panel_order(ds: xr.Dataset, keys: list[str]) -> list[int]:
+    """Point indices sorted by the swept coordinates (rows by the first, …, β last):
+    numbers ascending (NaN last), names (the models) in the order the points give them."""
+    ranks = {k: _ranks(np.asarray(ds[k].values)) for k in keys}
+    return sorted(range(ds.sizes["point"]), key=lambda i: tuple(ranks[k][i] for k in keys))
+
+
+def _ranks(values: np.ndarray) -> list:
+    if values.dtype.kind in "biuf":
+        return [(1, 0.0) if np.isnan(v) else (0, float(v)) for v in values.astype(float)]
+    first = {v: i for i, v in reversed(list(enumerate(values.tolist())))}
+    return [(0, first[v]) for v in values.tolist()]
+
+
+def _columns(ds: xr.Dataset, keys: list[str], ncols: int | None) -> int:
+    """One column per value of the last swept coordinate among ``keys`` (β, usually), at
+    most ``ncols`` (4)."""
+    limit = int(ncols) if ncols is not None else 4
+    n = ds.sizes["point"]
+    varying = swept(ds, keys)
+    if varying:
+        values = np.asarray(ds[varying[-1]].values)
+        per_row = len(np.unique(values.astype(str)))
+        return max(1, min(per_row, limit, n))
+    return max(1, min(limit, n))
+
+
+def _evolution_panel(ax, row: xr.Dataset, keys: list[str], attrs) -> bool:
+    """One point's fractions against time with their error bars; returns whether an exact
+    t = ∞ reference was drawn."""
     times = row["time"].values
     for outcome, color in (
         ("single", SINGLE_COLOR),
@@ -226,18 +419,51 @@ def _evolution_panel(ax, row: xr.Dataset, label_keys: tuple[str, ...]) -> None:
         ("unclustered", UNCLUSTERED_COLOR),
     ):
         sel = row.sel(outcome=outcome)
-        ax.fill_between(times, sel["ci_lower"], sel["ci_upper"], color=color, alpha=0.2, lw=0)
-        ax.plot(times, sel["probability"], color=color, lw=1.5, label=outcome)
+        ax.plot(times, sel["probability"], color=color, lw=1.2, label=outcome)
+        errorbars(ax, times, sel, color=color, ms=0, capsize=0, elinewidth=0.8, alpha=0.7)
     if int(row["tokens"]) > 2:
         sel = row.sel(outcome="has_antipodal_pair")
         ax.plot(times, sel["probability"], ":", color=ANTIPODAL_COLOR, label="has antipodal pair")
-    parts = [f"{k} = {_fmt(row[k].item())}" for k in label_keys if k in row.coords]
-    ax.set_title(", ".join(parts), fontsize=9)
+    exact = _exact_evolution(row, attrs)
+    if exact is not None:
+        ax.axhline(exact, color=ANTIPODAL_COLOR, ls=(0, (1, 1.5)), lw=1.2)
+        ax.axhline(1 - exact, color=SINGLE_COLOR, ls=(0, (1, 1.5)), lw=1.2)
+    ax.set_title(point_label(row, keys), fontsize=9)
     ax.set_xlabel("t")
-    ax.set_ylim(-0.02, 1.02)
+    ax.set_ylim(-0.03, 1.03)
+    return exact is not None
 
 
-def _fmt(v) -> str:
-    if isinstance(v, float | np.floating):
-        return f"{float(v):g}"
-    return str(v).strip('"')
+def _exact_evolution(row: xr.Dataset, attrs) -> float | None:
+    """The exact t = ∞ probability that two tokens end antipodal, where the theory module
+    has one: full value noise (RMS or centred LayerNorm tokens) or the hybrid model."""
+    if int(row["tokens"]) != 2:
+        return None
+    model = str(row["model"].item()).strip('"') if "model" in row.coords else "full"
+    beta, dim = float(row["beta"]), int(row["dim"])
+    norm = str(attrs.get("norm", "rms"))
+    if model == "full" and beta <= EXACT_BETA_MAX:
+        return float(p_antipodal_uniform(beta, dim, norm))
+    if model == "hybrid" and norm == "rms" and float(row["eps"]) > 0:
+        attention = str(attrs.get("attention", "softmax"))
+        return float(p_antipodal_hybrid_uniform(beta, float(row["eps"]), dim, attention))
+    return None
+
+
+def _evolution_legend(fig, ds: xr.Dataset, exact: bool) -> None:
+    items = [
+        (Line2D([], [], color=SINGLE_COLOR, lw=1.2), "single"),
+        (Line2D([], [], color=ANTIPODAL_COLOR, lw=1.2), "antipodal"),
+        (Line2D([], [], color=UNCLUSTERED_COLOR, lw=1.2), "unclustered"),
+    ]
+    if int(np.max(ds["tokens"].values)) > 2:
+        items.append((Line2D([], [], color=ANTIPODAL_COLOR, ls=":"), "has antipodal pair"))
+    items.append((Line2D([], [], color="0.3", lw=0, marker="|", ms=8), "Wilson 95 % (bars)"))
+    if exact:
+        items.append(
+            (Line2D([], [], color="0.3", ls=(0, (1, 1.5)), lw=1.2), "exact t = ∞ (two tokens)")
+        )
+    handles, labels = zip(*items)
+    # As many columns as the figure's width holds (a one-panel figure wraps the legend).
+    columns = max(1, min(len(items), int(fig.get_figwidth() / 2.0)))
+    fig.legend(handles, labels, loc="outside lower center", ncols=columns, fontsize=8)

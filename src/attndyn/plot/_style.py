@@ -99,3 +99,83 @@ def values_line(ds: xr.Dataset, name: str) -> str:
         return ""
     values = np.unique(ds[name].values)
     return ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values.tolist())
+
+
+#: The widest figure at the default dpi (130): 12.3 in → 1,600 px, a page's width.
+MAX_WIDTH_INCHES = 12.3
+#: The dpi the CLI writes figures at.
+DEFAULT_DPI = 130
+
+
+def errorbars(ax: Any, x, ds: xr.Dataset, *, color, label: str | None = None, **kwargs) -> Any:
+    """The Monte Carlo estimates ``ds["probability"]`` at the sampled ``x`` with their
+    Wilson 95 % intervals (``ci_lower``, ``ci_upper``) as error bars: intervals belong to
+    the points sampled, never interpolated between them."""
+    p = np.asarray(ds["probability"].values, dtype=float)
+    lower = np.asarray(ds["ci_lower"].values, dtype=float)
+    upper = np.asarray(ds["ci_upper"].values, dtype=float)
+    yerr = np.clip(np.stack([p - lower, upper - p]), 0.0, None)
+    style = {"fmt": "o", "ms": 4, "capsize": 2, "elinewidth": 0.9, "lw": 0} | kwargs
+    return ax.errorbar(x, p, yerr=yerr, color=color, label=label, **style)
+
+
+def key(kind: str, color: str = "0.25", **kwargs) -> Any:
+    """A legend entry explaining a kind of mark: ``"estimate"`` (dot with an error bar:
+    Monte Carlo ± Wilson 95 %), ``"exact"`` (solid line), ``"critical"`` (dashed line),
+    ``"far"`` (the cross of a point far from its limit)."""
+    from matplotlib.lines import Line2D
+
+    if kind == "estimate":
+        return Line2D([], [], marker="o", ms=4, color=color, lw=0, **kwargs)
+    if kind == "far":
+        return Line2D([], [], marker="x", ms=7, mew=1.6, color="k", lw=0, **kwargs)
+    style = {"exact": "-", "critical": "--", "reference": ":"}[kind]
+    return Line2D([], [], ls=style, color=color, lw=1.2, **kwargs)
+
+
+def setting_line(ds: xr.Dataset, keys: Sequence[str] = ()) -> str:
+    """The setting a figure shows: the point values every point shares (``d = 4``,
+    ``N = 2``) and the sample line (:func:`sample_line`)."""
+    parts = []
+    for name in keys:
+        if name in ds.coords:
+            values = np.unique(np.asarray(ds[name].values))
+            nan = values.dtype.kind == "f" and bool(np.isnan(values).all())
+            if len(values) == 1 and not nan:  # NaN: a parameter these models lack
+                parts.append(f"{SYMBOLS.get(name, name)} = {_value(values[0])}")
+    return ", ".join([*parts, sample_line(ds)])
+
+
+#: How figures name the point coordinates.
+SYMBOLS = {"beta": "β", "dim": "d", "tokens": "N", "eps": "ε", "model": "model"}
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, float | np.floating):
+        return f"{float(value):g}"
+    return str(value).strip('"')
+
+
+def point_label(row: xr.Dataset, names: Sequence[str]) -> str:
+    """``"d = 4, β = 0.25"``: a point's values of the coordinates ``names``."""
+    return ", ".join(
+        f"{SYMBOLS.get(n, n)} = {_value(row[n].item())}" for n in names if n in row.coords
+    )
+
+
+def swept(ds: xr.Dataset, names: Sequence[str]) -> list[str]:
+    """The coordinates among ``names`` that take more than one value over the points (NaN
+    counts once)."""
+    out = []
+    for name in names:
+        if name in ds.coords:
+            values = np.asarray(ds[name].values)
+            if values.dtype.kind == "f":
+                distinct = len(np.unique(values[np.isfinite(values)])) + bool(
+                    np.isnan(values).any()
+                )
+            else:
+                distinct = len(np.unique(values))
+            if distinct > 1:
+                out.append(name)
+    return out

@@ -2,34 +2,44 @@
 
 Each takes its parameters as Python values (no parsing, no printing) and returns an
 ``xarray.Dataset`` with provenance; the CLI only parses options and writes files.
+
+Every name is loaded on first use (:mod:`attndyn._lazy`): the command line declares its
+options without importing JAX.
 """
 
-from .evolution import (
-    MODELS as MODELS,
-    evolution_points as evolution_points,
-    evolution_study as evolution_study,
-)
-from .phase import (
-    DEFAULT_ATTENTION as DEFAULT_ATTENTION,
-    ENGINES as ENGINES,
-    KINDS as KINDS,
-    ModelSpec as ModelSpec,
-    MonteCarlo as MonteCarlo,
-    phase_diagram_study as phase_diagram_study,
-    phase_model as phase_model,
-    phase_points as phase_points,
-)
-from .rates import (
-    RATE_KINDS as RATE_KINDS,
-    RateFit as RateFit,
-    clustering_time as clustering_time,
-    cosine_gap as cosine_gap,
-    fit_terminal_rate as fit_terminal_rate,
-)
-from .schemes import (
-    random_weights_cosine as random_weights_cosine,
-    schemes_study as schemes_study,
-    schemes_summary as schemes_summary,
-    terminal_fit as terminal_fit,
-)
-from .summary import json_points as json_points, series as series
+from typing import TYPE_CHECKING
+
+from .._lazy import attach as _attach
+
+if TYPE_CHECKING:
+    from .evolution import (
+        MODELS as MODELS,
+        evolution_points as evolution_points,
+        evolution_study as evolution_study,
+    )
+    from .phase import (
+        DEFAULT_ATTENTION as DEFAULT_ATTENTION,
+        ENGINES as ENGINES,
+        KINDS as KINDS,
+        ModelSpec as ModelSpec,
+        MonteCarlo as MonteCarlo,
+        phase_diagram_study as phase_diagram_study,
+        phase_model as phase_model,
+        phase_points as phase_points,
+    )
+    from .rates import (
+        RATE_KINDS as RATE_KINDS,
+        RateFit as RateFit,
+        clustering_time as clustering_time,
+        cosine_gap as cosine_gap,
+        fit_terminal_rate as fit_terminal_rate,
+    )
+    from .schemes import (
+        random_weights_cosine as random_weights_cosine,
+        schemes_study as schemes_study,
+        schemes_summary as schemes_summary,
+        terminal_fit as terminal_fit,
+    )
+    from .summary import json_points as json_points, series as series
+
+__getattr__, __dir__ = _attach(__name__, __file__, globals())

@@ -15,8 +15,16 @@ from .._core.errors import (
     check_int,
     check_sequence,
 )
+from .._estimate.metadata import describe, index_points
 from .._estimate.plan import check_distinct
-from .phase import ModelSpec, MonteCarlo, add_sphere_drift, phase_model, phase_points
+from .phase import (
+    ModelSpec,
+    MonteCarlo,
+    add_layer_step,
+    add_sphere_drift,
+    phase_model,
+    phase_points,
+)
 
 #: full: Post-LN with full value noise (eq. 4 / eq. 6); hybrid: scalar noise ε (eq. 7 /
 #: eq. 8); deterministic: ε = 0 (Lemma 2's attention flow).
@@ -103,4 +111,11 @@ def evolution_study(
     ds = mc.estimate(model_fn, points, checkpoint=checkpoint, progress=progress, metadata=record)
     if spec.engine == "sde":
         add_sphere_drift(ds, model_fn, points, seed=mc.seed)
-    return ds
+    if "hybrid" in models and spec.engine == "discrete":
+        add_layer_step(ds, points, spec)
+    describe(ds, title=TITLE)
+    return index_points(ds)
+
+
+#: The ``title`` of the dataset.
+TITLE = "attndyn evolution: fractions of the clustering classes against time (seed 003 Figs. 7-9)"

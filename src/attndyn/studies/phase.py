@@ -35,6 +35,7 @@ from .._core.schemes import PostLN
 from .._core.sphere import uniform_sphere
 from .._core.values import DISTRIBUTIONS, MatrixValues, ScalarValues
 from .._estimate.estimator import estimate_probabilities
+from .._estimate.metadata import describe, index_points
 from .._estimate.plan import (
     MAX_DIM,
     MAX_TOKENS,
@@ -56,8 +57,8 @@ from ..theory import (
     p_antipodal_uniform,
 )
 from ..theory._hybrid import STEP_WARNING
+from ._names import DEFAULT_ATTENTION as DEFAULT_ATTENTION, ENGINES as ENGINES, KINDS as KINDS
 
-KINDS = ("beta-d", "beta-eps", "beta-n")
 #: The value noise each kind is defined for (as the CLI pairs them): the exact curves of
 #: ``beta-d`` and ``beta-eps`` hold for these models only.
 NOISE_OF_KIND = {"beta-d": "full", "beta-eps": "hybrid", "beta-n": "full"}
@@ -67,11 +68,7 @@ POINT_KEYS = {
     "beta-eps": ("dim", "tokens", "eps", "beta"),
     "beta-n": ("dim", "tokens", "beta"),
 }
-ENGINES = ("discrete", "sde")
 NOISES = ("full", "hybrid", "none")
-#: The attention each kind uses unless said otherwise. Fig. 4 tests Prop. 1, which holds
-#: for unnormalised attention (ε_c = √(2e^{−β})); Figs. 3 and 6 use softmax.
-DEFAULT_ATTENTION = {"beta-d": "softmax", "beta-eps": "unnormalized", "beta-n": "softmax"}
 EQUATIONS = {
     ("full", "discrete"): "seed 003 eq. 4 (Post-LN, full value noise)",
     ("full", "sde"): "seed 003 eq. 6 (Transformer SDE)",
@@ -281,7 +278,8 @@ class MonteCarlo:
             chunk_size=self.chunk_size,
             checkpoint=checkpoint,
             progress=progress,
-            metadata={"seed": self.seed, **(metadata or {})},
+            # Named apart from the papers ("seed 003" is a paper, not a random seed).
+            metadata={"random_seed": self.seed, **(metadata or {})},
             route=route or self.route,  # type: ignore[arg-type]
             early_absorption=False if self.early_absorption is None else self.early_absorption,
             on_nonfinite="exclude" if self.exclude_nonfinite else "raise",
@@ -363,7 +361,50 @@ def phase_diagram_study(
         add_three_token_curve(ds, three, horizon=spec.horizon)
     if spec.engine == "sde":
         add_sphere_drift(ds, model_fn, points, seed=mc.seed)
-    return ds
+    if spec.noise == "hybrid" and spec.engine == "discrete":
+        add_layer_step(ds, points, spec)
+    describe(ds, title=TITLES[kind])
+    return index_points(ds)
+
+
+#: The ``title`` of each kind's dataset.
+TITLES = {
+    "beta-d": "attndyn phase diagram: clustering-class probabilities over (beta, d) of two "
+    "tokens with full value noise (seed 003 Fig. 3)",
+    "beta-eps": "attndyn phase diagram: clustering-class probabilities over (beta, epsilon) "
+    "of the hybrid model (seed 003 Fig. 4)",
+    "beta-n": "attndyn phase diagram: clustering-class probabilities over (beta, N) with "
+    "full value noise (seed 003 Fig. 6)",
+}
+
+
+def layer_steps(points: Sequence[Mapping[str, Any]], spec: ModelSpec) -> np.ndarray:
+    """003 eq. 7's layer step per point (:func:`attndyn.theory.hybrid_layer_step`) for the
+    hybrid points (those with ε > 0; NaN for the others)."""
+    depth = spec.depth if spec.step is None else 1 / spec.step
+    return np.asarray(
+        [
+            hybrid_layer_step(p["beta"], p["eps"], depth, spec.attention)
+            if p.get("model", "hybrid") == "hybrid" and (p.get("eps") or 0) > 0
+            else float("nan")
+            for p in points
+        ]
+    )
+
+
+def add_layer_step(ds: xr.Dataset, points: Sequence[Mapping[str, Any]], spec: ModelSpec) -> None:
+    """``layer_step`` and ``far_from_limit`` (1 where the step exceeds
+    :data:`attndyn.theory.STEP_WARNING`: the cells the figure marks and the CLI warns of)."""
+    steps = layer_steps(points, spec)
+    ds["layer_step"] = ("point", steps)
+    with np.errstate(invalid="ignore"):
+        far = np.where(np.isfinite(steps), steps > STEP_WARNING, False)
+    ds["far_from_limit"] = ("point", far.astype(np.int8))
+    ds["far_from_limit"].attrs.update(
+        flag_values=np.array([0, 1], np.int8),
+        flag_meanings="near_the_sde_limit far_from_the_sde_limit",
+        threshold=STEP_WARNING,
+    )
 
 
 def check_study(kind: str, spec: ModelSpec, points: Sequence[Mapping[str, Any]]) -> None:

@@ -1,0 +1,12 @@
+"""The names users pass as strings to the core (attention kinds, value laws, norms,
+schemes), in a module that imports nothing: the command line declares its options with
+them without importing JAX."""
+
+#: Attention normalizations: softmax (SA) or unnormalised (USA).
+ATTENTION_KINDS = ("softmax", "unnormalized")
+#: Laws of the random values.
+DISTRIBUTIONS = ("gaussian", "uniform", "rademacher", "truncnormal")
+#: Token normalizations of Post-LN: RMS (the unit sphere) or centred LayerNorm.
+NORM_NAMES = ("rms", "layernorm")
+#: The normalization schemes of seed 004.
+SCHEME_NAMES = ("post-ln", "pre-ln", "mix-ln", "peri-ln", "ngpt", "sqrt-scaling")

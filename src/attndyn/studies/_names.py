@@ -1,0 +1,10 @@
+"""The names of the studies' choices, in a module that imports nothing: the command line
+declares its options with them without importing JAX."""
+
+#: The phase diagrams of seed 003: (β, d) Fig. 3, (β, ε) Fig. 4, (β, N) Fig. 6.
+KINDS = ("beta-d", "beta-eps", "beta-n")
+#: The discrete layer maps or their L → ∞ SDE.
+ENGINES = ("discrete", "sde")
+#: The attention each kind uses unless said otherwise. Fig. 4 tests Prop. 1, which holds
+#: for unnormalised attention (ε_c = √(2·exp(−β))); Figs. 3 and 6 use softmax.
+DEFAULT_ATTENTION = {"beta-d": "softmax", "beta-eps": "unnormalized", "beta-n": "softmax"}
