@@ -48,8 +48,11 @@ class Attention(eqx.Module):
       estimators detect and report with this cause;
     - ``kind="unnormalized"`` (USA): ``A_i = (1/N) Σ_j exp(s_ij) v_j``. ``exp`` overflows
       float32 once ``β ≳ 88.7``, and a layer, whose norm squares this output, once
-      ``β‖Q‖‖K‖ ≳ 44.4``: the result is then non-finite, which the estimators detect and
-      report with this cause; float64 (``jax_enable_x64``) reaches 709.8 and 354.9.
+      ``β‖Q‖‖K‖ ≳ 44.4`` (float64: 709.8 and 354.9). :meth:`scaled` gives the same output
+      as ``e^{m_i}·Ã_i`` with the exponent m_i apart, which never overflows: the schemes
+      whose layer map ignores a positive factor shared by a row and its update (Post-LN,
+      sqrt-scaling, nGPT, Peri-LN) use it and run at any β; the others are refused
+      before running where the output could overflow (see the estimator's checks).
 
     Heads. With ``n_heads = h`` each head sees a d/h-dimensional query, key and value per
     token and the h head outputs are concatenated (then mixed by ``output`` if given).
@@ -232,14 +235,25 @@ class Attention(eqx.Module):
 
     def matrix(self, x: Float[Array, "N d"]) -> Float[Array, "h N N"]:
         """The attention matrix per head (``P``, or the Laplacian for Laplacian heads)."""
+        return self._matrix(x, scaled=False)[0]
+
+    def _matrix(
+        self, x: Float[Array, "N d"], *, scaled: bool
+    ) -> tuple[Float[Array, "h N N"], Float[Array, "N 1"] | None]:
+        """The attention matrix, and (``scaled``, unnormalised attention) the exponent m_i
+        taken out of row i: the matrix is then ``e^{−m_i}·P`` (:meth:`scaled`)."""
         n_tokens = x.shape[0]
         s = self.scores(x)
         if self.diagonal_shift is not None:
             shift = self.diagonal_shift.astype(s.dtype)
             s = s - shift * jnp.eye(n_tokens, dtype=s.dtype)[None]
         mask = self.mask(n_tokens)
+        exponent = None
         if self.kind == "softmax":
             p = _softmax(s, None if mask is None else mask[None])
+        elif scaled:
+            exponent = _row_exponent(s, None if mask is None else mask[None])
+            p = jnp.exp(s - exponent[None]) / n_tokens
         else:
             p = jnp.exp(s) / n_tokens
         if mask is not None:
@@ -247,22 +261,58 @@ class Attention(eqx.Module):
         flags = self.laplacian_flags
         if any(flags):
             eye = jnp.eye(n_tokens, dtype=p.dtype)[None]
+            if exponent is not None:  # the identity of P − I is scaled with its row
+                eye = eye * jnp.exp(-exponent)[None]
             if self.laplacian_sign == "P-I":
                 p = p - jnp.asarray(flags, p.dtype)[:, None, None] * eye
             else:
                 p = jnp.where(jnp.asarray(flags)[:, None, None], eye - p, p)
-        return p
+        return p, exponent
 
     def __call__(self, x: Float[Array, "N d"]) -> Float[Array, "N d"]:
+        return self._output(x, self.matrix(x))
+
+    def scaled(
+        self, x: Float[Array, "N d"]
+    ) -> tuple[Float[Array, "N d"], Float[Array, "N 1"] | None]:
+        """``(Ã, m)`` with ``A_i = e^{m_i}·Ã_i`` for every row: the output with its
+        exponent apart, so that no β overflows it.
+
+        Softmax attention has no exponent to take out (``m`` is ``None``, ``Ã = A``).
+        Unnormalised attention takes out of row i the part of its largest score above
+        :data:`UNSHIFTED_SCORE` (``m_i = max(max_j s_ij − 20, 0)``): rows whose scores stay
+        below it are computed exactly as by ``__call__``, and no weight of ``Ã`` exceeds
+        ``e^{20}/N``. W_V, W_O and the Laplacian act row by row, so they keep the factor."""
+        if self.kind == "softmax":
+            return self(x), None
+        p, exponent = self._matrix(x, scaled=True)
+        return self._output(x, p), exponent
+
+    def _output(self, x: Float[Array, "N d"], p: Float[Array, "h N N"]) -> Float[Array, "N d"]:
         n_tokens, dim = x.shape
         values = self._project(self.value, x, self._blocks(x))
         if self.n_heads == 1:  # as in scores: no unit head axis inside a dot
-            out = matmul(self.matrix(x)[0], values[0])
+            out = matmul(p[0], values[0])
         else:
-            out = matmul(self.matrix(x), values).transpose(1, 0, 2).reshape(n_tokens, dim)
+            out = matmul(p, values).transpose(1, 0, 2).reshape(n_tokens, dim)
         if self.output is not None:
             out = matmul(out, self.output.T.astype(out.dtype))
         return out
+
+
+#: Unnormalised attention's :meth:`Attention.scaled` takes out of a row only the part of its
+#: largest score above this: below it (weights up to e^20 ≈ 5·10⁸, squares far inside
+#: float32) the row is computed exactly as without the scaling.
+UNSHIFTED_SCORE = 20.0
+
+
+def _row_exponent(s: Float[Array, "h N N"], mask: Bool[Array, "..."] | None) -> Float[Array, "N 1"]:
+    """The exponent m_i taken out of row i: its largest allowed score over heads and keys,
+    less :data:`UNSHIFTED_SCORE`, and never below 0."""
+    if mask is not None:
+        s = jnp.where(mask, s, -jnp.inf)
+    top = jnp.max(small_max(s, -1), axis=0)[:, None]
+    return jnp.maximum(top - UNSHIFTED_SCORE, 0).astype(s.dtype)
 
 
 def _softmax(s: Float[Array, "*b n"], mask: Bool[Array, "..."] | None) -> Float[Array, "*b n"]:

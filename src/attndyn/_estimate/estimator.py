@@ -24,6 +24,7 @@ from .._core.errors import (
     check_bool,
 )
 from .._models.base import AbstractModel
+from . import interrupts
 from .checkpoint import load_checkpoint, signature, study_record, write_checkpoint
 from .dataset import attach_provenance, probabilities_dataset, provenance_record
 from .diagnose import overflow_message
@@ -31,7 +32,14 @@ from .distributed import gather_tallies, process_block, process_layout
 from .files import Lock, LockBusy, writable_folder
 from .keys import Point, check_key, point_key
 from .plan import Plan, PointPlan, make_plan
-from .runner import chunk_indices, chunk_statistics, default_chunk_size, round_up, tile_size
+from .runner import (
+    Blocks,
+    chunk_indices,
+    chunk_statistics,
+    default_chunk_size,
+    round_up,
+    tile_size,
+)
 from .runtime import compile_seconds
 from .tallies import Tallies
 
@@ -384,12 +392,17 @@ class _Study:
             dynamic_ncols=True,
         )
         try:
-            for index, point in enumerate(plan.points):
-                self.run_point(index, point, bar)
-                self.save()
-                if self.alone:
-                    self.check_nonfinite(index, point)
+            with interrupts.watching():
+                for index, point in enumerate(plan.points):
+                    self.run_point(index, point, bar)
+                    self.save()
+                    if self.alone:
+                        self.check_nonfinite(index, point)
+                # An interrupt Python swallowed (in a garbage-collection callback) during
+                # the last block still stops the run.
+                interrupts.check()
         except KeyboardInterrupt:
+            # The blocks of device work are short and waited for: nothing is left running.
             self.save()
             raise
         finally:
@@ -426,15 +439,25 @@ class _Study:
             jnp.asarray(plan.tol, dtype),
             jnp.asarray(plan.radius, dtype),
         )
-        # One tile per device per call (runner.tile_size): the same compiled program for
-        # every chunk size; a chunk is the work between checkpoint checks.
+        # One tile per device per call (runner.tile_size): the same compiled programs for
+        # every chunk size; a chunk is the work between checkpoint checks. Within a call the
+        # steps run in blocks of about half a second (the same numbers whatever the
+        # blocks), with a check for Ctrl-C after each.
         group = self.tiles[index] * len(self.devices)
+        blocks = Blocks(point.model.stepping()[1])
         for first in range(start + int(tallies.n_done[index]), stop, chunk):
             pending = None
             for tile_start in range(first, min(first + chunk, stop), group):
                 indices = chunk_indices(tile_start, group, self.sharding)
                 results = chunk_statistics(
-                    point.model, key, indices, *args, point.n_tokens, point.dim, self.mesh
+                    point.model,
+                    key,
+                    indices,
+                    *args,
+                    point.n_tokens,
+                    point.dim,
+                    self.mesh,
+                    blocks=blocks,
                 )
                 # The devices run this call while the host adds the previous one (JAX
                 # dispatches asynchronously; add_chunk waits for its results).
@@ -485,7 +508,8 @@ class _Study:
             return
         message = (
             f"{bad} of {int(tallies.n_done[index])} trajectories at point {point.point} "
-            f"became NaN or infinite (or too large to normalise). "
+            "became NaN or infinite (or too large to normalise, or broke an invariant of "
+            "the model: a row off the unit sphere, a cosine outside [−1, 1]). "
             f"{overflow_message(point.user_model, radius=self.plan.radius)}"
         )
         if self.plan.on_nonfinite == "raise":

@@ -14,11 +14,14 @@ advisory locks.
 import contextlib
 import datetime
 import errno
+import math
 import os
 import socket
 import tempfile
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 try:
     import fcntl
@@ -27,24 +30,118 @@ except ImportError:  # pragma: no cover - not POSIX: pid files only
 
 from .._core.errors import ParameterError
 
+T = TypeVar("T")
 
-def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """Call ``write(temporary)`` for a file next to ``path``, then rename it over ``path``."""
+
+def uninterrupted(work: Callable[[], T]) -> T:
+    """``work()``, run in a worker thread that a Ctrl-C cannot stop midway: a
+    ``KeyboardInterrupt`` that arrives meanwhile is held until the work is done, then
+    raised. xarray and netCDF take process-wide locks around every file access; an
+    interrupt between taking one and the ``try`` that releases it left it taken, and the
+    next write in the same process (a notebook user resuming) waited on it for ever.
+    Signals reach only the main thread, so the worker always finishes."""
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = work()
+        except BaseException as error:  # handed to the caller, whatever it is
+            outcome["error"] = error
+
+    worker = threading.Thread(target=target, name="attndyn-file", daemon=True)
+    worker.start()
+    interrupted = False
+    while worker.is_alive():
+        try:
+            worker.join()
+        except KeyboardInterrupt:
+            interrupted = True
+    if "error" in outcome:
+        raise outcome["error"]
+    if interrupted:
+        raise KeyboardInterrupt
+    return outcome["value"]
+
+
+class StorageError(OSError):
+    """Writing a file failed for a reason of the machine, not of the arguments: a full
+    disk (netCDF reports it as "NetCDF: HDF error"), an I/O error. The message names the
+    file, what the library said and the free space left."""
+
+
+def storage_error(path: Path, error: BaseException) -> StorageError:
+    """:class:`StorageError` for a failed write of ``path`` (``error``: what the writer
+    raised), with the free space of its file system; its errno is the writer's, else
+    ENOSPC when under 1 MiB is free, else EIO."""
+    free = free_bytes(path.parent)
+    code = getattr(error, "errno", None)
+    if not isinstance(code, int):
+        code = errno.ENOSPC if free is not None and free < 2**20 else errno.EIO
+    left = "" if free is None else f"; {_size(free)} free on its file system"
+    text = " ".join(str(error).split()) or type(error).__name__
+    return StorageError(code, f"writing {path.name} failed ({text}{left})", str(path))
+
+
+def free_bytes(folder: Path) -> int | None:
+    """Bytes this user may still write on ``folder``'s file system (None if unknown)."""
+    try:
+        stats = os.statvfs(folder)
+    except (OSError, AttributeError):
+        return None
+    return stats.f_bavail * stats.f_frsize
+
+
+def _size(n: int) -> str:
+    if n < 1024:
+        return f"{n} bytes"
+    exponent = min(3, int(math.log(n, 1024)))
+    return f"{n / 1024**exponent:.1f} {('KiB', 'MiB', 'GiB')[exponent - 1]}"
+
+
+def write_temporary(path: Path, write: Callable[[Path], None]) -> Path:
+    """Call ``write(temporary)`` for a new file next to ``path``, flush it to disk and give
+    it the mode ``path`` would have; returns the temporary file (removed on failure).
+    netCDF's errors (a full disk is "NetCDF: HDF error") become :class:`StorageError`."""
     path = Path(path)
     fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
     os.close(fd)
     temporary = Path(name)
     try:
-        write(temporary)
-        with open(temporary, "rb+") as handle:
-            os.fsync(handle.fileno())
+        try:
+            write(temporary)
+            with open(temporary, "rb+") as handle:
+                os.fsync(handle.fileno())
+        except OSError as error:
+            if isinstance(error, StorageError):
+                raise
+            raise storage_error(path, error) from None
+        except RuntimeError as error:  # netCDF4 raises RuntimeError for HDF5's failures
+            raise storage_error(path, error) from None
         os.chmod(temporary, _file_mode(path))
-        os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(OSError):
             temporary.unlink()
         raise
-    _sync_folder(path.parent)
+    return temporary
+
+
+def replace_all(pairs: Sequence[tuple[Path, Path]]) -> None:
+    """Rename each temporary file over its target (``(temporary, target)`` pairs), then
+    make the renames durable. Every file was written before: nothing here needs space."""
+    for temporary, target in pairs:
+        os.replace(temporary, target)
+    for folder in {Path(target).parent for _, target in pairs}:
+        _sync_folder(folder)
+
+
+def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """Call ``write(temporary)`` for a file next to ``path``, then rename it over ``path``;
+    in a worker that a Ctrl-C cannot stop midway (:func:`uninterrupted`)."""
+
+    def work() -> None:
+        replace_all([(write_temporary(path, write), Path(path))])
+
+    uninterrupted(work)
 
 
 def _file_mode(path: Path) -> int:
@@ -70,22 +167,29 @@ def _sync_folder(folder: Path) -> None:
 
 def writable_folder(folder: Path, what: str) -> bool:
     """Create ``folder`` if needed and check that files can be created in it; returns whether
-    it was created here. Raises :class:`ParameterError` naming ``what`` otherwise."""
+    it was created here. Raises :class:`ParameterError` naming ``what`` otherwise (a file,
+    a read-only place, a name too long for the file system)."""
     folder = Path(folder)
-    if folder.exists() and not folder.is_dir():
-        raise ParameterError(f"{what} {str(folder)!r} is a file, not a folder; give a folder.")
-    created = not folder.exists()
     try:
+        if folder.exists() and not folder.is_dir():
+            raise ParameterError(f"{what} {str(folder)!r} is a file, not a folder; give a folder.")
+        created = not folder.exists()
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=folder):
             pass
     except OSError as error:
         reason = error.strerror or type(error).__name__
         raise ParameterError(
-            f"{what} {str(folder)!r} is not a writable folder ({reason}); give a folder "
+            f"{what} {_shown(folder)} is not a writable folder ({reason}); give a folder "
             "this user can write to."
         ) from None
     return created
+
+
+def _shown(path: Path) -> str:
+    """A path as an error message shows it: quoted, its middle cut when very long."""
+    text = str(path)
+    return repr(text if len(text) <= 120 else f"{text[:60]}…{text[-40:]}")
 
 
 class LockBusy(ParameterError):

@@ -18,10 +18,10 @@ from .._core.linalg import matmul
 from .._core.norms import AbstractNorm
 from .._core.random import fold_in
 from .._core.saveat import SaveAt
-from .._core.schemes import AbstractScheme, PostLN
+from .._core.schemes import AbstractScheme, PostLN, attention_update
 from .._core.values import AbstractValues, DeterministicValues, MatrixValues
 from .._core.weights import DrawnWeights, RandomWeights
-from .base import AbstractTrajectoryModel, Reduction
+from .base import AbstractTrajectoryModel, Reduction, advance_saves, begin_saves
 
 #: The depth L when neither ``depth`` nor ``step`` is given.
 DEFAULT_DEPTH = 100
@@ -184,13 +184,13 @@ class DiscreteTransformer(AbstractTrajectoryModel):
                 drawn = self.weights.at_layer(key, n, x.shape[-1], x.dtype)
             attention, value = with_weights(attention, drawn), drawn.value
 
-        def update(z):
-            a = attention(z)
+        def apply(a):
             if value is not None:
                 a = matmul(a, value.T)
             return self.values.apply_noise(a, noise, depth=depth)
 
         scheme_map = self.scheme.step if carried else self.scheme.layer
+        update = attention_update(attention, apply)
         return scheme_map(x, update, layer=n.astype(x.dtype), depth=depth)
 
     def layer_noise(self, x: Float[Array, "N d"], n: Array, *, key: PRNGKeyArray) -> PyTree:
@@ -200,11 +200,38 @@ class DiscreteTransformer(AbstractTrajectoryModel):
 
     @eqx.filter_jit
     def trajectory(self, x0, *, key):
+        state = self._begin(x0, key)
+        stop = jnp.asarray(self.stepping()[0], jnp.int32)
+        return self._advance(state, key, jnp.zeros((), jnp.int32), stop)[2]
+
+    def stepping(self) -> tuple[int, int]:
+        return int(self.save_layers[-1]), 1
+
+    def begin(self, x0, keys):
+        return jax.vmap(self._begin)(x0, keys)
+
+    def advance(self, state, keys, start, stop):
+        return jax.vmap(self._advance, in_axes=(0, 0, None, None))(state, keys, start, stop)
+
+    def finish(self, state):
+        return state[2]
+
+    def _begin(self, x0: Float[Array, "N d"], key: PRNGKeyArray):
+        """One trajectory's state before layer 0: the loop's carry and the save buffer."""
+        first = self.layer_noise(x0, jnp.asarray(0, jnp.int32), key=key)
+        # The loop carries the scheme's state (its directions, for the schemes that start
+        # every layer by normalising): each layer's first norm is then done once, here. A
+        # save before the first layer is the start itself, not the loop's state.
+        return self.scheme.enter(x0), first, begin_saves(self.save_layers, x0)
+
+    def _advance(self, state, key: PRNGKeyArray, start: Array, stop: Array):
+        """Layers [start, stop) of one trajectory (see :func:`.base.advance_saves`)."""
+        x, noise, saves = state
         drawn = None
         if self.weights is not None and self.weights.frozen:
             # Frozen: one draw for the whole trajectory (the same numbers as drawing it in
             # every layer from the same key).
-            drawn = self.weights.at_layer(key, jnp.zeros((), jnp.int32), x0.shape[-1], x0.dtype)
+            drawn = self.weights.at_layer(key, jnp.zeros((), jnp.int32), x.shape[-1], x.dtype)
 
         def step(n, carry):
             # Layer n + 1's numbers are drawn while layer n runs and carried: a loop-carried
@@ -215,19 +242,21 @@ class DiscreteTransformer(AbstractTrajectoryModel):
             new = self.layer(x, n, key=key, drawn=drawn, noise=noise, carried=True)
             return new, self.layer_noise(x, n + 1, key=key)
 
-        def segment(carry, stop):
-            x, noise, start = carry
-            x, noise = jax.lax.fori_loop(start, stop, step, (x, noise))
-            # A save before the first layer is the start itself, not the loop's state.
-            return (x, noise, stop), jnp.where(stop == 0, x0, x)
+        def run(carry, lo, hi, anchor):
+            del anchor
+            return jax.lax.fori_loop(lo, hi, step, carry)
 
-        start = jnp.asarray(0, jnp.int32)
-        first = self.layer_noise(x0, start, key=key)
-        # The loop carries the scheme's state (its directions, for the schemes that start
-        # every layer by normalising): each layer's first norm is then done once, here.
-        carry = (self.scheme.enter(x0), first, start)
-        _, saves = jax.lax.scan(segment, carry, jnp.asarray(self.save_layers))
-        return saves
+        (x, noise), saves = advance_saves(
+            self.save_layers, (x, noise), saves, start, stop, run, lambda carry: carry[0]
+        )
+        return x, noise, saves
+
+    def attention_scale_free(self) -> bool:
+        return self.scheme.scale_free
+
+    def keeps_unit_rows(self) -> bool:
+        # A gain or bias moves the normalised rows off the unit sphere.
+        return not self.scheme.keeps_radius and not self.scheme.norm.affine
 
     def undefined_maps(self) -> list[str]:
         depth, n_layers = self.layers_per_unit, self.n_layers

@@ -122,6 +122,9 @@ class AbstractOverlapSDE(AbstractModel):
         """Z at :attr:`save_times`, from ``z0`` in (−1, 1) (NaN if the solve fails)."""
         return jnp.tanh(self.solve_artanh(z0, key=key))
 
+    def keeps_unit_rows(self) -> bool:
+        return True  # the frame rows (1, 0) and (tanh X, 1/cosh X)
+
     def simulate(self, x0: Float[Array, "batch N d"], keys: Key[Array, " batch"]):
         if x0.shape[1] != 2:
             raise ParameterError(
@@ -204,10 +207,11 @@ class OverlapSDE(AbstractOverlapSDE):
         beta = float(self.beta)
         if self.attention != "unnormalized" or beta + math.log(OVERFLOW_MARGIN) < threshold:
             return []
+        x64 = "pass x64=True (CLI: --x64; limit 354.9), " if np.dtype(dtype) == np.float32 else ""
         return [
             f"unnormalised attention (beta): β = {beta:.4g} is near or above "
             f"{threshold:.1f} = ½·ln(max {np.dtype(dtype).name}), where the overlap drift's "
-            "e^{2β} overflows; lower β or use attention='softmax'"
+            f"e^{{2β}} overflows; {x64}lower β or use attention='softmax'"
         ]
 
     def simulate(self, x0: Float[Array, "batch N d"], keys: Key[Array, " batch"]):

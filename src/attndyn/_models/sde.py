@@ -182,6 +182,9 @@ class AbstractSphereSDE(AbstractTrajectoryModel):
         """The states at :attr:`save_times` (NaN when the solve failed)."""
         return self.solve(x0, key=key).x
 
+    def keeps_unit_rows(self) -> bool:
+        return self.integrator.project
+
     def _overlap_blocker(self, n_tokens: int) -> str | None:
         """Why the two-token overlap diffusion is not this SDE's exact reduction."""
         from .overlap import OVERLAP_SOLVERS

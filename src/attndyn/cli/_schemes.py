@@ -16,6 +16,7 @@ from ._common import (
     floats,
     names,
     nonempty_path,
+    output_bytes,
     overwrite_option,
     png_metadata,
     save_png,
@@ -119,6 +120,7 @@ def schemes(**options) -> None:
         figures=[f"schemes_{key}.png" for key in FIGURES],
         arguments=arguments,
         overwrite=options["overwrite"],
+        needs=output_bytes(1, n_figures=len(FIGURES)),
     ) as out:
         ds = schemes_study(
             schemes=scheme_names,
@@ -130,12 +132,13 @@ def schemes(**options) -> None:
         )
         record = {**provenance(ds), "command": command_line(), "arguments": arguments}
         attach_provenance(ds, record)
-        path = out.write("schemes.nc", ds.to_netcdf)
+        path = out.stage("schemes.nc", ds.to_netcdf)
         from .. import plot
 
         save = functools.partial(save_png, dpi=120, metadata=png_metadata(ds, path.name))
         for key, fig in plot.schemes(ds).items():
-            out.write(f"schemes_{key}.png", functools.partial(save, fig))
+            out.stage(f"schemes_{key}.png", functools.partial(save, fig))
+        out.commit()  # the dataset and its four figures replace the old ones together
     if options["as_json"]:
         emit_json(schemes_summary(ds))
     else:
