@@ -435,7 +435,8 @@ def test_outputs_replace_the_old_ones_together_or_not_at_all(tmp_path, stub_evol
             raise OSError(28, "No space left on device")
 
     attndyn.plot.pair_density = lambda ds: FullDisk()  # the last of the three files written
-    result = CliRunner().invoke(main, [*EVOLUTION, "--seed", "5", "--overwrite", "--out", str(tmp_path)])
+    rerun = [*EVOLUTION, "--seed", "5", "--overwrite", "--out", str(tmp_path)]
+    result = CliRunner().invoke(main, rerun)
     assert result.exit_code == 1
     assert result.output.count("Error:") == 1 and "No space left" in result.output
     assert "previous outputs are unchanged" in result.output

@@ -245,7 +245,9 @@ def test_exact_curve_is_computed_before_the_simulation(monkeypatch):
 
 def test_overflow_messages_name_the_cause_and_the_threshold():
     pre_ln = ad.PreLN()  # needs the attention's output whole: overflows past 44.4
-    usa = ad.DiscreteTransformer(ad.Attention(50.0, kind="unnormalized"), ad.MatrixValues(1.0), pre_ln)
+    usa = ad.DiscreteTransformer(
+        ad.Attention(50.0, kind="unnormalized"), ad.MatrixValues(1.0), pre_ln
+    )
     message = overflow_message(usa)
     assert "attention.beta" in message and "44.4" in message and "88" not in message
     huge_sigma = ad.DiscreteTransformer(ad.Attention(1.0), ad.MatrixValues(1e30))
@@ -315,7 +317,8 @@ def test_an_undefined_map_is_warned_before_the_run_and_named_after_it():
 
     points = [{"dim": 2, "tokens": 1, "eps": 2.0}, {"dim": 2, "tokens": 1, "eps": 0.5}]
     with pytest.warns(UserWarning, match=r"at 1 of 2 points the model's map is undefined"):
-        with pytest.raises(ad.NonFiniteError, match=r"a cosine outside \[−1, 1\]\)\. Cause: the value"):
+        broken = r"a cosine outside \[−1, 1\]\)\. Cause: the value"
+        with pytest.raises(ad.NonFiniteError, match=broken):
             ad.estimate_probabilities(
                 make, points, key=jax.random.key(0), n_trajectories=8, progress=False
             )

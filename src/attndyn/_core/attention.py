@@ -1,6 +1,8 @@
 """The attention core shared by every model: one trajectory, tokens shaped ``(N, d)``."""
 
-from typing import Literal
+import functools
+from collections.abc import Callable
+from typing import Any, Literal
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -21,12 +23,35 @@ ATTENTION_KINDS = ("softmax", "unnormalized")
 AttentionKind = Literal["softmax", "unnormalized"]
 
 
-def as_float(x) -> Array:
-    """Converter for swept parameters: a float array leaf, so sweeps never recompile."""
-    x = jnp.asarray(x)
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        x = x.astype(jnp.float32)
-    return x
+def as_float(x, name: str = "value") -> Array:
+    """Converter for swept parameters: a float array leaf, so sweeps never recompile.
+    Anything but real numbers (a string, None, a bool, a complex number, a ragged list) is
+    refused with a :class:`ParameterError` naming ``name``."""
+    try:
+        array = (
+            None if isinstance(x, str | bytes | bool | np.bool_) or x is None else jnp.asarray(x)
+        )
+    except (TypeError, ValueError):
+        array = None
+    if array is None or array.dtype == bool or array.dtype.kind not in "iuf":
+        shown = repr(x) if len(repr(x)) <= 40 else repr(x)[:37] + "..."
+        raise ParameterError(
+            f"{name}={shown} must be a real number (a Python or NumPy number, or a 0-d "
+            f"array); got {type(x).__name__}."
+        )
+    if not jnp.issubdtype(array.dtype, jnp.floating):
+        array = array.astype(jnp.float32)
+    return array
+
+
+def float_leaf(name: str) -> Callable[[Any], Array]:
+    """The converter of the swept parameter ``name``: :func:`as_float`, naming it."""
+    return functools.partial(as_float, name=name)
+
+
+def optional_float_leaf(name: str) -> Callable[[Any], Array | None]:
+    """The converter of an optional swept parameter: ``None``, or :func:`as_float`."""
+    return lambda x: None if x is None else as_float(x, name)
 
 
 LAPLACIAN_SIGNS = ("P-I", "I-P")
@@ -80,7 +105,7 @@ class Attention(eqx.Module):
     ``beta`` is an array leaf: changing it reuses the compiled code.
     """
 
-    beta: Float[Array, ""] = eqx.field(converter=as_float)
+    beta: Float[Array, ""] = eqx.field(converter=float_leaf("beta"))
     kind: str = eqx.field(static=True, default="softmax")
     query: Float[Array, "..."] | None = None
     key_matrix: Float[Array, "..."] | None = None
@@ -93,7 +118,9 @@ class Attention(eqx.Module):
     laplacian_heads: tuple[int, ...] | None = eqx.field(static=True, default=None)
     laplacian_sign: str = eqx.field(static=True, default="P-I")
     self_mask: bool = eqx.field(static=True, default=False)
-    diagonal_shift: Float[Array, ""] | None = eqx.field(converter=optional_float, default=None)
+    diagonal_shift: Float[Array, ""] | None = eqx.field(
+        converter=optional_float_leaf("diagonal_shift"), default=None
+    )
 
     def __check_init__(self):
         check_choice("attention kind", self.kind, ATTENTION_KINDS)

@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from .attention import as_float
+from .attention import float_leaf
 from .errors import check_bound, check_scalar
 from .norms import AbstractNorm, RMSNorm, as_norm
 
@@ -258,7 +258,7 @@ class MixLN(AbstractScheme):
     :class:`attndyn.NormalizedAttentionODE`).
     """
 
-    tau: Float[Array, ""] = eqx.field(converter=as_float, default=0.5)
+    tau: Float[Array, ""] = eqx.field(converter=float_leaf("tau"), default=0.5)
     name: ClassVar[str] = "mix-ln"
     keeps_radius: ClassVar[bool] = True
     rotation_equivariant: ClassVar[bool] = True
@@ -327,7 +327,7 @@ class NGPT(AbstractScheme):
     ``V_n A_i = 0`` the inner normalisation has no direction and the token does not move.
     """
 
-    alpha: Float[Array, ""] = eqx.field(converter=as_float, default=1.0)
+    alpha: Float[Array, ""] = eqx.field(converter=float_leaf("alpha"), default=1.0)
     alpha_schedule: Callable[[Array], Array] | None = eqx.field(static=True, default=None)
     name: ClassVar[str] = "ngpt"
     keeps_radius: ClassVar[bool] = False

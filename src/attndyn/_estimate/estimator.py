@@ -1,10 +1,11 @@
 """``estimate_probabilities``: the stages of :mod:`attndyn._estimate` put together."""
 
+import contextlib
 import os
 import sys
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -168,20 +169,22 @@ def estimate_probabilities(
     check_metadata(metadata)
     checkpoint = None if checkpoint is None else check_checkpoint_path(checkpoint)
     with jax.enable_x64(bool(x64)):
-        plan = make_plan(
-            model_fn,
-            points,
-            n_trajectories=n_trajectories,
-            tol=tol,
-            radius=radius,
-            chunk_size=chunk_size,
-            route=route,
-            early_absorption=early_absorption,
-            on_nonfinite=on_nonfinite,
-            x64=bool(x64),
-            on_merged=on_merged,
-        )
-        with _Study(plan, key, checkpoint) as study:
+        with deferred_warnings():
+            plan = make_plan(
+                model_fn,
+                points,
+                n_trajectories=n_trajectories,
+                tol=tol,
+                radius=radius,
+                chunk_size=chunk_size,
+                route=route,
+                early_absorption=early_absorption,
+                on_nonfinite=on_nonfinite,
+                x64=bool(x64),
+                on_merged=on_merged,
+            )
+            study = _Study(plan, key, checkpoint)
+        with study:
             study.run(progress)
             tallies = study.combined()
             study.check_totals(tallies)
@@ -192,6 +195,63 @@ def estimate_probabilities(
         tallies, points, plan.save_times, exclude_merged=plan.on_merged == "exclude"
     )
     return attach_provenance(ds, record)
+
+
+class _Held:
+    """Warnings held by :func:`deferred_warnings`, and where to show them."""
+
+    def __init__(self, show):
+        self.show = show
+        self.warnings: list[tuple] = []
+        self.holding = True
+
+    def release(self) -> None:
+        self.holding = False
+        held, self.warnings = self.warnings, []
+        for args in held:
+            self.show(*args)
+
+
+_held: list[_Held] = []
+
+
+@contextlib.contextmanager
+def deferred_warnings() -> Iterator[None]:
+    """Hold the warnings raised inside (building the points' models, planning, reading the
+    checkpoint) until the study starts running (:func:`release_warnings`) or the block
+    ends, and drop them if the block refuses the arguments (:class:`ParameterError`): a
+    warning (a horizon off the layer grid) followed by the error that stops the run was two
+    lines for one mistake. Nested uses share the outermost (the CLI holds a whole
+    command's)."""
+    if _held:
+        yield
+        return
+    held = _Held(warnings.showwarning)
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if held.holding:
+            held.warnings.append((message, category, filename, lineno, file, line))
+        else:
+            held.show(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    _held.append(held)
+    try:
+        yield
+    except ParameterError:
+        held.warnings.clear()
+        raise
+    finally:
+        _held.remove(held)
+        warnings.showwarning = held.show
+        held.release()
+
+
+def release_warnings() -> None:
+    """Show the warnings :func:`deferred_warnings` holds, and every later one at once: the
+    arguments passed every check and the study runs."""
+    for held in _held:
+        held.release()
 
 
 def merge_message(plan: Plan, tallies: Tallies, index: int) -> str:
@@ -381,6 +441,7 @@ class _Study:
             self.last_save = time.perf_counter()
 
     def run(self, progress: bool) -> None:
+        release_warnings()
         plan = self.plan
         bar = tqdm(
             total=len(plan.points) * plan.n_trajectories,

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Key, PRNGKeyArray, PyTree
 
-from .._core.errors import ParameterError
+from .._core.errors import ParameterError, check_start
 
 States = Float[Array, "batch n_saves N k"]
 
@@ -179,6 +179,7 @@ class AbstractTrajectoryModel(AbstractModel):
     def simulate(self, x0, keys):
         # Compiled whole where a user calls it outside jit (inside the estimator's program
         # the call is inlined).
+        check_start("x0", x0, ndim=3)
         return jax.vmap(lambda x, k: self.trajectory(x, key=k))(x0, keys)
 
 

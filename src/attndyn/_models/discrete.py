@@ -13,7 +13,14 @@ from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
 from .._core.attention import Attention
 from .._core.eigenmaps import EigenmapsStep
-from .._core.errors import INT32_MAX, ParameterError, check_bound, check_int
+from .._core.errors import (
+    INT32_MAX,
+    ParameterError,
+    check_bound,
+    check_int,
+    check_single_key,
+    check_start,
+)
 from .._core.linalg import matmul
 from .._core.norms import AbstractNorm
 from .._core.random import fold_in
@@ -104,16 +111,15 @@ class DiscreteTransformer(AbstractTrajectoryModel):
             )
 
     def _check_horizon(self) -> None:
-        if self.step is None:
-            exact = self.layers_per_unit * self.saveat.horizon
-        else:
-            exact = self.saveat.horizon / self.step
+        # Rounded as the save times are (SaveAt.steps: the nearest grid point of t/η), so
+        # that the layer count the warning names is the one the saves record.
+        exact = self.saveat.horizon / self.step_size
         if not exact < INT32_MAX + 0.5:
             raise ParameterError(
                 f"horizon/step = {exact:.6g} layers is more than the {INT32_MAX} that int32 "
                 "layer indices hold; lower the depth or the horizon."
             )
-        layers = round(exact)
+        layers = self.n_layers
         if layers == 0:
             raise ParameterError(
                 f"horizon={self.saveat.horizon:g} is shorter than half a layer (step "
@@ -124,7 +130,7 @@ class DiscreteTransformer(AbstractTrajectoryModel):
         if not math.isclose(exact, layers, rel_tol=1e-6, abs_tol=1e-6):
             warnings.warn(
                 f"horizon={self.saveat.horizon:g} is not a multiple of the layer step "
-                f"{self.step_size:g}: running {layers} layers, to t = "
+                f"{self.step_size:g}: running {layers} layer{'s' if layers != 1 else ''}, to t = "
                 f"{layers * self.step_size:g}.",
                 stacklevel=_user_stacklevel(),
             )
@@ -143,9 +149,9 @@ class DiscreteTransformer(AbstractTrajectoryModel):
 
     @property
     def n_layers(self) -> int:
-        if self.step is not None:
-            return round(self.saveat.horizon / self.step)
-        return round(self.layers_per_unit * self.saveat.horizon)
+        """The layers to the horizon: T/η rounded to the nearest integer, as the save
+        times are (:meth:`SaveAt.steps`)."""
+        return int(self.saveat.steps(self.step_size, self.saveat.horizon)[-1])
 
     @property
     def save_layers(self) -> np.ndarray:
@@ -200,6 +206,8 @@ class DiscreteTransformer(AbstractTrajectoryModel):
 
     @eqx.filter_jit
     def trajectory(self, x0, *, key):
+        check_start("x0", x0)
+        check_single_key("key", key)
         state = self._begin(x0, key)
         stop = jnp.asarray(self.stepping()[0], jnp.int32)
         return self._advance(state, key, jnp.zeros((), jnp.int32), stop)[2]

@@ -16,7 +16,7 @@ import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._core.attention import Attention
-from .._core.errors import ParameterError
+from .._core.errors import ParameterError, check_start
 from .._core.saveat import SaveAt
 from .._core.schemes import AbstractScheme, PostLN
 from .._core.sphere import tangent_project
@@ -112,6 +112,7 @@ class NormalizedAttentionODE(AbstractTrajectoryModel):
     @eqx.filter_jit
     def solve(self, x0: Float[Array, "N d"]) -> ODESolution:
         """Solve from ``x0`` (θ = x0/|x0|, r = |x0|) and return the saves."""
+        check_start("x0", x0)
         dtype = x0.dtype
         ts = jnp.asarray(self.save_times, dtype)
         centred = self.scheme.norm.centre(x0)

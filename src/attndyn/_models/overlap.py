@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Key, PRNGKeyArray
 
-from .._core.attention import ATTENTION_KINDS, as_float
+from .._core.attention import ATTENTION_KINDS, float_leaf
 from .._core.errors import ParameterError, check_bound, check_choice, check_int, check_scalar
 from .._core.saveat import SaveAt
 from .base import OVERFLOW_MARGIN, AbstractModel, exp_square_threshold
@@ -157,11 +157,11 @@ class OverlapSDE(AbstractOverlapSDE):
     relative precision, so no pair merges numerically.
     """
 
-    beta: Float[Array, ""] = eqx.field(converter=as_float)
+    beta: Float[Array, ""] = eqx.field(converter=float_leaf("beta"))
     attention: str = eqx.field(static=True, default="softmax")
     noise: str = eqx.field(static=True, default="full")
-    sigma: Float[Array, ""] = eqx.field(converter=as_float, default=1.0)
-    eps: Float[Array, ""] = eqx.field(converter=as_float, default=0.0)
+    sigma: Float[Array, ""] = eqx.field(converter=float_leaf("sigma"), default=1.0)
+    eps: Float[Array, ""] = eqx.field(converter=float_leaf("eps"), default=0.0)
     dim: int = eqx.field(static=True, default=3)
     saveat: SaveAt = SaveAt(1.0)  # pyright: ignore[reportIncompatibleMethodOverride]
     integrator: SDEIntegrator = SDEIntegrator()  # pyright: ignore[reportIncompatibleMethodOverride]

@@ -50,8 +50,15 @@ import lineax as lx
 import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from .._core.attention import Attention, as_float
-from .._core.errors import ParameterError, check_bound, check_choice, check_scalar
+from .._core.attention import Attention, float_leaf
+from .._core.errors import (
+    ParameterError,
+    check_bound,
+    check_choice,
+    check_scalar,
+    check_single_key,
+    check_start,
+)
 from .._core.linalg import matmul
 from .._core.saveat import SaveAt
 from .._core.sphere import normalize, tangent_project
@@ -167,6 +174,8 @@ class AbstractSphereSDE(AbstractTrajectoryModel):
     @eqx.filter_jit
     def solve(self, x0: Float[Array, "N d"], *, key: PRNGKeyArray) -> SDESolution:
         """Solve from the directions of ``x0``; the Brownian motion is built from ``key``."""
+        check_start("x0", x0)
+        check_single_key("key", key)
         dtype = x0.dtype
         horizon = self.saveat.horizon
         shape = jax.ShapeDtypeStruct(self.noise_shape(x0.shape[-1]), dtype)
@@ -245,7 +254,7 @@ class TransformerSDE(AbstractSphereSDE):
     """
 
     attention: Attention
-    sigma: Float[Array, ""] = eqx.field(converter=as_float, default=1.0)
+    sigma: Float[Array, ""] = eqx.field(converter=float_leaf("sigma"), default=1.0)
     saveat: SaveAt = SaveAt(1.0)
     integrator: SDEIntegrator = SDEIntegrator()
 
@@ -294,7 +303,7 @@ class HybridSDE(AbstractSphereSDE):
     """
 
     attention: Attention
-    eps: Float[Array, ""] = eqx.field(converter=as_float, default=0.0)
+    eps: Float[Array, ""] = eqx.field(converter=float_leaf("eps"), default=0.0)
     saveat: SaveAt = SaveAt(1.0)
     integrator: SDEIntegrator = SDEIntegrator()
 

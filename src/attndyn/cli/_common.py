@@ -31,6 +31,7 @@ from .._estimate.distributed import (
     DistributedError,
     initialize_distributed,
 )
+from .._estimate.estimator import deferred_warnings
 from .._estimate.files import StorageError
 from .._estimate.runtime import enable_compilation_cache, use_all_cores
 from ..studies.evolution import NOISE_OF
@@ -48,7 +49,7 @@ def cli_errors(func: Callable) -> Callable:
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         try:
-            with warnings.catch_warnings(), interrupts.watching():
+            with warnings.catch_warnings(), interrupts.watching(), deferred_warnings():
                 # The commands print their own line per point (warn_merged).
                 warnings.simplefilter("ignore", NumericalMergeWarning)
                 result = func(*args, **kwargs)

@@ -8,7 +8,12 @@ import click
 from .._core.errors import INT32_MAX, check_int
 from .._core.schemes import SCHEME_NAMES
 from .._estimate.dataset import attach_provenance, provenance
-from ..studies.schemes import check_schemes_start, schemes_study, schemes_summary
+from ..studies.schemes import (
+    check_horizon_steps,
+    check_schemes_start,
+    schemes_study,
+    schemes_summary,
+)
 from ._common import (
     cli_errors,
     command_line,
@@ -104,6 +109,7 @@ def schemes(**options) -> None:
     # What the study would find only mid-run (a terminal-rate fit that cannot start by
     # t = 1e7, a start radius float32 cannot hold), refused in closed form before the
     # output folder is touched, naming the options.
+    check_horizon_steps(options["horizon"], alphas, prefix="--")
     check_schemes_start(
         scheme_names,
         alpha=alphas[0],

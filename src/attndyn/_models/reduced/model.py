@@ -43,7 +43,7 @@ import numpy as np
 from jaxtyping import Array, Float, Key, PRNGKeyArray
 
 from ..._core.attention import Attention
-from ..._core.errors import ParameterError, check_int
+from ..._core.errors import ParameterError, check_int, check_single_key, check_start
 from ..._core.linalg import matmul
 from ..._core.random import fold_in
 from ..._core.schemes import PostLN, attention_update
@@ -276,6 +276,8 @@ class ReducedTransformer(AbstractModel):
 
     def trajectory(self, x0: Float[Array, "N d"], *, key: PRNGKeyArray) -> Float[Array, "S N N"]:
         """One trajectory (a batch of one of :meth:`simulate`)."""
+        check_start("x0", x0)
+        check_single_key("key", key)
         return self.simulate(x0[None], key[None])[0]
 
     @eqx.filter_jit
