@@ -219,7 +219,7 @@ def test_matrices_are_compared_by_hash_and_chunk_size_is_not_compared(tmp_path):
 # --- Why 6: damaged checkpoints are reported with the way out -------------------------------
 
 
-@pytest.mark.parametrize("damage", ["empty", "garbage", "truncated", "tampered"])
+@pytest.mark.parametrize("damage", ["empty", "garbage", "truncated", "tampered", "no study"])
 def test_damaged_checkpoint_is_reported_with_the_way_out(tmp_path, damage):
     path = tmp_path / "ck.nc"
     record = _record(make=_toy)
@@ -233,10 +233,16 @@ def test_damaged_checkpoint_is_reported_with_the_way_out(tmp_path, damage):
         path.write_bytes(b"not a netCDF file\n" * 10)
     elif damage == "truncated":
         path.write_bytes(data[: len(data) // 2])
-    else:  # a valid file whose tallies were edited: the checksum no longer matches
+    elif damage == "tampered":  # a valid file whose tallies were edited: checksum differs
         with xr.open_dataset(path) as ds:
             ds = ds.load()
         ds["n_valid"].values[0] = 3
+        path.unlink()
+        ds.to_netcdf(path)
+    else:  # its record of the study removed: it was called "another attndyn version
+        # (format 3, this version writes 3)" (audit)
+        with xr.open_dataset(path) as ds:
+            ds = ds.load().drop_vars("study")
         path.unlink()
         ds.to_netcdf(path)
     with pytest.raises(ad.ParameterError, match=r"damaged.*delete the file \(the CLI's --fresh"):
