@@ -1,6 +1,7 @@
 """The attention core shared by every model: one trajectory, tokens shaped ``(N, d)``."""
 
 import functools
+import math
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -27,11 +28,13 @@ def as_float(x, name: str = "value") -> Array:
     """Converter for swept parameters: a float array leaf, so sweeps never recompile.
     Anything but real numbers (a string, None, a bool, a complex number, a ragged list) is
     refused with a :class:`ParameterError` naming ``name``."""
+    if isinstance(x, int) and not isinstance(x, bool):
+        x = float(x) if abs(x) < 2**1023 else math.inf  # beyond int32: refused by its check
     try:
         array = (
             None if isinstance(x, str | bytes | bool | np.bool_) or x is None else jnp.asarray(x)
         )
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         array = None
     if array is None or array.dtype == bool or array.dtype.kind not in "iuf":
         shown = repr(x) if len(repr(x)) <= 40 else repr(x)[:37] + "..."

@@ -204,10 +204,15 @@ class DiscreteTransformer(AbstractTrajectoryModel):
         n_tokens, dim = x.shape[-2:]
         return self.values.draw_noise(fold_in(key, n), n_tokens, dim, x.dtype)
 
-    @eqx.filter_jit
     def trajectory(self, x0, *, key):
+        # Checked before tracing: jit refuses some wrong types (a NumPy string array) with
+        # its own error first.
         check_start("x0", x0)
         check_single_key("key", key)
+        return self._trajectory(x0, key)
+
+    @eqx.filter_jit
+    def _trajectory(self, x0, key):
         state = self._begin(x0, key)
         stop = jnp.asarray(self.stepping()[0], jnp.int32)
         return self._advance(state, key, jnp.zeros((), jnp.int32), stop)[2]

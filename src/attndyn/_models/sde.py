@@ -171,11 +171,14 @@ class AbstractSphereSDE(AbstractTrajectoryModel):
         correction = jnp.sum(jax.vmap(channel)(basis), axis=0)
         return self.ito_drift(y) - 0.5 * correction
 
-    @eqx.filter_jit
     def solve(self, x0: Float[Array, "N d"], *, key: PRNGKeyArray) -> SDESolution:
         """Solve from the directions of ``x0``; the Brownian motion is built from ``key``."""
-        check_start("x0", x0)
+        check_start("x0", x0)  # before tracing: jit refuses some types first
         check_single_key("key", key)
+        return self._solve(x0, key)
+
+    @eqx.filter_jit
+    def _solve(self, x0: Float[Array, "N d"], key: PRNGKeyArray) -> SDESolution:
         dtype = x0.dtype
         horizon = self.saveat.horizon
         shape = jax.ShapeDtypeStruct(self.noise_shape(x0.shape[-1]), dtype)
