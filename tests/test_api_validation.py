@@ -197,10 +197,19 @@ WRONG_TYPES = {
 @pytest.fixture(scope="module")
 def refusals() -> dict[str, str]:
     """Each case of the child (one process for all: it imports JAX once) and what came of
-    it: ``accepted``, or the exception's type and message on one line."""
-    stdout = run_untyped(_WRONG_TYPES_CHILD)
+    it: ``accepted``, or the exception's type and message on one line. The child also runs
+    a few Hypothesis draws of the constructors with values of any type (``ANY TYPE``: the
+    failures; see ``tests/test_fuzz.py``)."""
+    from tests.test_fuzz import any_type_child
+
+    stdout = run_untyped(_WRONG_TYPES_CHILD + any_type_child(20))
     lines = [line.split("\t", 1) for line in stdout.splitlines() if "\t" in line]
     return dict((name, outcome) for name, outcome in lines)
+
+
+def test_constructors_take_values_of_any_type_or_refuse_them_by_name(refusals):
+    # Hypothesis in the child: every draw builds or raises one ParameterError line.
+    assert refusals["ANY TYPE"] == "", refusals["ANY TYPE"]
 
 
 @pytest.mark.parametrize("case", list(WRONG_TYPES))

@@ -54,8 +54,11 @@ def watching() -> Iterator[None]:
 
 def check() -> None:
     """Raise ``KeyboardInterrupt`` if a SIGINT arrived since the outermost :func:`watching`
-    began (even one whose first ``KeyboardInterrupt`` Python swallowed)."""
-    if _pending.is_set():
+    began (even one whose first ``KeyboardInterrupt`` Python swallowed). Only inside
+    :func:`watching`, in the main thread: a study run from another thread never sees
+    SIGINT, nor one an earlier study left recorded."""
+    main = threading.current_thread() is threading.main_thread()
+    if main and _depth[0] > 0 and _pending.is_set():
         raise KeyboardInterrupt
 
 
