@@ -434,7 +434,9 @@ def test_ctrl_c_stops_a_deep_cli_run_within_seconds(tmp_path, name):
     for _ in range(2):
         status, seconds, stderr = _stop_time(out, rng.uniform(15, 30), DEEP_COMMANDS[name])
         assert status == 130, stderr[-2000:]
-        assert seconds < 5, seconds
+        # Measured 1.4-2.5 s on a loaded 2-core machine (the "Interrupted" line within half a
+        # second, then the interpreter's exit); it was 96 s. 10 s leaves room for the load.
+        assert seconds < 10, seconds
         assert "Interrupted. Rerun the same command to resume" in stderr
         assert "Traceback" not in stderr and "Exception ignored" not in stderr
         assert not (out / ".attndyn.lock").exists()
