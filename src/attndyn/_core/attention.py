@@ -60,11 +60,6 @@ def optional_float_leaf(name: str) -> Callable[[Any], Array | None]:
 LAPLACIAN_SIGNS = ("P-I", "I-P")
 
 
-def optional_float(x) -> Array | None:
-    """Converter: ``None``, or a float array leaf."""
-    return None if x is None else as_float(x)
-
-
 class Attention(eqx.Module):
     r"""Self-attention ``A_i(X)`` of spec §1, with h heads.
 

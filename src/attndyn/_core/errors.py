@@ -4,6 +4,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 
@@ -197,7 +198,7 @@ def check_single_key(name: str, key: Any) -> None:
     """One JAX PRNG key: a typed key of shape () (``jax.random.key(seed)``) or a raw
     ``uint32`` key of shape (2,) (``jax.random.PRNGKey(seed)``)."""
     dtype = getattr(key, "dtype", None)
-    typed = dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+    typed = dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key)
     if isinstance(key, jax.Array | np.ndarray) and typed and key.shape == ():
         return
     if isinstance(key, jax.Array | np.ndarray) and dtype == np.uint32 and key.shape == (2,):

@@ -171,18 +171,10 @@ def estimate_probabilities(
     with jax.enable_x64(bool(x64)):
         with deferred_warnings():
             plan = make_plan(
-                model_fn,
-                points,
-                n_trajectories=n_trajectories,
-                tol=tol,
-                radius=radius,
-                chunk_size=chunk_size,
-                route=route,
-                early_absorption=early_absorption,
-                on_nonfinite=on_nonfinite,
-                x64=bool(x64),
-                on_merged=on_merged,
-            )
+                model_fn, points, n_trajectories=n_trajectories, tol=tol, radius=radius,
+                chunk_size=chunk_size, route=route, early_absorption=early_absorption,
+                on_nonfinite=on_nonfinite, x64=bool(x64), on_merged=on_merged,
+            )  # fmt: skip
             study = _Study(plan, key, checkpoint)
         with study:
             study.run(progress)

@@ -274,8 +274,7 @@ def chunk_statistics(
             blocks.measured(stop - done, time.perf_counter() - started)
             interrupts.check()
         done = stop
-    simulated = _finish(model, state, tol, mesh)
-    return tally(*simulated, indices, n_total)
+    return _finish(model, state, indices, n_total, tol, mesh)
 
 
 def _per_device(model: AbstractModel, mesh) -> bool:
@@ -340,23 +339,24 @@ def _advance(model, state, start, stop, mesh):
 
 
 @eqx.filter_jit
-def _finish(model, state, tol, mesh):
+def _finish(model, state, indices, n_total, tol, mesh):
     with jax.default_matmul_precision("highest"):
         inner, _ = state
         if not _per_device(model, mesh):
-            return finish_tile(model, inner, tol, mesh)
+            return tally(*finish_tile(model, inner, tol, mesh), indices, n_total)
         dynamic, static = eqx.partition(model, eqx.is_array)
 
         def local(dynamic, inner, tol):
             return finish_tile(eqx.combine(dynamic, static), inner, tol)
 
-        return jax.shard_map(
+        simulated = jax.shard_map(
             local,
             mesh=mesh,
             in_specs=(REPLICATED, BATCH, REPLICATED),
             out_specs=BATCH,
             check_vma=False,
         )(dynamic, inner, tol)
+        return tally(*simulated, indices, n_total)
 
 
 def chunk_indices(start: int, chunk: int, sharding) -> Array:
