@@ -11,6 +11,7 @@ blocks of steps and between tiles, the CLI before it writes its outputs.
 
 import contextlib
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -38,11 +39,13 @@ def watching() -> Iterator[None]:
         return
     outermost = _depth[0] == 0
     previous = None
+    previous_hook = sys.unraisablehook
     if outermost:
         _pending.clear()
         previous = signal.getsignal(signal.SIGINT)
         if callable(previous):  # SIG_IGN or SIG_DFL: the user's choice, left alone
             signal.signal(signal.SIGINT, _handler(previous))
+            sys.unraisablehook = _quiet(previous_hook)
     _depth[0] += 1
     try:
         yield
@@ -50,6 +53,20 @@ def watching() -> Iterator[None]:
         _depth[0] -= 1
         if outermost and callable(previous):
             signal.signal(signal.SIGINT, previous)
+            sys.unraisablehook = previous_hook
+
+
+def _quiet(hook):
+    """``sys.unraisablehook`` that leaves out the recorded SIGINT's swallowed
+    ``KeyboardInterrupt`` ("Exception ignored in: <function _xla_gc_callback ...>"): it is
+    raised again at the next :func:`check`."""
+
+    def quiet(unraisable):
+        if isinstance(unraisable.exc_value, KeyboardInterrupt) and _pending.is_set():
+            return
+        hook(unraisable)
+
+    return quiet
 
 
 def check() -> None:
