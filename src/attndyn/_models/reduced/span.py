@@ -80,8 +80,19 @@ class SpanTransformer(AbstractModel):
         if not self._chain:
             # The layer maps themselves, on the frame coordinates (same keys, same s_n).
             return self.model.begin(c0, keys)
-        chain = (c0[:, 1, 0], jnp.log(c0[:, 1, 1]))
-        return chain, begin_saves(self.model.save_layers, jax.vmap(_frame_view)(*chain))
+        return self._chain_state(c0[:, 1, 0], jnp.log(c0[:, 1, 1]))
+
+    def _chain_state(self, cz: Array, log_sz: Array):
+        """The two-token chain's state at (cos φ, log sin φ), before its first layer."""
+        saves = begin_saves(self.model.save_layers, jax.vmap(_frame_view)(cz, log_sz))
+        return (cz, log_sz), saves
+
+    def _simulate_chain(self, cz: Array, log_sz: Array, keys: Key[Array, " batch"]):
+        """The two-token chain from (cos φ, log sin φ) themselves: a start closer to ±1 than
+        float32 coordinates can hold (sin φ = 10⁻²⁰)."""
+        stop = jnp.asarray(self.stepping()[0], jnp.int32)
+        state = self.advance(self._chain_state(cz, log_sz), keys, jnp.zeros((), jnp.int32), stop)
+        return self.finish(state)
 
     def advance(self, state, keys, start, stop):
         if not self._chain:
