@@ -74,6 +74,8 @@ def expect(ok):
 
 phase.MonteCarlo.estimate = refuse
 schemes.symmetric_start = refuse
+MODEL = ad.DiscreteTransformer(ad.Attention(1.0), depth=2)
+X0 = np.ones((3, 4), np.float32) / 2
 POINTS = [{"dim": 3, "tokens": 2, "beta": 1.0}]
 AXES = {"betas": [1.0], "dims": [3], "tokens": [2], "eps": [0.5]}
 
@@ -117,6 +119,21 @@ CASES = {
     "wilson_interval 2 of 2.5": lambda: ad.wilson_interval(2, 2.5),
     "wilson_interval nan of 3": lambda: ad.wilson_interval(float("nan"), 3),
     "wilson_interval 3.0 of 4.0": lambda: ad.wilson_interval(3.0, 4.0),
+    # Issue 29: constructors and trajectories give one ParameterError line naming the argument.
+    "Attention '1.0'": lambda: ad.Attention("1.0"),
+    "Attention True": lambda: ad.Attention(True),
+    "Attention diagonal_shift='1'": lambda: ad.Attention(1.0, diagonal_shift="1"),
+    "MatrixValues sigma=None": lambda: ad.MatrixValues(None),
+    "NGPT alpha='2'": lambda: ad.NGPT(alpha="2"),
+    "SaveAt ts=[[0, 1]]": lambda: ad.SaveAt(1.0, [[0.0, 1.0]]),
+    "SaveAt ts='0,1'": lambda: ad.SaveAt(1.0, "0,1"),
+    "SaveAt ts='01'": lambda: ad.SaveAt(2.0, "01"),
+    "SaveAt horizon='1'": lambda: ad.SaveAt("1"),
+    "SaveAt numpy": lambda: expect(ad.SaveAt(np.float64(2.0), np.asarray([1.0, 2.0])).ts == (1, 2)),
+    "trajectory x0 1-d": lambda: MODEL.trajectory(jax.numpy.ones(4), key=jax.random.key(0)),
+    "trajectory key=0": lambda: MODEL.trajectory(X0, key=0),
+    "trajectory int32 x0": lambda: MODEL.trajectory(X0.astype(np.int32), key=jax.random.key(0)),
+    "simulate x0 2-d": lambda: MODEL.simulate(X0, jax.random.split(jax.random.key(0), 3)),
 }
 for name, case in CASES.items():
     try:
@@ -160,21 +177,45 @@ WRONG_TYPES = {
     "wilson_interval 2 of 2.5": "ParameterError: trials=2.5 must be whole numbers >= 0",
     "wilson_interval nan of 3": "ParameterError: successes=nan must be whole numbers >= 0",
     "wilson_interval 3.0 of 4.0": "accepted",
+    "Attention '1.0'": "ParameterError: beta='1.0' must be a real number",
+    "Attention True": "ParameterError: beta=True must be a real number",
+    "Attention diagonal_shift='1'": "ParameterError: diagonal_shift='1' must be a real number",
+    "MatrixValues sigma=None": "ParameterError: sigma=None must be a real number",
+    "NGPT alpha='2'": "ParameterError: alpha='2' must be a real number",
+    "SaveAt ts=[[0, 1]]": "ParameterError: ts=[[0.0, 1.0]] must be the save times: a list",
+    "SaveAt ts='0,1'": "ParameterError: ts='0,1' must be the save times: a list",
+    "SaveAt ts='01'": "ParameterError: ts='01' must be the save times: a list",  # was (1.0,)
+    "SaveAt horizon='1'": "ParameterError: horizon='1' must be a real number T > 0",
+    "SaveAt numpy": "accepted",
+    "trajectory x0 1-d": "ParameterError: x0 must be a float array of shape (N, d)",
+    "trajectory key=0": "ParameterError: key=0 must be one JAX PRNG key",
+    "trajectory int32 x0": "ParameterError: x0 must be a float array of shape (N, d) (N tokens",
+    "simulate x0 2-d": "ParameterError: x0 must be a float array of shape (batch, N, d)",
 }
 
 
 @pytest.fixture(scope="module")
 def refusals() -> dict[str, str]:
     """Each case of the child (one process for all: it imports JAX once) and what came of
-    it: ``accepted``, or the exception's type and message on one line."""
-    stdout = run_untyped(_WRONG_TYPES_CHILD)
+    it: ``accepted``, or the exception's type and message on one line. The child also runs
+    a few Hypothesis draws of the constructors with values of any type (``ANY TYPE``: the
+    failures; see ``tests/test_fuzz.py``)."""
+    from tests.test_fuzz import any_type_child
+
+    stdout = run_untyped(_WRONG_TYPES_CHILD + any_type_child(20))
     lines = [line.split("\t", 1) for line in stdout.splitlines() if "\t" in line]
     return dict((name, outcome) for name, outcome in lines)
+
+
+def test_constructors_take_values_of_any_type_or_refuse_them_by_name(refusals):
+    # Hypothesis in the child: every draw builds or raises one ParameterError line.
+    assert refusals["ANY TYPE"] == "", refusals["ANY TYPE"]
 
 
 @pytest.mark.parametrize("case", list(WRONG_TYPES))
 def test_wrong_types_are_refused_by_name(refusals, case):
     assert refusals[case].startswith(WRONG_TYPES[case]), refusals[case]
+    assert " | " not in refusals[case]  # one line
 
 
 # --- 1. phase_diagram_study: the kind, its noise and its points ------------------------------
@@ -343,3 +384,22 @@ def test_the_sde_records_no_value_law():
     assert ad.studies.ModelSpec(engine="sde").metadata()["values"] is None
     assert ad.studies.ModelSpec(engine="sde", values="uniform").metadata()["values"] is None
     assert ad.studies.ModelSpec(values="uniform").metadata()["values"] == "uniform"
+
+
+# --- issue 29: the layer count a warning names is the one the saves record -------------------
+
+
+@pytest.mark.parametrize(
+    ("depth", "horizon"),
+    [(35, 1.1), (5, 0.3), (100, 0.305), (3, 0.5), (7, 2.5)],
+)
+def test_a_rounded_horizon_is_warned_as_recorded(depth, horizon):
+    # DiscreteTransformer(depth=35, SaveAt(1.1)) warned "38 layers, t = 1.08571" and saved
+    # the 39-layer state at t = 1.1143; --horizon 0.3 --depth 5 warned "2 layers, t = 0.4"
+    # and recorded t = 0.2 (audit): two roundings of one number.
+    with pytest.warns(UserWarning, match="not a multiple of the layer step") as caught:
+        model = ad.DiscreteTransformer(ad.Attention(1.0), depth=depth, saveat=ad.SaveAt(horizon))
+    text = str(caught[0].message)
+    layers, time = re.search(r"running (\d+) layers?, to t = ([0-9.e+-]+)\.", text).groups()
+    assert int(layers) == model.n_layers == int(model.save_layers[-1])
+    assert float(time) == pytest.approx(float(model.save_times[-1]), rel=1e-5)

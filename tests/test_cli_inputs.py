@@ -258,3 +258,79 @@ def test_a_checkpoint_of_the_other_precision_names_x64(tmp_path, monkeypatch):
     assert "the precision, x64 (CLI: --x64), is true there and false in this run" in line
     assert "--fresh" in line
     assert CliRunner().invoke(main, [*run, "--x64"]).exit_code == 0  # resumes
+
+
+# --- issue 29: messages that name the real cause, and nothing before a refusal ----------------
+
+
+def test_a_warning_is_not_shown_before_the_refusal_it_leads_to(tmp_path):
+    # "warning: horizon=0.3 is not a multiple of the layer step" came before the status-2
+    # error of the same run (audit): two lines for one refused command.
+    args = [*PHASE, "--horizon", "0.3", "--depth", "5", "--route", "full"]
+    line = _refused([*args, "--early-absorption", "0.5"], tmp_path, "early_absorption")
+    assert "warning" not in line
+
+
+def test_a_bad_environment_variable_is_named_not_its_option(tmp_path, no_study, monkeypatch):
+    monkeypatch.setenv("ATTNDYN_PROCESS_ID", "abc")
+    line = _refused(PHASE, tmp_path, "ATTNDYN_PROCESS_ID", "'abc' is not an integer")
+    assert "--process-id" not in line
+    monkeypatch.delenv("ATTNDYN_PROCESS_ID")
+    line = _refused([*PHASE, "--process-id", "abc"], tmp_path, "--process-id")
+
+
+def test_a_dimension_too_small_for_layernorm_names_the_norm(tmp_path):
+    # "dim=2 must be an integer >= 3", without --norm (audit). Refused as the study builds
+    # its models, before anything is computed.
+    _refused([*PHASE, "--dim", "2", "--norm", "layernorm"], tmp_path, "dim=2", "--norm layernorm")
+
+
+def test_the_merge_warning_under_x64_does_not_advise_x64(capsys):
+    import json
+
+    import xarray as xr
+
+    from attndyn.cli._common import warn_merged
+
+    for dtype, advice in (("float32", "--x64 or a reduced route"), ("float64", "A reduced route")):
+        ds = xr.Dataset(
+            {"n_merged": (("point", "time"), [[3]]), "n_valid": ("point", [10])},
+            coords={"beta": ("point", [1.0]), "dim": ("point", [4])},
+            attrs={"provenance": json.dumps({"on_merged": "count", "dtype": dtype})},
+        )
+        warn_merged(ds)
+        line = capsys.readouterr().err.strip()
+        assert f"({dtype} cannot resolve" in line and f"{advice} resolves" in line, line
+        assert ("--x64" in line) == (dtype == "float32")
+
+
+@pytest.mark.parametrize("where", ["file", "proc"])
+def test_a_cache_folder_that_cannot_be_written_is_refused(tmp_path, no_study, monkeypatch, where):
+    # It was ignored silently: JAX skips every write to an unusable cache (audit).
+    target = tmp_path / "a-file" if where == "file" else "/proc/attndyn-cache"
+    if where == "file":
+        target.write_text("not a folder")
+    _refused([*PHASE, "--cache-dir", str(target)], tmp_path, "--cache-dir", str(target))
+    monkeypatch.setenv("ATTNDYN_CACHE_DIR", str(target))
+    _refused(PHASE, tmp_path, "ATTNDYN_CACHE_DIR", str(target))
+
+
+def test_a_folder_where_the_dataset_goes_is_refused_before_computing(tmp_path, no_study):
+    # --overwrite computed everything and then failed to write, every time (audit).
+    (tmp_path / "phase_diagram.nc").mkdir()
+    args = [*PHASE, "--overwrite", "--out", str(tmp_path)]
+    line = _one_line(CliRunner().invoke(main, args), 2)
+    assert "'phase_diagram.nc', which is a folder" in line
+
+
+def test_an_out_path_too_long_is_bad_input(tmp_path, no_study):
+    # A 300-character folder name exited with status 1 (the machine) instead of 2 (audit).
+    out = tmp_path / ("x" * 300)
+    line = _one_line(CliRunner().invoke(main, [*PHASE, "--out", str(out)]), 2)
+    assert "--out" in line and "File name too long" in line
+    assert "…" in line  # the long path is shortened in the message
+
+
+def test_schemes_refuses_a_horizon_beyond_its_solver_budget_before_solving(tmp_path, no_study):
+    # --horizon 1e300 was solved for tens of seconds and then refused (audit).
+    _refused(["schemes", "--horizon", "1e300"], tmp_path, "--horizon=1e+300", "budget")

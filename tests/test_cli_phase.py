@@ -162,33 +162,20 @@ def test_new_flags_bad_input(tmp_path, args, match):
     assert not (tmp_path / "phase_diagram.nc").exists()
 
 
-def test_overflow_is_an_error_unless_excluded(tmp_path):
-    overflow = [
-        "phase-diagram",
-        "--attention",
-        "unnormalized",
-        "--beta",
-        "120",
-        "--dim",
-        "4",
-        "--trajectories",
-        "10",
-        "--depth",
-        "3",
-        "--horizon",
-        "1",
-        "--no-progress",
-        "--out",
-        str(tmp_path),
-    ]
-    result = CliRunner().invoke(main, overflow)
-    assert result.exit_code != 0
-    assert "NaN or infinite" in result.output
-    result = CliRunner().invoke(main, [*overflow, "--exclude-nonfinite", "--json"])
+def test_unnormalised_attention_at_beta_120_runs_or_is_refused_before_running(tmp_path):
+    # β = 120 overflowed float32 (every trajectory NaN, status 1, or excluded). Post-LN now
+    # takes the weights with their exponent apart and runs; the SDE engine needs them whole
+    # and is refused before anything is computed, naming --x64 (issue 29).
+    large = ["phase-diagram", "--attention", "unnormalized", "--beta", "120", "--dim", "4"]
+    large += ["--trajectories", "10", "--no-progress", "--out", str(tmp_path)]
+    result = CliRunner().invoke(main, [*large, "--depth", "3", "--horizon", "1", "--json"])
     assert result.exit_code == 0, result.output
     point = json.loads(result.stdout.strip().splitlines()[-1])["points"][0]
-    assert point["n_nonfinite"] == 10 and point["n_valid"] == 0
-    assert point["p_antipodal"] is None
+    assert point["n_nonfinite"] == 0 and point["n_valid"] == 10
+    refused = CliRunner().invoke(main, [*large, "--engine", "sde", "--horizon", "1", "--overwrite"])
+    assert refused.exit_code == 2, refused.output
+    assert "β = 120" in refused.output and "--x64" in refused.output
+    assert refused.output.count("\n") == 1
 
 
 def test_a_numerical_merge_stops_the_cli_and_a_rerun_resumes_with_a_choice(tmp_path):

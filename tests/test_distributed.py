@@ -127,9 +127,9 @@ def test_more_trajectories_keep_chunk_sized_device_work(monkeypatch, tile):
     shapes = []
     original = _estimator.chunk_statistics
 
-    def recording(*args):
+    def recording(*args, **kwargs):
         shapes.append(args[2].shape)
-        return original(*args)
+        return original(*args, **kwargs)
 
     monkeypatch.setattr(_estimator, "chunk_statistics", recording)
     live = []

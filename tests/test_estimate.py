@@ -222,8 +222,17 @@ def test_monte_carlo_matches_exact_quadrature_paper_depth():
 
 
 def test_overflow_is_reported_not_averaged():
-    points = ad.grid(dim=[3], tokens=[2], beta=[120.0])
-    make = lambda **p: _post_ln(**p, kind="unnormalized", horizon=1.0)  # noqa: E731
+    # One token and V_n = −I with probability ½ (Rademacher v_n, ε = (L + 1)/√L): the
+    # Post-LN layer normalises a zero vector, and a trajectory that draws it turns NaN
+    # (unnormalised attention at β = 120, which used to overflow here, now runs: the
+    # Post-LN layer takes its output with the exponent apart).
+    points = ad.grid(dim=[3], tokens=[1], beta=[1.0])
+
+    def make(beta, dim, tokens):
+        del dim, tokens
+        values = ad.ScalarValues(5 / 2)  # (L + 1)/√L at L = 4
+        return ad.DiscreteTransformer(ad.Attention(beta), values, depth=4, saveat=ad.SaveAt(1.0))
+
     with pytest.raises(ad.NonFiniteError, match="NaN or infinite"):
         ad.estimate_probabilities(
             make, points, key=jax.random.key(0), n_trajectories=20, progress=False
@@ -250,11 +259,11 @@ def test_interrupted_run_resumes_without_losing_work(tmp_path, monkeypatch, tile
     calls = {"n": 0}
     original = _estimator.chunk_statistics
 
-    def interrupting(*args):
+    def interrupting(*args, **kwargs):
         calls["n"] += 1
         if calls["n"] == 7:
             raise KeyboardInterrupt
-        return original(*args)
+        return original(*args, **kwargs)
 
     monkeypatch.setattr(_estimator, "chunk_statistics", interrupting)
     with pytest.raises(KeyboardInterrupt):

@@ -55,6 +55,9 @@ WILD = st.one_of(
         [
             *["nan", "inf", "-inf", "-1", "0", "1e400", "1e20", "abc", "", "2**64", "1,", ","],
             *[":", "1:2", "0:1:0", "1:0:1", "0:inf:1", "0:1:nan", "0:1e9:1e-9", "-0", "1e-300"],
+            # Decimal ranges finer than 12 decimals (issue 29: rounded, they repeated 0).
+            *["0:3e-13:1e-13", "0:3.6e-12:1.2e-12", "1:1.0000000000000000001:1e-19"],
+            *["1e308:1.7e308:1e307", "0:1e308:1e-308", "4.4e1", "44.4", "1e3"],
         ]
     ),
     st.integers(-(2**70), 2**70).map(str),
@@ -133,6 +136,8 @@ def _check(result, command) -> str:
     lines = [line for line in result.output.splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("Error:")]
     assert len(errors) == 1 and lines[-1] == errors[0], result.output
+    if result.exit_code == 2:  # bad input: that one line alone, no warning before it
+        assert lines == errors, result.output
     if result.exit_code == 1:
         # A run that reached a point where the model's own map is undefined (e.g. V_n = −I
         # under Post-LN with one token): reported with its cause named, never a traceback.
@@ -298,3 +303,71 @@ def test_study_options_build_or_refuse(
         )
     )
     _builds_or_refuses(lambda: ModelSpec(engine=engine, sigma=sigma, depth=depth, horizon=horizon))
+
+
+# --- constructors given values of any type, as a user's process meets them ------------------
+
+#: A child process (no runtime type checker: a user's process has only attndyn's checks)
+#: that runs Hypothesis over the constructors with values of every kind: each call builds
+#: or raises one ParameterError line; anything else is printed as a failure.
+_ANY_TYPE_CHILD = """
+import math, sys
+import jax, jax.numpy as jnp, numpy as np
+from hypothesis import HealthCheck, given, settings, strategies as st
+import attndyn as ad
+
+VALUES = st.one_of(
+    st.none(), st.booleans(), st.text(max_size=5), st.binary(max_size=3),
+    st.floats(allow_nan=True, allow_infinity=True), st.integers(-2**70, 2**70),
+    st.complex_numbers(max_magnitude=10),
+    st.lists(st.floats(-5, 5), max_size=3),
+    st.lists(st.lists(st.floats(0, 1), max_size=2), max_size=2),
+    st.sampled_from([np.float64(1.0), np.array([[0.0, 1.0]]), np.array(["1"]), jnp.ones(2)]),
+)
+MODEL = ad.DiscreteTransformer(ad.Attention(1.0), depth=2)
+X0 = np.ones((3, 4), np.float32) / 2
+failures = []
+
+def check(label, build):
+    try:
+        build()
+    except ad.ParameterError as error:
+        if "\\n" in str(error):
+            failures.append(f"{label}: two lines: {error!r}")
+    except Exception as error:
+        failures.append(f"{label}: {type(error).__name__}: {error}"[:300])
+
+@settings(max_examples=int(sys.argv[1]), deadline=None, suppress_health_check=list(HealthCheck))
+@given(a=VALUES, b=VALUES)
+def run(a, b):
+    check(f"Attention({a!r})", lambda: ad.Attention(a))
+    check(f"Attention(1, diagonal_shift={a!r})", lambda: ad.Attention(1.0, diagonal_shift=a))
+    check(f"MatrixValues({a!r}, drift={b!r})", lambda: ad.MatrixValues(a, drift=b))
+    check(f"ScalarValues({a!r})", lambda: ad.ScalarValues(a))
+    check(f"MixLN(tau={a!r})", lambda: ad.MixLN(tau=a))
+    check(f"NGPT(alpha={a!r})", lambda: ad.NGPT(alpha=a))
+    check(f"SaveAt({a!r}, {b!r})", lambda: ad.SaveAt(a, b))
+    check(f"SaveAt(2.0, {b!r})", lambda: ad.SaveAt(2.0, b))
+    check(f"trajectory(x0={a!r})", lambda: MODEL.trajectory(a, key=jax.random.key(0)))
+    check(f"trajectory(key={a!r})", lambda: MODEL.trajectory(X0, key=a))
+
+run()
+print("ANY TYPE\\t" + " || ".join(failures[:20]))
+"""
+
+
+def any_type_child(examples: int) -> str:
+    """The child's code, trying ``examples`` draws; it prints the failures, one a line.
+    Attention("1.0") raised a TypeError, SaveAt(1.0, [[0, 1]]) and SaveAt(1.0, "0,1") other
+    exceptions, SaveAt(2.0, "01") saved at t = 1, trajectory(jnp.ones(4)), key=0 and an
+    int32 start tracebacks (issue 29). The default run tries a few draws in the child
+    process of ``tests/test_api_validation.py`` (one JAX start for both)."""
+    return _ANY_TYPE_CHILD.replace("sys.argv[1]", str(examples))
+
+
+@pytest.mark.slow
+def test_constructors_take_values_of_any_type_thoroughly():
+    from tests.helpers import run_untyped
+
+    failures = run_untyped(any_type_child(400)).split("ANY TYPE\t", 1)[1].strip()
+    assert not failures, failures

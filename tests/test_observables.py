@@ -200,8 +200,21 @@ def test_merges_found_by_coordinates_are_those_found_by_rows(n_tokens, dim, monk
     assert 0 < int(np.sum(by_rows)) < len(cases)  # both answers occur
 
 
-def test_a_nan_cosine_makes_the_configuration_unclustered():
-    # Pair by pair, a NaN cosine is neither together nor antipodal; counting pairs must
-    # not turn it into "single" (counting the pairs *not* together would have).
-    x = jnp.asarray([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0], [jnp.nan, 0.0, 0.0]])
-    np.testing.assert_array_equal(ad.cluster_classes(x), [False, False, False, True])
+@pytest.mark.parametrize(
+    "x",
+    [
+        [[1.0, 0.0, 0.0], [1.0, 0.0, 0.0], [np.nan, 0.0, 0.0]],  # one NaN coordinate
+        [[np.nan] * 3] * 3,  # all NaN
+        [[0.0] * 3] * 3,  # all zero: no token has a direction
+        [[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]],  # one zero row
+        [[0.0, 0.0, 0.0]],  # one token without a direction
+    ],
+)
+def test_a_configuration_without_directions_has_no_class(x):
+    # A NaN cosine is neither together nor antipodal, and counting pairs made such a
+    # configuration "unclustered": an all-NaN or all-zero state was a result (audit). It
+    # belongs to no class now, and its mean cosine is NaN (the estimator counts it as
+    # non-finite).
+    x = jnp.asarray(x, jnp.float32)
+    np.testing.assert_array_equal(ad.cluster_classes(x), [False, False, False, False])
+    assert np.isnan(float(ad.mean_cosine(x)))

@@ -92,11 +92,11 @@ def _interrupt_after(monkeypatch, n_chunks: int) -> dict:
     calls = {"n": 0}
     original = _estimator.chunk_statistics
 
-    def interrupting(*args):
+    def interrupting(*args, **kwargs):
         calls["n"] += 1
         if calls["n"] == n_chunks + 1:
             raise KeyboardInterrupt
-        return original(*args)
+        return original(*args, **kwargs)
 
     monkeypatch.setattr(_estimator, "chunk_statistics", interrupting)
     return calls
@@ -219,7 +219,7 @@ def test_matrices_are_compared_by_hash_and_chunk_size_is_not_compared(tmp_path):
 # --- Why 6: damaged checkpoints are reported with the way out -------------------------------
 
 
-@pytest.mark.parametrize("damage", ["empty", "garbage", "truncated", "tampered"])
+@pytest.mark.parametrize("damage", ["empty", "garbage", "truncated", "tampered", "no study"])
 def test_damaged_checkpoint_is_reported_with_the_way_out(tmp_path, damage):
     path = tmp_path / "ck.nc"
     record = _record(make=_toy)
@@ -233,10 +233,16 @@ def test_damaged_checkpoint_is_reported_with_the_way_out(tmp_path, damage):
         path.write_bytes(b"not a netCDF file\n" * 10)
     elif damage == "truncated":
         path.write_bytes(data[: len(data) // 2])
-    else:  # a valid file whose tallies were edited: the checksum no longer matches
+    elif damage == "tampered":  # a valid file whose tallies were edited: checksum differs
         with xr.open_dataset(path) as ds:
             ds = ds.load()
         ds["n_valid"].values[0] = 3
+        path.unlink()
+        ds.to_netcdf(path)
+    else:  # its record of the study removed: it was called "another attndyn version
+        # (format 3, this version writes 3)" (audit)
+        with xr.open_dataset(path) as ds:
+            ds = ds.load().drop_vars("study")
         path.unlink()
         ds.to_netcdf(path)
     with pytest.raises(ad.ParameterError, match=r"damaged.*delete the file \(the CLI's --fresh"):
@@ -379,7 +385,8 @@ def test_a_figure_without_its_dataset_is_not_replaced(tmp_path, stub_study):
 @pytest.fixture
 def stub_evolution(monkeypatch, tmp_path):
     """Replace the evolution study and its two figures by instant stand-ins; the heatmap
-    records whether the dataset was already on disk when it was drawn."""
+    records whether the dataset was already on disk when it was drawn (it never is: the
+    outputs are renamed into place together, after all of them are written)."""
     from attndyn.cli import _evolution
 
     drawn = []
@@ -416,8 +423,30 @@ def test_evolution_writes_its_heatmap_after_the_dataset_and_guards_it(tmp_path, 
     (tmp_path / "evolution_pair_density.png").unlink()
     result = CliRunner().invoke(main, [*EVOLUTION, "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    assert stub_evolution == [True]
+    assert stub_evolution == [False]  # staged, not yet in place while the heatmap is drawn
     assert set(_files(tmp_path)) == {"evolution.nc", "evolution.png", "evolution_pair_density.png"}
+
+
+def test_outputs_replace_the_old_ones_together_or_not_at_all(tmp_path, stub_evolution):
+    # A --overwrite rerun that failed on a full disk left its new dataset beside the old
+    # figure (audit): the outputs are now written first and renamed together.
+    import attndyn.plot
+
+    first = CliRunner().invoke(main, [*EVOLUTION, "--out", str(tmp_path)])
+    assert first.exit_code == 0, first.output
+    before = _files(tmp_path)
+
+    class FullDisk(matplotlib.figure.Figure):
+        def savefig(self, *args, **kwargs):
+            raise OSError(28, "No space left on device")
+
+    attndyn.plot.pair_density = lambda ds: FullDisk()  # the last of the three files written
+    rerun = [*EVOLUTION, "--seed", "5", "--overwrite", "--out", str(tmp_path)]
+    result = CliRunner().invoke(main, rerun)
+    assert result.exit_code == 1
+    assert result.output.count("Error:") == 1 and "No space left" in result.output
+    assert "previous outputs are unchanged" in result.output
+    assert _files(tmp_path) == before  # the old three, and no temporary file
 
 
 def test_output_that_is_a_file_or_unwritable_fails_before_computing(

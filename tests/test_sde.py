@@ -170,7 +170,7 @@ def test_vmap_over_parameters_and_save_times():
     assert m.step_size == pytest.approx(0.25)
 
 
-def test_estimator_runs_sde_and_reports_nonfinite():
+def test_estimator_runs_sde_and_refuses_an_overflowing_beta():
     def model_fn(beta, dim, tokens):
         del dim, tokens
         return ad.TransformerSDE(
@@ -179,17 +179,19 @@ def test_estimator_runs_sde_and_reports_nonfinite():
             integrator=ad.SDEIntegrator(dt=0.1),
         )
 
-    with pytest.warns(UserWarning, match="NaN or infinite"):
-        ds = _estimate_two(model_fn)
+    ds = _estimate_two(model_fn, betas=(1.0,))
     assert int(ds["n_nonfinite"][0]) == 0
-    # e^{200} overflows float32: every trajectory is reported, none silently kept.
-    assert int(ds["n_nonfinite"][1]) == 16
+    # e^{200} overflows float32: it used to run, every trajectory reported as non-finite;
+    # the largest exponent is known before running, so the point is refused then, naming
+    # float64 (issue 29).
+    with pytest.raises(ad.ParameterError, match=r"β = 200 .*--x64"):
+        _estimate_two(model_fn)
 
 
-def _estimate_two(model_fn):
+def _estimate_two(model_fn, betas=(1.0, 200.0)):
     return ad.estimate_probabilities(
         model_fn,
-        [{"beta": 1.0, "dim": 3, "tokens": 2}, {"beta": 200.0, "dim": 3, "tokens": 2}],
+        [{"beta": beta, "dim": 3, "tokens": 2} for beta in betas],
         key=jax.random.key(0),
         n_trajectories=16,
         on_nonfinite="exclude",

@@ -244,16 +244,22 @@ def test_exact_curve_is_computed_before_the_simulation(monkeypatch):
 
 
 def test_overflow_messages_name_the_cause_and_the_threshold():
-    usa = ad.DiscreteTransformer(ad.Attention(50.0, kind="unnormalized"), ad.MatrixValues(1.0))
+    pre_ln = ad.PreLN()  # needs the attention's output whole: overflows past 44.4
+    usa = ad.DiscreteTransformer(
+        ad.Attention(50.0, kind="unnormalized"), ad.MatrixValues(1.0), pre_ln
+    )
     message = overflow_message(usa)
     assert "attention.beta" in message and "44.4" in message and "88" not in message
     huge_sigma = ad.DiscreteTransformer(ad.Attention(1.0), ad.MatrixValues(1e30))
     message = overflow_message(huge_sigma)
     assert "values.sigma=1e+30" in message and "attention" not in message
     scaled = ad.Attention(20.0, kind="unnormalized", query=3 * jnp.eye(4))
-    assert "β·‖Q‖‖K‖ = 60" in overflow_message(ad.DiscreteTransformer(scaled))
+    assert "β·‖Q‖‖K‖ = 60" in overflow_message(ad.DiscreteTransformer(scaled, scheme=pre_ln))
     quiet = overflow_message(ad.DiscreteTransformer(ad.Attention(30.0, kind="unnormalized")))
     assert "No parameter" in quiet
+    # Post-LN takes the output with its exponent apart: no β overflows it.
+    post = ad.DiscreteTransformer(ad.Attention(500.0, kind="unnormalized"), ad.MatrixValues(1.0))
+    assert "No parameter" in overflow_message(post)
 
 
 def _lone_token_turns_nan(model) -> bool:
@@ -311,7 +317,8 @@ def test_an_undefined_map_is_warned_before_the_run_and_named_after_it():
 
     points = [{"dim": 2, "tokens": 1, "eps": 2.0}, {"dim": 2, "tokens": 1, "eps": 0.5}]
     with pytest.warns(UserWarning, match=r"at 1 of 2 points the model's map is undefined"):
-        with pytest.raises(ad.NonFiniteError, match=r"too large to normalise\)\. Cause: the value"):
+        broken = r"a cosine outside \[−1, 1\]\)\. Cause: the value"
+        with pytest.raises(ad.NonFiniteError, match=broken):
             ad.estimate_probabilities(
                 make, points, key=jax.random.key(0), n_trajectories=8, progress=False
             )
@@ -320,7 +327,9 @@ def test_an_undefined_map_is_warned_before_the_run_and_named_after_it():
 def test_rows_too_large_to_normalise_are_reported_not_counted_as_unclustered():
     # Pre-LN with unnormalised attention at β = 50: coordinates stay finite but their squares
     # overflow float32, so no direction is defined; they used to be normalised to zero and
-    # counted as valid "unclustered" trajectories with mean cosine 0.
+    # counted as valid "unclustered" trajectories with mean cosine 0. That β is now refused
+    # before running (the largest exponent, 50, is known); a start radius of 1e20 still
+    # overflows only at run time, and is reported then.
     def usa(beta, dim, tokens):
         del dim, tokens
         attention = ad.Attention(beta, kind="unnormalized")
@@ -335,7 +344,7 @@ def test_rows_too_large_to_normalise_are_reported_not_counted_as_unclustered():
             model_fn, [point], key=key, n_trajectories=16, radius=radius, progress=False
         )
 
-    with pytest.raises(ad.NonFiniteError, match=r"16 of 16 .*attention\.beta"):
+    with pytest.raises(ad.ParameterError, match=r"attention\.beta.*= 50 .*--x64"):
         run(usa, 50.0)
 
     def pre(beta, dim, tokens):
@@ -363,23 +372,26 @@ def test_overlap_diffusion_overflow_names_beta(attention):
         assert "No parameter of the model is past" in message
         return
     assert "unnormalised attention (beta)" in message and "44.4" in message, message
-    with pytest.raises(ad.NonFiniteError, match=r"unnormalised attention \(beta\)"):
+    # Refused before anything runs (its e^{2β} is known to overflow), naming the way out.
+    with pytest.raises(ad.ParameterError, match=r"nnormalised attention \(beta\).*--x64"):
         ad.estimate_probabilities(
             make, points, key=jax.random.key(0), n_trajectories=8, progress=False
         )
 
 
 def test_overflow_from_beta_46_is_explained_and_its_advice_exists():
-    # Unnormalised attention overflows float32 from β ≈ 46 here (threshold ½·ln max = 44.4
-    # plus ln(√L/σ) = 0.8), which the old message put at 88.
-    def make(beta, dim, tokens):
+    # Unnormalised attention overflows float32 from β ≈ 46 in a layer that needs its output
+    # whole (threshold ½·ln max = 44.4 plus ln(√L/σ) = 0.8), which the old message put at
+    # 88. Pre-LN is such a layer: refused before running, naming flags that exist. Post-LN
+    # normalises the output with its token and runs at that β.
+    def make(beta, dim, tokens, scheme=None):
         del dim, tokens
         attention = ad.Attention(beta, kind="unnormalized")
         return ad.DiscreteTransformer(
-            attention, ad.MatrixValues(1.0), depth=5, saveat=ad.SaveAt(1.0)
+            attention, ad.MatrixValues(1.0), scheme or ad.PreLN(), depth=5, saveat=ad.SaveAt(1.0)
         )
 
-    with pytest.raises(ad.NonFiniteError) as raised:
+    with pytest.raises(ad.ParameterError) as raised:
         ad.estimate_probabilities(
             make, [{"dim": 4, "tokens": 2, "beta": 46.0}], key=jax.random.key(0),
             n_trajectories=4, progress=False, route="full",
@@ -387,18 +399,19 @@ def test_overflow_from_beta_46_is_explained_and_its_advice_exists():
     message = str(raised.value)
     assert "44.4" in message and "attention.beta" in message
     # Every CLI flag the advice names exists on both estimator commands.
-    flags = set(re.findall(r"--[a-z][a-z-]+", message))
-    assert flags == {"--exclude-nonfinite"}
+    flags = set(re.findall(r"--[a-z][a-z0-9-]+", message))
+    assert flags == {"--x64"}
     for command in (phase_diagram, evolution):
         options = {opt for param in command.params for opt in param.opts}
         assert flags <= options, command.name
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ds = ad.estimate_probabilities(
-            make, [{"dim": 4, "tokens": 2, "beta": 46.0}], key=jax.random.key(0),
-            n_trajectories=4, progress=False, route="full", on_nonfinite="exclude",
+            lambda **p: make(**p, scheme=ad.PostLN()), [{"dim": 4, "tokens": 2, "beta": 46.0}],
+            key=jax.random.key(0), n_trajectories=4, progress=False, route="full",
+            on_merged="count",
         )  # fmt: skip
-    assert int(ds["n_nonfinite"][0]) == 4
+    assert int(ds["n_nonfinite"][0]) == 0 and int(ds["n_valid"][0]) == 4
 
 
 @two_cpu_devices

@@ -1,6 +1,9 @@
 """The attention core shared by every model: one trajectory, tokens shaped ``(N, d)``."""
 
-from typing import Literal
+import functools
+import math
+from collections.abc import Callable
+from typing import Any, Literal
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -21,20 +24,40 @@ from .names import ATTENTION_KINDS as ATTENTION_KINDS
 AttentionKind = Literal["softmax", "unnormalized"]
 
 
-def as_float(x) -> Array:
-    """Converter for swept parameters: a float array leaf, so sweeps never recompile."""
-    x = jnp.asarray(x)
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        x = x.astype(jnp.float32)
-    return x
+def as_float(x, name: str = "value") -> Array:
+    """Converter for swept parameters: a float array leaf, so sweeps never recompile.
+    Anything but real numbers (a string, None, a bool, a complex number, a ragged list) is
+    refused with a :class:`ParameterError` naming ``name``."""
+    if isinstance(x, int) and not isinstance(x, bool):
+        x = float(x) if abs(x) < 2**1023 else math.inf  # beyond int32: refused by its check
+    try:
+        array = (
+            None if isinstance(x, str | bytes | bool | np.bool_) or x is None else jnp.asarray(x)
+        )
+    except (TypeError, ValueError, OverflowError):
+        array = None
+    if array is None or array.dtype == bool or array.dtype.kind not in "iuf":
+        shown = repr(x) if len(repr(x)) <= 40 else repr(x)[:37] + "..."
+        raise ParameterError(
+            f"{name}={shown} must be a real number (a Python or NumPy number, or a 0-d "
+            f"array); got {type(x).__name__}."
+        )
+    if not jnp.issubdtype(array.dtype, jnp.floating):
+        array = array.astype(jnp.float32)
+    return array
+
+
+def float_leaf(name: str) -> Callable[[Any], Array]:
+    """The converter of the swept parameter ``name``: :func:`as_float`, naming it."""
+    return functools.partial(as_float, name=name)
+
+
+def optional_float_leaf(name: str) -> Callable[[Any], Array | None]:
+    """The converter of an optional swept parameter: ``None``, or :func:`as_float`."""
+    return lambda x: None if x is None else as_float(x, name)
 
 
 LAPLACIAN_SIGNS = ("P-I", "I-P")
-
-
-def optional_float(x) -> Array | None:
-    """Converter: ``None``, or a float array leaf."""
-    return None if x is None else as_float(x)
 
 
 class Attention(eqx.Module):
@@ -48,8 +71,11 @@ class Attention(eqx.Module):
       estimators detect and report with this cause;
     - ``kind="unnormalized"`` (USA): ``A_i = (1/N) Σ_j exp(s_ij) v_j``. ``exp`` overflows
       float32 once ``β ≳ 88.7``, and a layer, whose norm squares this output, once
-      ``β‖Q‖‖K‖ ≳ 44.4``: the result is then non-finite, which the estimators detect and
-      report with this cause; float64 (``jax_enable_x64``) reaches 709.8 and 354.9.
+      ``β‖Q‖‖K‖ ≳ 44.4`` (float64: 709.8 and 354.9). :meth:`scaled` gives the same output
+      as ``e^{m_i}·Ã_i`` with the exponent m_i apart, which never overflows: the schemes
+      whose layer map ignores a positive factor shared by a row and its update (Post-LN,
+      sqrt-scaling, nGPT, Peri-LN) use it and run at any β; the others are refused
+      before running where the output could overflow (see the estimator's checks).
 
     Heads. With ``n_heads = h`` each head sees a d/h-dimensional query, key and value per
     token and the h head outputs are concatenated (then mixed by ``output`` if given).
@@ -77,7 +103,7 @@ class Attention(eqx.Module):
     ``beta`` is an array leaf: changing it reuses the compiled code.
     """
 
-    beta: Float[Array, ""] = eqx.field(converter=as_float)
+    beta: Float[Array, ""] = eqx.field(converter=float_leaf("beta"))
     kind: str = eqx.field(static=True, default="softmax")
     query: Float[Array, "..."] | None = None
     key_matrix: Float[Array, "..."] | None = None
@@ -90,7 +116,9 @@ class Attention(eqx.Module):
     laplacian_heads: tuple[int, ...] | None = eqx.field(static=True, default=None)
     laplacian_sign: str = eqx.field(static=True, default="P-I")
     self_mask: bool = eqx.field(static=True, default=False)
-    diagonal_shift: Float[Array, ""] | None = eqx.field(converter=optional_float, default=None)
+    diagonal_shift: Float[Array, ""] | None = eqx.field(
+        converter=optional_float_leaf("diagonal_shift"), default=None
+    )
 
     def __check_init__(self):
         check_choice("attention kind", self.kind, ATTENTION_KINDS)
@@ -232,14 +260,25 @@ class Attention(eqx.Module):
 
     def matrix(self, x: Float[Array, "N d"]) -> Float[Array, "h N N"]:
         """The attention matrix per head (``P``, or the Laplacian for Laplacian heads)."""
+        return self._matrix(x, scaled=False)[0]
+
+    def _matrix(
+        self, x: Float[Array, "N d"], *, scaled: bool
+    ) -> tuple[Float[Array, "h N N"], Float[Array, "N 1"] | None]:
+        """The attention matrix, and (``scaled``, unnormalised attention) the exponent m_i
+        taken out of row i: the matrix is then ``e^{−m_i}·P`` (:meth:`scaled`)."""
         n_tokens = x.shape[0]
         s = self.scores(x)
         if self.diagonal_shift is not None:
             shift = self.diagonal_shift.astype(s.dtype)
             s = s - shift * jnp.eye(n_tokens, dtype=s.dtype)[None]
         mask = self.mask(n_tokens)
+        exponent = None
         if self.kind == "softmax":
             p = _softmax(s, None if mask is None else mask[None])
+        elif scaled:
+            exponent = _row_exponent(s, None if mask is None else mask[None])
+            p = jnp.exp(s - exponent[None]) / n_tokens
         else:
             p = jnp.exp(s) / n_tokens
         if mask is not None:
@@ -247,22 +286,58 @@ class Attention(eqx.Module):
         flags = self.laplacian_flags
         if any(flags):
             eye = jnp.eye(n_tokens, dtype=p.dtype)[None]
+            if exponent is not None:  # the identity of P − I is scaled with its row
+                eye = eye * jnp.exp(-exponent)[None]
             if self.laplacian_sign == "P-I":
                 p = p - jnp.asarray(flags, p.dtype)[:, None, None] * eye
             else:
                 p = jnp.where(jnp.asarray(flags)[:, None, None], eye - p, p)
-        return p
+        return p, exponent
 
     def __call__(self, x: Float[Array, "N d"]) -> Float[Array, "N d"]:
+        return self._output(x, self.matrix(x))
+
+    def scaled(
+        self, x: Float[Array, "N d"]
+    ) -> tuple[Float[Array, "N d"], Float[Array, "N 1"] | None]:
+        """``(Ã, m)`` with ``A_i = e^{m_i}·Ã_i`` for every row: the output with its
+        exponent apart, so that no β overflows it.
+
+        Softmax attention has no exponent to take out (``m`` is ``None``, ``Ã = A``).
+        Unnormalised attention takes out of row i the part of its largest score above
+        :data:`UNSHIFTED_SCORE` (``m_i = max(max_j s_ij − 20, 0)``): rows whose scores stay
+        below it are computed exactly as by ``__call__``, and no weight of ``Ã`` exceeds
+        ``e^{20}/N``. W_V, W_O and the Laplacian act row by row, so they keep the factor."""
+        if self.kind == "softmax":
+            return self(x), None
+        p, exponent = self._matrix(x, scaled=True)
+        return self._output(x, p), exponent
+
+    def _output(self, x: Float[Array, "N d"], p: Float[Array, "h N N"]) -> Float[Array, "N d"]:
         n_tokens, dim = x.shape
         values = self._project(self.value, x, self._blocks(x))
         if self.n_heads == 1:  # as in scores: no unit head axis inside a dot
-            out = matmul(self.matrix(x)[0], values[0])
+            out = matmul(p[0], values[0])
         else:
-            out = matmul(self.matrix(x), values).transpose(1, 0, 2).reshape(n_tokens, dim)
+            out = matmul(p, values).transpose(1, 0, 2).reshape(n_tokens, dim)
         if self.output is not None:
             out = matmul(out, self.output.T.astype(out.dtype))
         return out
+
+
+#: Unnormalised attention's :meth:`Attention.scaled` takes out of a row only the part of its
+#: largest score above this: below it (weights up to e^20 ≈ 5·10⁸, squares far inside
+#: float32) the row is computed exactly as without the scaling.
+UNSHIFTED_SCORE = 20.0
+
+
+def _row_exponent(s: Float[Array, "h N N"], mask: Bool[Array, "..."] | None) -> Float[Array, "N 1"]:
+    """The exponent m_i taken out of row i: its largest allowed score over heads and keys,
+    less :data:`UNSHIFTED_SCORE`, and never below 0."""
+    if mask is not None:
+        s = jnp.where(mask, s, -jnp.inf)
+    top = jnp.max(small_max(s, -1), axis=0)[:, None]
+    return jnp.maximum(top - UNSHIFTED_SCORE, 0).astype(s.dtype)
 
 
 def _softmax(s: Float[Array, "*b n"], mask: Bool[Array, "..."] | None) -> Float[Array, "*b n"]:

@@ -30,7 +30,7 @@ from typing import final
 import equinox as eqx
 from jaxtyping import Array, Float
 
-from .attention import Attention, as_float, optional_float
+from .attention import Attention, float_leaf, optional_float_leaf
 from .errors import check_bound
 
 
@@ -46,9 +46,9 @@ class EigenmapsStep(eqx.Module):
         kind: ``"softmax"`` (the seed's σ) or ``"unnormalized"``.
     """
 
-    eta: Float[Array, ""] = eqx.field(converter=as_float, default=0.4)
-    kappa: Float[Array, ""] = eqx.field(converter=as_float, default=30.0)
-    shift: Float[Array, ""] | None = eqx.field(converter=optional_float, default=None)
+    eta: Float[Array, ""] = eqx.field(converter=float_leaf("eta"), default=0.4)
+    kappa: Float[Array, ""] = eqx.field(converter=float_leaf("kappa"), default=30.0)
+    shift: Float[Array, ""] | None = eqx.field(converter=optional_float_leaf("shift"), default=None)
     self_mask: bool = eqx.field(static=True, default=False)
     kind: str = eqx.field(static=True, default="softmax")
 

@@ -4,6 +4,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 
@@ -173,3 +174,37 @@ def _show(array: np.ndarray) -> str:
     if array.ndim == 0:
         return repr(array.item())
     return np.array2string(array, threshold=6)
+
+
+def check_start(name: str, x0: Any, *, ndim: int = 2) -> None:
+    """A start of a model: a float array of ``ndim`` axes, ``(N, d)`` for one trajectory
+    (``(batch, N, d)`` for a batch). Traced arrays are checked by shape and dtype."""
+    shape = "(batch, N, d)" if ndim == 3 else "(N, d)"
+    dtype = getattr(x0, "dtype", None)
+    if not isinstance(x0, jax.Array | np.ndarray) or dtype is None:
+        raise ParameterError(
+            f"{name} must be a float array of shape {shape} (N tokens in R^d, e.g. "
+            f"attndyn.uniform_sphere(...)); got {type(x0).__name__}."
+        )
+    if np.ndim(x0) != ndim or not np.issubdtype(np.dtype(dtype), np.floating):
+        hint = "; convert it with .astype(jnp.float32)" if np.ndim(x0) == ndim else ""
+        raise ParameterError(
+            f"{name} must be a float array of shape {shape} (N tokens in R^d); got "
+            f"{np.dtype(dtype).name} values of shape {tuple(np.shape(x0))}{hint}."
+        )
+
+
+def check_single_key(name: str, key: Any) -> None:
+    """One JAX PRNG key: a typed key of shape () (``jax.random.key(seed)``) or a raw
+    ``uint32`` key of shape (2,) (``jax.random.PRNGKey(seed)``)."""
+    dtype = getattr(key, "dtype", None)
+    typed = dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key)
+    if isinstance(key, jax.Array | np.ndarray) and typed and key.shape == ():
+        return
+    if isinstance(key, jax.Array | np.ndarray) and dtype == np.uint32 and key.shape == (2,):
+        return
+    shown = repr(key) if len(repr(key)) <= 40 else repr(key)[:37] + "..."
+    raise ParameterError(
+        f"{name}={shown} must be one JAX PRNG key, e.g. {name}=jax.random.key(0) (an integer "
+        "seed is not a key)."
+    )

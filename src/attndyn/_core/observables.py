@@ -76,16 +76,20 @@ def pair_observables(
         lambda g: (g > threshold).astype(counts),
         lambda g: g,
     )
-    # Counted as together, not as "not together": a NaN cosine is neither together nor
-    # antipodal, so a configuration with one is unclustered, as pair by pair.
     n_pairs = x.shape[0] * (x.shape[0] - 1) // 2
     single = together == n_pairs
     any_apart = apart > 0
     antipodal = (together + apart == n_pairs) & any_apart
     classes = jnp.stack([single, antipodal, any_apart, ~(single | antipodal)])
     if n_pairs == 0:  # one token: one cluster; cosine and density 1 by convention
-        return PairObservables(classes, jnp.ones((), x.dtype), jnp.ones((), x.dtype))
-    return PairObservables(classes, cosines / n_pairs, close.astype(x.dtype) / n_pairs)
+        defined = jnp.all(jnp.isfinite(x)) & jnp.any(x != 0)
+        one = jnp.where(defined, 1, jnp.nan).astype(x.dtype)
+        return PairObservables(classes & defined, one, one)
+    # A NaN coordinate or a zero row (no direction) makes a cosine NaN, and the
+    # configuration has no class at all (not "unclustered"): its mean cosine is NaN.
+    return PairObservables(
+        classes & ~jnp.isnan(cosines), cosines / n_pairs, close.astype(x.dtype) / n_pairs
+    )
 
 
 def cluster_classes(x: Float[Array, "N d"], tol: float | Array = 1e-3) -> Bool[Array, "4"]:
@@ -97,6 +101,9 @@ def cluster_classes(x: Float[Array, "N d"], tol: float | Array = 1e-3) -> Bool[A
     - antipodal: every pair together or antipodal, at least one antipodal;
     - has_antipodal_pair: at least one antipodal pair (overlaps the others);
     - unclustered: neither single nor antipodal.
+
+    A configuration with a NaN coordinate or a zero row (a token without a direction)
+    belongs to no class: all four are False (and :func:`mean_cosine` is NaN).
     """
     return pair_observables(x, tol).classes
 

@@ -13,10 +13,43 @@ from .errors import ParameterError, check_bound
 
 
 def as_times(value) -> tuple[float, ...] | None:
-    """Converter: save times as a tuple of Python floats (hashable, never a static array)."""
+    """Converter: save times as a tuple of Python floats (hashable, never a static array).
+    A list, tuple, range or 1-d array of real numbers, or one number; anything else (a
+    string, which NumPy would read as a number, a nested list) is refused, naming ``ts``."""
     if value is None:
         return None
-    return tuple(float(v) for v in np.atleast_1d(np.asarray(value, dtype=np.float64)))
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+    refusal = ParameterError(
+        f"ts={shown} must be the save times: a list, tuple or 1-d array of numbers in "
+        "[0, horizon] (e.g. SaveAt(2.0, [0.5, 1.0, 2.0])), or one number."
+    )
+    if isinstance(value, str | bytes) or isinstance(value, dict | set):
+        raise refusal
+    try:
+        times = np.asarray(value)
+    except (TypeError, ValueError):
+        raise refusal from None
+    if times.ndim > 1 or times.dtype == bool or times.dtype.kind not in "iuf":
+        raise refusal
+    return tuple(float(v) for v in np.atleast_1d(times.astype(np.float64)))
+
+
+def as_horizon(value) -> float:
+    """Converter: the horizon as a Python float; anything but one real number is refused."""
+    try:
+        real = (
+            not isinstance(value, str | bytes | bool | np.bool_)
+            and np.ndim(value) == 0
+            and np.asarray(value).dtype.kind in "iuf"
+        )
+    except (TypeError, ValueError):
+        real = False
+    if not real:
+        raise ParameterError(
+            f"horizon={value!r:.40} must be a real number T > 0 (e.g. SaveAt(2.0)); got "
+            f"{type(value).__name__}."
+        )
+    return float(value)
 
 
 @final
@@ -32,7 +65,7 @@ class SaveAt(eqx.Module):
     round to one point (they would be two rows of one time in a dataset).
     """
 
-    horizon: float = eqx.field(static=True, converter=float)
+    horizon: float = eqx.field(static=True, converter=as_horizon)
     ts: tuple[float, ...] | None = eqx.field(static=True, default=None, converter=as_times)
 
     def __check_init__(self):
@@ -57,9 +90,13 @@ class SaveAt(eqx.Module):
         """The save times (float64)."""
         return np.asarray((self.horizon,) if self.ts is None else self.ts, dtype=np.float64)
 
-    def steps(self, step: float) -> np.ndarray:
-        """Indices of the grid points ``k·step`` nearest to the save times (int64); two
-        save times that round to one grid point are refused."""
+    def steps(self, step: float, times: "np.ndarray | float | None" = None) -> np.ndarray:
+        """Indices of the grid points ``k·step`` nearest to the save times (or to
+        ``times``), as int64: ``rint(t/step)``, one rounding for every use (the layer count
+        of the horizon included). Two save times that round to one grid point are
+        refused."""
+        if times is not None:
+            return np.atleast_1d(np.rint(np.asarray(times, np.float64) / step).astype(np.int64))
         steps = np.rint(self.times / step).astype(np.int64)
         same = np.flatnonzero(np.diff(steps) == 0)
         if same.size:

@@ -25,6 +25,7 @@ is L = 1/η and may be a float (a real-valued step η, t = nη).
 """
 
 import abc
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar, final
@@ -34,12 +35,61 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from .attention import as_float
+from .attention import float_leaf
 from .errors import check_bound, check_scalar
 from .names import SCHEME_NAMES as SCHEME_NAMES
 from .norms import AbstractNorm, RMSNorm, as_norm
 
 Update = Callable[[Float[Array, "N d"]], Float[Array, "N d"]]
+Scaled = tuple[Float[Array, "N d"], Float[Array, "N 1"] | None]
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerUpdate:
+    """A layer's update ``Z ↦ V_n A(Z)``, and the same update with its exponent apart.
+
+    ``scaled(Z)`` is ``(Ũ, m)`` with ``V_n A_i(Z) = e^{m_i}·Ũ_i`` (``m`` is ``None`` when
+    nothing was taken out): unnormalised attention's weights e^{β⟨q_i, k_j⟩} overflow at
+    large β, but the schemes whose layer map ignores a positive factor shared by a row and
+    its update never need them whole (:attr:`AbstractScheme.scale_free`). A plain callable
+    is an update too; :func:`split_update` reads both."""
+
+    plain: Update
+    scaled: Callable[[Float[Array, "N d"]], Scaled]
+
+    def __call__(self, z: Float[Array, "N d"]) -> Float[Array, "N d"]:
+        return self.plain(z)
+
+
+def attention_update(attention, apply: Update) -> LayerUpdate:
+    """The update ``apply(attention(Z))`` of a value operator ``apply``, which acts row by
+    row and linearly (``V_n A_i``), so that a factor e^{m_i} taken out of A_i is taken out
+    of the update too."""
+
+    def scaled(z):
+        out, exponent = attention.scaled(z)
+        return apply(out), exponent
+
+    return LayerUpdate(lambda z: apply(attention(z)), scaled)
+
+
+def split_update(update: Update, z: Float[Array, "N d"]) -> Scaled:
+    """``(Ũ, m)`` with ``update(z) = e^m·Ũ`` row by row (``m`` is ``None`` for a plain
+    callable, which gives the update whole)."""
+    if isinstance(update, LayerUpdate):
+        return update.scaled(z)
+    return update(z), None
+
+
+def shrink(x: Float[Array, "N d"], exponent: Float[Array, "N 1"] | None) -> Float[Array, "N d"]:
+    """``e^{−m_i}·x_i``: the rows a scale-free scheme adds to an update ``Ũ``."""
+    return x if exponent is None else x * jnp.exp(-exponent).astype(x.dtype)
+
+
+def unscale(u: Float[Array, "N d"], exponent: Float[Array, "N 1"] | None) -> Float[Array, "N d"]:
+    """``e^{m_i}·Ũ_i``: the update whole (it may overflow; see :attr:`scale_free`)."""
+    return u if exponent is None else u * jnp.exp(exponent).astype(u.dtype)
+
 
 #: Multipliers within this many float32 ulp of a singular value count as equal to it.
 _ULPS = 4
@@ -65,6 +115,14 @@ class AbstractScheme(eqx.Module):
     #: its :attr:`norm` does. The six built-in schemes do; a user-defined scheme is not
     #: assumed to.
     rotation_equivariant: ClassVar[bool] = False
+
+    #: Whether the layer map is unchanged when the update of a row and the row it adds to
+    #: are multiplied by one positive factor (it normalises their sum, or normalises the
+    #: update alone). Such a scheme takes unnormalised attention's output as e^{m}·Ũ
+    #: (:class:`LayerUpdate`) and runs at any β; the others need the update whole, which
+    #: overflows once β·max score passes ½·ln(max) of the float type (refused before a
+    #: study runs).
+    scale_free: ClassVar[bool] = False
 
     #: The token normalisation of every normalising step of the scheme: :class:`RMSNorm`
     #: (the unit sphere, the default) or :class:`LayerNorm` (centred: the unit sphere of the
@@ -149,12 +207,15 @@ class PostLN(AbstractScheme):
     keeps_radius: ClassVar[bool] = False
     rotation_equivariant: ClassVar[bool] = True
     starts_from_directions: ClassVar[bool] = True
+    scale_free: ClassVar[bool] = True
 
     def layer(self, x, update, *, layer, depth):
         return self.layer_on_directions(self.norm(x), update, layer=layer, depth=depth)
 
     def layer_on_directions(self, theta, update, *, layer, depth):
-        return self.norm(theta + update(theta))
+        # norm(θ + e^m Ũ) = norm(e^{−m}θ + Ũ): the update's exponent never enters.
+        u, exponent = split_update(update, theta)
+        return self.norm(shrink(theta, exponent) + u)
 
     def vanishes_at(self, multiplier, *, depth, n_layers):
         # θ + s·θ = 0 at s = −1, in every layer.
@@ -195,7 +256,7 @@ class MixLN(AbstractScheme):
     :class:`attndyn.NormalizedAttentionODE`).
     """
 
-    tau: Float[Array, ""] = eqx.field(converter=as_float, default=0.5)
+    tau: Float[Array, ""] = eqx.field(converter=float_leaf("tau"), default=0.5)
     name: ClassVar[str] = "mix-ln"
     keeps_radius: ClassVar[bool] = True
     rotation_equivariant: ClassVar[bool] = True
@@ -210,8 +271,8 @@ class MixLN(AbstractScheme):
         # One attention evaluation: both branches feed attention the normalised rows
         # (Post-LN's rows are already on the sphere while it is active).
         theta = self.norm(x)
-        step = update(theta)
-        return jnp.where(post, self.norm(theta + step), x + step)
+        u, exponent = split_update(update, theta)
+        return jnp.where(post, self.norm(shrink(theta, exponent) + u), x + unscale(u, exponent))
 
     def vanishes_at(self, multiplier, *, depth, n_layers):
         # As Post-LN, in the layers before the switch to Pre-LN.
@@ -238,9 +299,11 @@ class PeriLN(AbstractScheme):
     name: ClassVar[str] = "peri-ln"
     keeps_radius: ClassVar[bool] = True
     rotation_equivariant: ClassVar[bool] = True
+    scale_free: ClassVar[bool] = True
 
     def layer(self, x, update, *, layer, depth):
-        return x + self.norm.safe(depth * update(self.norm(x))) / depth
+        u, _ = split_update(update, self.norm(x))  # normalised alone: its factor drops out
+        return x + self.norm.safe(depth * u) / depth
 
     def speed(self, t, r, attn_norm):
         """s = r·|A|: unit-speed steps in the ambient space (∞ where A = 0: no move)."""
@@ -262,12 +325,13 @@ class NGPT(AbstractScheme):
     ``V_n A_i = 0`` the inner normalisation has no direction and the token does not move.
     """
 
-    alpha: Float[Array, ""] = eqx.field(converter=as_float, default=1.0)
+    alpha: Float[Array, ""] = eqx.field(converter=float_leaf("alpha"), default=1.0)
     alpha_schedule: Callable[[Array], Array] | None = eqx.field(static=True, default=None)
     name: ClassVar[str] = "ngpt"
     keeps_radius: ClassVar[bool] = False
     rotation_equivariant: ClassVar[bool] = True
     starts_from_directions: ClassVar[bool] = True
+    scale_free: ClassVar[bool] = True
 
     def __check_init__(self):
         check_scalar("alpha", self.alpha)
@@ -281,7 +345,8 @@ class NGPT(AbstractScheme):
 
     def layer_on_directions(self, theta, update, *, layer, depth):
         alpha = self.alpha_at(layer / depth)
-        step = depth * update(theta)
+        u, _ = split_update(update, theta)  # normalised alone: its factor drops out
+        step = depth * u
         out = self.norm(theta + alpha / depth * (self.norm(step) - theta))
         # V_n A_i = 0 has no direction: no move (the NaN of 0/0 is replaced, nothing else).
         still = jnp.all(self.norm.centre(step) == 0, axis=-1, keepdims=True)
@@ -301,12 +366,14 @@ class SqrtScaling(AbstractScheme):
     keeps_radius: ClassVar[bool] = False
     rotation_equivariant: ClassVar[bool] = True
     starts_from_directions: ClassVar[bool] = True
+    scale_free: ClassVar[bool] = True
 
     def layer(self, x, update, *, layer, depth):
         return self.layer_on_directions(self.norm(x), update, layer=layer, depth=depth)
 
     def layer_on_directions(self, theta, update, *, layer, depth):
-        return self.norm(theta + update(theta) / jnp.sqrt(layer / depth + 1.0))
+        u, exponent = split_update(update, theta)
+        return self.norm(shrink(theta, exponent) + u / jnp.sqrt(layer / depth + 1.0))
 
     def vanishes_at(self, multiplier, *, depth, n_layers):
         # θ + sθ/√(t + 1) = 0 at t = s² − 1: vanishes if that time is a layer's.

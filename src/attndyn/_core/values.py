@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
 from . import random
-from .attention import as_float
+from .attention import float_leaf
 from .errors import check_bound, check_choice, check_scalar
 from .linalg import lq, matmul
 from .names import DISTRIBUTIONS as DISTRIBUTIONS
@@ -143,9 +143,9 @@ class MatrixValues(AbstractValues):
     model has ``drift = 0``. ``sigma`` and ``drift`` are array leaves.
     """
 
-    sigma: Float[Array, ""] = eqx.field(converter=as_float, default=1.0)
+    sigma: Float[Array, ""] = eqx.field(converter=float_leaf("sigma"), default=1.0)
     distribution: str = eqx.field(static=True, default="gaussian")
-    drift: Float[Array, ""] = eqx.field(converter=as_float, default=0.0)
+    drift: Float[Array, ""] = eqx.field(converter=float_leaf("drift"), default=0.0)
 
     def __check_init__(self):
         check_choice("distribution", self.distribution, DISTRIBUTIONS)
@@ -191,7 +191,7 @@ class ScalarValues(AbstractScalarValues):
     see :func:`attndyn.theory.hybrid_layer_step`. ``eps`` is an array leaf.
     """
 
-    eps: Float[Array, ""] = eqx.field(converter=as_float, default=0.0)
+    eps: Float[Array, ""] = eqx.field(converter=float_leaf("eps"), default=0.0)
     distribution: str = eqx.field(static=True, default="rademacher")
 
     def __check_init__(self):

@@ -85,6 +85,21 @@ class RandomWeights(eqx.Module):
         ):
             raise ParameterError("key must be a JAX PRNG key (jax.random.key(seed)) or None.")
 
+    def form_bound(self, dim: int) -> float:
+        """A bound on the spectral norm of B = QᵀK that a draw exceeds with probability
+        below e^{−50} ≈ 2·10⁻²²: a d × d standard Gaussian G has ‖G‖ ≤ 2√d + t but with
+        probability ≤ e^{−t²/2} (Davidson–Szarek), here t = 10."""
+        root = math.sqrt(dim)
+        gauss = 2 * root + 10.0
+        return {
+            "identity": 1.0,
+            "kaiming": (gauss / root) ** 2,
+            "gaussian-product": gauss**2 / root,
+            "goe": math.sqrt(2.0) * gauss,
+            "wigner": math.sqrt(2.0) * gauss + gauss,
+            "gpt2": GPT2_STD * gauss,
+        }[self.bilinear]
+
     @property
     def shared(self) -> bool:
         """Whether every trajectory uses the same weights."""

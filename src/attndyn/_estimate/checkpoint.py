@@ -33,7 +33,7 @@ import xarray as xr
 from .._core.errors import ParameterError
 from .._core.observables import OUTCOMES
 from .dataset import coordinates, package_version
-from .files import atomic_write
+from .files import atomic_write, uninterrupted
 from .keys import canonical
 from .plan import Plan
 from .tallies import SUM_UNITS, Tallies
@@ -183,21 +183,28 @@ def load_checkpoint(path: Path, record: dict[str, Any], block_sizes: np.ndarray)
     """The tallies saved at ``path``, if they belong to the study with this ``record``
     (``block_sizes[p]``: how many trajectories of point p this process runs)."""
     try:
-        with xr.open_dataset(path) as ds:
-            ds.load()
+        # Read in a worker a Ctrl-C cannot stop midway (xarray's locks stay consistent).
+        ds = uninterrupted(lambda: _read(path))
     except Exception as error:  # netCDF/HDF5 raise many types for a truncated or foreign file
         raise damaged(path, f"{type(error).__name__}: {error}".strip()[:200]) from None
-    if ds.attrs.get("format") not in READABLE or "study" not in ds:
+    if ds.attrs.get("format") not in READABLE:
         raise ParameterError(
             f"checkpoint {str(path)!r} was written by another attndyn version (checkpoint "
             f"format {ds.attrs.get('format', 1)}, this version writes {FORMAT}). "
             + HOW_TO_START_AFRESH
         )
+    if "study" not in ds:
+        raise damaged(path, "its variable 'study', the record of its study, is missing")
     if ds.attrs.get("signature") != signature(record):
         raise ParameterError(_mismatch(path, _stored_record(path, ds), record))
     tallies = _tallies(path, ds)
     _check_consistent(path, tallies, record, block_sizes)
     return tallies
+
+
+def _read(path: Path) -> xr.Dataset:
+    with xr.open_dataset(path) as ds:
+        return ds.load()
 
 
 def _stored_record(path: Path, ds: xr.Dataset) -> dict[str, Any]:

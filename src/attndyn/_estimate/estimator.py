@@ -1,10 +1,11 @@
 """``estimate_probabilities``: the stages of :mod:`attndyn._estimate` put together."""
 
+import contextlib
 import os
 import sys
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -24,6 +25,7 @@ from .._core.errors import (
     check_bool,
 )
 from .._models.base import AbstractModel
+from . import interrupts
 from .checkpoint import load_checkpoint, signature, study_record, write_checkpoint
 from .dataset import attach_provenance, probabilities_dataset, provenance_record
 from .diagnose import overflow_message
@@ -31,7 +33,14 @@ from .distributed import gather_tallies, process_block, process_layout
 from .files import Lock, LockBusy, writable_folder
 from .keys import Point, check_key, point_key
 from .plan import Plan, PointPlan, make_plan
-from .runner import chunk_indices, chunk_statistics, default_chunk_size, round_up, tile_size
+from .runner import (
+    Blocks,
+    chunk_indices,
+    chunk_statistics,
+    default_chunk_size,
+    round_up,
+    tile_size,
+)
 from .runtime import compile_seconds
 from .tallies import Tallies
 
@@ -160,23 +169,24 @@ def estimate_probabilities(
     check_metadata(metadata)
     checkpoint = None if checkpoint is None else check_checkpoint_path(checkpoint)
     with jax.enable_x64(bool(x64)):
-        plan = make_plan(
-            model_fn,
-            points,
-            n_trajectories=n_trajectories,
-            tol=tol,
-            radius=radius,
-            chunk_size=chunk_size,
-            route=route,
-            early_absorption=early_absorption,
-            on_nonfinite=on_nonfinite,
-            x64=bool(x64),
-            on_merged=on_merged,
-        )
-        with _Study(plan, key, checkpoint) as study:
-            study.run(progress)
-            tallies = study.combined()
-            study.check_totals(tallies)
+        study = None
+        try:
+            with deferred_warnings():
+                plan = make_plan(
+                    model_fn, points, n_trajectories=n_trajectories, tol=tol, radius=radius,
+                    chunk_size=chunk_size, route=route, early_absorption=early_absorption,
+                    on_nonfinite=on_nonfinite, x64=bool(x64), on_merged=on_merged,
+                )  # fmt: skip
+                study = _Study(plan, key, checkpoint)
+            with study:
+                study.run(progress)
+                tallies = study.combined()
+                study.check_totals(tallies)
+        except BaseException:
+            # A Ctrl-C between taking the checkpoint's lock and the `with` still releases it.
+            if study is not None:
+                study.close()
+            raise
     record = _provenance(plan, study, tallies, metadata)
     warn_merged(plan, tallies)
     points = [p.point for p in plan.points]
@@ -184,6 +194,63 @@ def estimate_probabilities(
         tallies, points, plan.save_times, exclude_merged=plan.on_merged == "exclude"
     )
     return attach_provenance(ds, record)
+
+
+class _Held:
+    """Warnings held by :func:`deferred_warnings`, and where to show them."""
+
+    def __init__(self, show):
+        self.show = show
+        self.warnings: list[tuple] = []
+        self.holding = True
+
+    def release(self) -> None:
+        self.holding = False
+        held, self.warnings = self.warnings, []
+        for args in held:
+            self.show(*args)
+
+
+_held: list[_Held] = []
+
+
+@contextlib.contextmanager
+def deferred_warnings() -> Iterator[None]:
+    """Hold the warnings raised inside (building the points' models, planning, reading the
+    checkpoint) until the study starts running (:func:`release_warnings`) or the block
+    ends, and drop them if the block refuses the arguments (:class:`ParameterError`): a
+    warning (a horizon off the layer grid) followed by the error that stops the run was two
+    lines for one mistake. Nested uses share the outermost (the CLI holds a whole
+    command's)."""
+    if _held:
+        yield
+        return
+    held = _Held(warnings.showwarning)
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if held.holding:
+            held.warnings.append((message, category, filename, lineno, file, line))
+        else:
+            held.show(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    _held.append(held)
+    try:
+        yield
+    except ParameterError:
+        held.warnings.clear()
+        raise
+    finally:
+        _held.remove(held)
+        warnings.showwarning = held.show
+        held.release()
+
+
+def release_warnings() -> None:
+    """Show the warnings :func:`deferred_warnings` holds, and every later one at once: the
+    arguments passed every check and the study runs."""
+    for held in _held:
+        held.release()
 
 
 def merge_message(plan: Plan, tallies: Tallies, index: int) -> str:
@@ -364,7 +431,9 @@ class _Study:
         self.tallies.runs = self.runs_before + ([this_run] if added else [])
 
     def save(self) -> None:
-        if self.checkpoint is not None:
+        if self.checkpoint is None:
+            return
+        with interrupts.deferred():  # the state stamped is the state written
             self.stamp()
             points = [p.point for p in self.plan.points]
             write_checkpoint(
@@ -373,6 +442,7 @@ class _Study:
             self.last_save = time.perf_counter()
 
     def run(self, progress: bool) -> None:
+        release_warnings()
         plan = self.plan
         bar = tqdm(
             total=len(plan.points) * plan.n_trajectories,
@@ -384,12 +454,17 @@ class _Study:
             dynamic_ncols=True,
         )
         try:
-            for index, point in enumerate(plan.points):
-                self.run_point(index, point, bar)
-                self.save()
-                if self.alone:
-                    self.check_nonfinite(index, point)
+            with interrupts.watching():
+                for index, point in enumerate(plan.points):
+                    self.run_point(index, point, bar)
+                    self.save()
+                    if self.alone:
+                        self.check_nonfinite(index, point)
+                # An interrupt Python swallowed (in a garbage-collection callback) during
+                # the last block still stops the run.
+                interrupts.check()
         except KeyboardInterrupt:
+            # The blocks of device work are short and waited for: nothing is left running.
             self.save()
             raise
         finally:
@@ -426,15 +501,25 @@ class _Study:
             jnp.asarray(plan.tol, dtype),
             jnp.asarray(plan.radius, dtype),
         )
-        # One tile per device per call (runner.tile_size): the same compiled program for
-        # every chunk size; a chunk is the work between checkpoint checks.
+        # One tile per device per call (runner.tile_size): the same compiled programs for
+        # every chunk size; a chunk is the work between checkpoint checks. Within a call the
+        # steps run in blocks of about half a second (the same numbers whatever the
+        # blocks), with a check for Ctrl-C after each.
         group = self.tiles[index] * len(self.devices)
+        blocks = Blocks(point.model.stepping()[1])
         for first in range(start + int(tallies.n_done[index]), stop, chunk):
             pending = None
             for tile_start in range(first, min(first + chunk, stop), group):
                 indices = chunk_indices(tile_start, group, self.sharding)
                 results = chunk_statistics(
-                    point.model, key, indices, *args, point.n_tokens, point.dim, self.mesh
+                    point.model,
+                    key,
+                    indices,
+                    *args,
+                    point.n_tokens,
+                    point.dim,
+                    self.mesh,
+                    blocks=blocks,
                 )
                 # The devices run this call while the host adds the previous one (JAX
                 # dispatches asynchronously; add_chunk waits for its results).
@@ -449,9 +534,12 @@ class _Study:
                 self.save()
 
     def add(self, index: int, results, done: int, bar) -> None:
-        """Add one call's results (``done`` trajectories of point ``index``) to the tallies."""
-        self.tallies.add_chunk(index, *results)
-        self.tallies.n_done[index] += done
+        """Add one call's results (``done`` trajectories of point ``index``) to the tallies,
+        whole (a Ctrl-C meanwhile is raised after)."""
+        results = jax.block_until_ready(results)
+        with interrupts.deferred():
+            self.tallies.add_chunk(index, *results)
+            self.tallies.n_done[index] += done
         bar.update(done)
 
     @property
@@ -485,7 +573,8 @@ class _Study:
             return
         message = (
             f"{bad} of {int(tallies.n_done[index])} trajectories at point {point.point} "
-            f"became NaN or infinite (or too large to normalise). "
+            "became NaN or infinite (or too large to normalise, or broke an invariant of "
+            "the model: a row off the unit sphere, a cosine outside [−1, 1]). "
             f"{overflow_message(point.user_model, radius=self.plan.radius)}"
         )
         if self.plan.on_nonfinite == "raise":

@@ -22,6 +22,7 @@ from .._core.errors import (
 )
 from .._models.base import ROUTES, AbstractModel, select_route
 from .._models.reduced.absorption import DEFAULT_BOUND
+from .diagnose import overflow_refusal
 from .keys import Point, numeric_identity, point_id
 
 NONFINITE_POLICIES = ("raise", "exclude")
@@ -203,6 +204,16 @@ def warn_undefined(planned: Sequence[PointPlan]) -> None:
         )
 
 
+def check_overflow(planned: Sequence[PointPlan], dtype: np.dtype) -> None:
+    """Refuse, before anything runs, a point whose model would overflow ``dtype`` wherever
+    its trajectories go (:func:`.diagnose.overflow_refusal`): its numbers could not be
+    trusted, and every trajectory would be lost."""
+    for p in planned:
+        refusal = overflow_refusal(p.model, dtype, p.dim)
+        if refusal is not None:
+            raise ParameterError(f"at {p.point}: {refusal}.")
+
+
 def check_dimension(model: AbstractModel, point: dict[str, Any], dim: int) -> None:
     """Every attention core in the model must fit the point's dimension d (heads, Q, K):
     refused here, naming the point, rather than as a shape error while tracing."""
@@ -261,6 +272,7 @@ def make_plan(
             raise ParameterError(f"all points must share save times; {p.point} differs.")
     if x64:
         planned = [dataclasses.replace(p, model=to_float64(p.model)) for p in planned]
+    check_overflow(planned, np.dtype(np.float64 if x64 else np.float32))
     return Plan(
         planned,
         n_trajectories,

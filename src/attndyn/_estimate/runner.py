@@ -6,6 +6,8 @@ model and never trigger recompilation. The kernel sees models only through
 :class:`attndyn.AbstractModel`.
 """
 
+import time
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -15,6 +17,7 @@ from jaxtyping import Array, Int, PRNGKeyArray
 from .._core.observables import numerically_merged, pair_observables, span_dimension
 from .._core.sphere import uniform_sphere
 from .._models.base import AbstractModel
+from . import interrupts
 
 #: Trajectories per CPU device in a default chunk (see :func:`default_chunk_size`).
 CPU_CHUNK_PER_DEVICE = 4096
@@ -117,14 +120,11 @@ def span_dimensions(saves: Array) -> Array:
     return jax.lax.map(span_dimension, flat).reshape(saves.shape[:2])
 
 
-def simulate_tile(model: AbstractModel, point_key, indices, tol, radius, n_tokens, dim, mesh=None):
-    """Per-trajectory classes, mean cosines, pair densities, span dimensions, merges and
-    finiteness for a batch of trajectory indices (one tile per device).
+def begin_tile(model: AbstractModel, point_key, indices, radius, n_tokens, dim):
+    """The starts of a batch of trajectory indices (one tile per device) and the model's
+    state before its first step, with the trajectories' keys.
 
-    Starts are drawn in the dtype of ``radius`` (float64 when the study runs in x64). The
-    span dimensions take one Gram matrix at a time (:func:`span_dimensions`): the same
-    arithmetic on one device or several. ``mesh``: the devices GSPMD shards the batch
-    over, when this runs outside ``shard_map`` on several devices."""
+    Starts are drawn in the dtype of ``radius`` (float64 when the study runs in x64)."""
 
     def start(index):
         start_key, noise_key = jax.random.split(jax.random.fold_in(point_key, index))
@@ -132,26 +132,50 @@ def simulate_tile(model: AbstractModel, point_key, indices, tol, radius, n_token
         return radius * x0, noise_key
 
     x0, keys = jax.vmap(start)(indices)
-    saves = model.simulate(x0, keys)
+    return model.begin(x0, keys), keys
 
-    def observe(saves):
-        # A row whose squared norm overflows is finite but has no direction: the
-        # observables would normalise it to zero (an "unclustered" trajectory with mean
-        # cosine 0). It counts as non-finite.
-        finite = jnp.all(jnp.isfinite(saves)) & jnp.all(jnp.isfinite(jnp.sum(saves**2, -1)))
-        classes, cosines, densities = jax.vmap(pair_observables, in_axes=(0, None))(saves, tol)
-        if model.tokens_can_meet:  # coincidences are the model's dynamics, not rounding
-            merged = jnp.zeros(saves.shape[0], bool)
-        else:
-            merged = jax.vmap(numerically_merged)(saves)
-        return classes, cosines, densities, merged, finite
 
-    classes, cosines, densities, merged, finite = jax.vmap(observe)(saves)
+def finish_tile(model: AbstractModel, state, tol, mesh=None):
+    """Per-trajectory classes, mean cosines, pair densities, span dimensions, merges and
+    soundness (:func:`observe`) of a batch whose steps are done.
+
+    The span dimensions take one Gram matrix at a time (:func:`span_dimensions`): the same
+    arithmetic on one device or several. ``mesh``: the devices GSPMD shards the batch
+    over, when this runs outside ``shard_map`` on several devices."""
+    saves = model.finish(state)
+    classes, cosines, densities, merged, finite = jax.vmap(lambda s: observe(model, s, tol))(saves)
     if mesh is not None and mesh.size > 1 and saves.shape[-2] > 2:
         spans = _span_dimensions_per_device(saves, mesh)
     else:
         spans = span_dimensions(saves)
     return classes, cosines, densities, spans, merged, finite
+
+
+#: How far a saved row's squared norm may be from 1, and a mean cosine outside [−1, 1],
+#: from rounding alone (float32 normalisation leaves ~d·eps ≈ 10⁻⁶ at d = 16, 10⁻⁴ at d = 2¹⁶).
+INVARIANT_SLACK = 1e-3
+
+
+def observe(model: AbstractModel, saves: Array, tol):
+    """The observables of one trajectory's saves, and whether they are sound: every number
+    finite, every row's squared norm finite (a row whose squared norm overflows has no
+    direction: the observables would normalise it to zero), every mean cosine in [−1, 1]
+    (NaN when a row is zero), and, for a model that keeps its rows on the unit sphere
+    (:meth:`AbstractModel.keeps_unit_rows`), every row after t = 0 a unit vector. A broken
+    invariant means the arithmetic failed (an overflow the model did not foresee): such
+    a trajectory counts as non-finite, never as a result."""
+    squares = jnp.sum(saves**2, -1)
+    sound = jnp.all(jnp.isfinite(saves)) & jnp.all(jnp.isfinite(squares))
+    classes, cosines, densities = jax.vmap(pair_observables, in_axes=(0, None))(saves, tol)
+    sound &= jnp.all(jnp.abs(cosines) <= 1 + INVARIANT_SLACK)
+    if model.keeps_unit_rows():
+        later = jnp.asarray(np.asarray(model.save_times) > 0)[:, None]
+        sound &= jnp.all(~later | (jnp.abs(squares - 1) <= INVARIANT_SLACK))
+    if model.tokens_can_meet:  # coincidences are the model's dynamics, not rounding
+        merged = jnp.zeros(saves.shape[0], bool)
+    else:
+        merged = jax.vmap(numerically_merged)(saves)
+    return classes, cosines, densities, merged, sound
 
 
 def _span_dimensions_per_device(saves: Array, mesh: jax.sharding.Mesh) -> Array:
@@ -193,7 +217,32 @@ def tally(classes, cosines, densities, spans, merged, finite, indices, n_total):
     )
 
 
-@eqx.filter_jit
+#: Seconds of device work between two host checks (for Ctrl-C): the block of steps is
+#: sized from the measured time of the previous one.
+BLOCK_SECONDS = 0.5
+#: Steps in the first block of a point (then sized by time; each block at most 8 times the
+#: one before).
+FIRST_BLOCK = 64
+
+
+class Blocks:
+    """How many steps the next block of a point runs: about :data:`BLOCK_SECONDS` of
+    device work, measured on the blocks before (the block size never changes a number:
+    each step is taken by the same compiled program whatever the blocks)."""
+
+    def __init__(self, multiple: int = 1):
+        self.multiple = max(1, multiple)
+        self.size = round_up(FIRST_BLOCK, self.multiple)
+
+    def next_stop(self, done: int, steps: int) -> int:
+        return min(steps, (done + self.size) // self.multiple * self.multiple or self.multiple)
+
+    def measured(self, ran: int, seconds: float) -> None:
+        wanted = ran * BLOCK_SECONDS / max(seconds, 1e-4)
+        size = int(min(wanted, 8 * max(ran, self.size)))
+        self.size = max(self.multiple, size // self.multiple * self.multiple)
+
+
 def chunk_statistics(
     model: AbstractModel,
     point_key: PRNGKeyArray,
@@ -204,44 +253,110 @@ def chunk_statistics(
     n_tokens: int,
     dim: int,
     mesh: jax.sharding.Mesh | None = None,
+    *,
+    blocks: Blocks | None = None,
 ):
-    """:func:`_chunk_statistics`, traced with every dot in full precision: JAX's default
-    lets a GPU round float32 dot operands to TF32 (10-bit mantissas), and library code
-    (diffrax's stochastic Runge–Kutta stages) does not ask otherwise; attndyn's own
-    products ask for it anyway (:func:`.linalg.dot`)."""
+    """Tallies of one tile per device (:func:`tile_size`): the starts and the model's state
+    (:func:`begin_tile`), its steps a block at a time (:meth:`AbstractModel.advance`), each
+    block about :data:`BLOCK_SECONDS` long (``blocks``; without it, one block) and followed
+    by a check for Ctrl-C (:func:`.interrupts.check`), then the observables and their
+    counts (:func:`finish_tile`, :func:`tally`). Three compiled programs, whatever the
+    blocks, so the numbers never depend on them."""
+    state = _begin(model, point_key, indices, radius, n_tokens, dim, mesh)
+    steps, _ = model.stepping()
+    done = 0
+    while done < steps:
+        stop = steps if blocks is None else blocks.next_stop(done, steps)
+        started = time.perf_counter()
+        state = _advance(model, state, jnp.int32(done), jnp.int32(stop), mesh)
+        if blocks is not None:
+            jax.block_until_ready(state)
+            blocks.measured(stop - done, time.perf_counter() - started)
+            interrupts.check()
+        done = stop
+    return _finish(model, state, indices, n_total, tol, mesh)
+
+
+def _per_device(model: AbstractModel, mesh) -> bool:
+    """Whether each device runs its own slice in its own loops (``shard_map``): with a mesh
+    of several devices and a model that allows it (:attr:`AbstractModel.per_device`).
+    Data-dependent loops (early absorption, exact rejection samplers) then never wait on a
+    cross-device reduction at every step, and each trajectory's numbers stay those of its
+    key alone. diffrax's closure-converted solver internals reject the per-device array
+    types that shard_map gives their inputs, and GSPMD shards them well: those models opt
+    out."""
+    return mesh is not None and mesh.size > 1 and model.per_device
+
+
+BATCH = jax.sharding.PartitionSpec("traj")
+REPLICATED = jax.sharding.PartitionSpec()
+
+
+@eqx.filter_jit
+def _begin(model, point_key, indices, radius, n_tokens: int, dim: int, mesh):
+    # Every program of a tile is traced with every dot in full precision: JAX's default
+    # lets a GPU round float32 dot operands to TF32 (10-bit mantissas), and library code
+    # (diffrax's stochastic Runge–Kutta stages) does not ask otherwise; attndyn's own
+    # products ask for it anyway (:func:`.linalg.dot`).
     with jax.default_matmul_precision("highest"):
-        return _chunk_statistics(
-            model, point_key, indices, n_total, tol, radius, n_tokens, dim, mesh
-        )
+        if not _per_device(model, mesh):
+            return begin_tile(model, point_key, indices, radius, n_tokens, dim)
+        dynamic, static = eqx.partition(model, eqx.is_array)
+
+        def local(dynamic, point_key, indices, radius):
+            return begin_tile(
+                eqx.combine(dynamic, static), point_key, indices, radius, n_tokens, dim
+            )
+
+        return jax.shard_map(
+            local,
+            mesh=mesh,
+            in_specs=(REPLICATED, REPLICATED, BATCH, REPLICATED),
+            out_specs=BATCH,
+            check_vma=False,
+        )(dynamic, point_key, indices, radius)
 
 
-def _chunk_statistics(model, point_key, indices, n_total, tol, radius, n_tokens, dim, mesh):
-    """Tallies of one tile per device (:func:`tile_size`). With a mesh and a model that
-    allows it (:attr:`AbstractModel.per_device`), each device simulates its own tile in its
-    own loops (``shard_map``): data-dependent loops (early absorption, exact rejection
-    samplers) then never wait on a cross-device reduction at every step, and each
-    trajectory's numbers stay those of its key alone."""
-    # diffrax's closure-converted solver internals reject the per-device array types that
-    # shard_map gives their inputs, and GSPMD shards them well: those models opt out.
-    if mesh is None or mesh.size == 1 or not model.per_device:
-        simulated = simulate_tile(model, point_key, indices, tol, radius, n_tokens, dim, mesh)
+@eqx.filter_jit
+def _advance(model, state, start, stop, mesh):
+    with jax.default_matmul_precision("highest"):
+        if not _per_device(model, mesh):
+            inner, keys = state
+            return model.advance(inner, keys, start, stop), keys
+        dynamic, static = eqx.partition(model, eqx.is_array)
+
+        def local(dynamic, state, start, stop):
+            inner, keys = state
+            return eqx.combine(dynamic, static).advance(inner, keys, start, stop), keys
+
+        return jax.shard_map(
+            local,
+            mesh=mesh,
+            in_specs=(REPLICATED, BATCH, REPLICATED, REPLICATED),
+            out_specs=BATCH,
+            check_vma=False,
+        )(dynamic, state, start, stop)
+
+
+@eqx.filter_jit
+def _finish(model, state, indices, n_total, tol, mesh):
+    with jax.default_matmul_precision("highest"):
+        inner, _ = state
+        if not _per_device(model, mesh):
+            return tally(*finish_tile(model, inner, tol, mesh), indices, n_total)
+        dynamic, static = eqx.partition(model, eqx.is_array)
+
+        def local(dynamic, inner, tol):
+            return finish_tile(eqx.combine(dynamic, static), inner, tol)
+
+        simulated = jax.shard_map(
+            local,
+            mesh=mesh,
+            in_specs=(REPLICATED, BATCH, REPLICATED),
+            out_specs=BATCH,
+            check_vma=False,
+        )(dynamic, inner, tol)
         return tally(*simulated, indices, n_total)
-    dynamic, static = eqx.partition(model, eqx.is_array)
-
-    def local(dynamic, point_key, indices, tol, radius):
-        model = eqx.combine(dynamic, static)
-        return simulate_tile(model, point_key, indices, tol, radius, n_tokens, dim)
-
-    replicated = jax.sharding.PartitionSpec()
-    batch = jax.sharding.PartitionSpec("traj")
-    simulated = jax.shard_map(
-        local,
-        mesh=mesh,
-        in_specs=(replicated, replicated, batch, replicated, replicated),
-        out_specs=(batch, batch, batch, batch, batch, batch),
-        check_vma=False,
-    )(dynamic, point_key, indices, tol, radius)
-    return tally(*simulated, indices, n_total)
 
 
 def chunk_indices(start: int, chunk: int, sharding) -> Array:

@@ -6,12 +6,14 @@ and an API user may call them first thing in a script.
 """
 
 import os
+import warnings
 from pathlib import Path
 
 import jax
 from jax._src import xla_bridge
 
 from .._core.errors import ParameterError, check_int
+from .files import writable_folder
 
 #: Environment overrides: the cache folder, and "0" to switch the cache off.
 ENV_CACHE_DIR = "ATTNDYN_CACHE_DIR"
@@ -69,20 +71,34 @@ def default_cache_dir() -> Path:
     return Path(base) / "attndyn" / "jax"
 
 
-def enable_compilation_cache(path: str | os.PathLike | None = None) -> Path | None:
+def enable_compilation_cache(
+    path: str | os.PathLike | None = None, *, name: str | None = None
+) -> Path | None:
     """Keep compiled programs on disk, so a process compiles each study shape once per
     machine (JAX's persistent compilation cache). ``ATTNDYN_CACHE=0`` switches it off.
-    Returns the folder, or ``None`` when off."""
+    Returns the folder, or ``None`` when off.
+
+    A folder that was asked for (``path``, or ``$ATTNDYN_CACHE_DIR``) must be a folder
+    this user can write to: anything else (a file, a read-only place) is refused with a
+    :class:`ParameterError` naming ``name`` (the option that gave it). The default folder
+    (``~/.cache/attndyn/jax``) is only wished for: if it cannot be written, a warning says
+    so and the cache stays off (JAX would skip every write to it silently)."""
     if os.environ.get(ENV_CACHE, "1") == "0":
         return None
+    asked = path is not None or bool(os.environ.get(ENV_CACHE_DIR))
     folder = Path(path) if path is not None else default_cache_dir()
+    what = name or ("the compilation cache folder" if path is not None else ENV_CACHE_DIR)
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise ParameterError(
-            f"cache folder {str(folder)!r} cannot be created ({error.strerror}); "
-            f"set {ENV_CACHE_DIR} to a writable folder or {ENV_CACHE}=0."
-        ) from None
+        writable_folder(folder, what)
+    except ParameterError as error:
+        if asked:
+            raise ParameterError(f"{error} (Or switch the cache off: {ENV_CACHE}=0.)") from None
+        warnings.warn(
+            f"{str(error).replace('give a folder this user can write to.', '')}"
+            f"the compilation cache is off (set {ENV_CACHE_DIR} to a writable folder).",
+            stacklevel=2,
+        )
+        return None
     jax.config.update("jax_compilation_cache_dir", str(folder))
     # Every program of a study is worth keeping: the small ones compile in a second too.
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)

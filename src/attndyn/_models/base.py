@@ -13,14 +13,16 @@ class, only from these abstract ones.
 
 import abc
 import math
+from collections.abc import Callable
 from typing import ClassVar, NamedTuple
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, Key, PRNGKeyArray
+from jaxtyping import Array, Float, Key, PRNGKeyArray, PyTree
 
-from .._core.errors import ParameterError
+from .._core.errors import ParameterError, check_start
 
 States = Float[Array, "batch n_saves N k"]
 
@@ -84,6 +86,36 @@ class AbstractModel(eqx.Module):
     def simulate(self, x0: Float[Array, "batch N d"], keys: Key[Array, " batch"]) -> States:
         """The states at :attr:`save_times` of a batch of trajectories, one key each."""
 
+    # --- Simulation a block of steps at a time (optional) ---------------------------------
+    # The estimator runs a batch as begin → advance over blocks of steps → finish, with a
+    # host check between blocks, so that Ctrl-C stops a run within about a second whatever
+    # its depth. A model that has no steps to split (the default) does all its work in
+    # ``begin``. ``advance`` must give the same numbers however [0, steps) is cut into
+    # blocks (at multiples of ``stepping()[1]``): each step is a function of the state, its
+    # absolute index and the keys alone.
+
+    def stepping(self) -> tuple[int, int]:
+        """``(steps, multiple)``: the steps :meth:`advance` takes in all, and the multiple
+        of which the end of every block but the last must be. ``(0, 1)`` (the default):
+        no steps, :meth:`begin` runs the whole simulation."""
+        return 0, 1
+
+    def begin(self, x0: Float[Array, "batch N d"], keys: Key[Array, " batch"]) -> PyTree:
+        """The state of a batch before its first step (the default: the finished saves)."""
+        return self.simulate(x0, keys)
+
+    def advance(
+        self, state: PyTree, keys: Key[Array, " batch"], start: Array, stop: Array
+    ) -> PyTree:
+        """The state after steps ``[start, stop)`` (int32 scalars, traced: one compiled
+        program serves every block), given the state after the steps before ``start``."""
+        del keys, start, stop
+        return state
+
+    def finish(self, state: PyTree) -> States:
+        """The saves of a batch whose steps are all done."""
+        return state
+
     def reduction(self, n_tokens: int, dim: int) -> Reduction:
         """The cheaper model with the same law of every rotation-invariant observable, if
         one exists at (N, d). The default: none."""
@@ -114,6 +146,20 @@ class AbstractModel(eqx.Module):
         estimator reports when trajectories turn NaN. The default: none known."""
         return []
 
+    def attention_scale_free(self) -> bool:
+        """Whether the model computes unnormalised attention with its exponent apart
+        (:meth:`attndyn.Attention.scaled`), so that no β overflows it: a layer map that
+        ignores a positive factor shared by a row and its update. The estimator refuses,
+        before running, a β at which the weights of a model without it would overflow.
+        The default: no."""
+        return False
+
+    def keeps_unit_rows(self) -> bool:
+        """Whether every saved row after t = 0 is a unit vector (up to rounding): the
+        estimator then counts a trajectory with a row off the unit sphere as broken, never
+        as a result. The default: unknown (not checked)."""
+        return False
+
     def overflow_causes(self, dtype: np.dtype) -> list[str]:
         """Parameters at which the model's own formulas overflow ``dtype``, beyond what the
         estimator finds in its components (unnormalised :class:`Attention`, scalars whose
@@ -129,8 +175,12 @@ class AbstractTrajectoryModel(AbstractModel):
     def trajectory(self, x0: Float[Array, "N d"], *, key: PRNGKeyArray) -> Float[Array, "S N k"]:
         """The state at each of :attr:`save_times`, starting from ``x0`` at t = 0."""
 
-    @eqx.filter_jit
     def simulate(self, x0, keys):
+        check_start("x0", x0, ndim=3)  # before tracing: jit refuses some types first
+        return self._simulate(x0, keys)
+
+    @eqx.filter_jit
+    def _simulate(self, x0, keys):
         # Compiled whole where a user calls it outside jit (inside the estimator's program
         # the call is inlined).
         return jax.vmap(lambda x, k: self.trajectory(x, key=k))(x0, keys)
@@ -161,3 +211,43 @@ def select_route(model: AbstractModel, *, n_tokens: int, dim: int, route: str = 
     if route == "reduced":
         raise ParameterError(f"route='reduced' does not apply ({reason}); use 'auto' or 'full'.")
     return Route(model, "full", reason)
+
+
+def begin_saves(save_steps: np.ndarray, first: Array) -> Array:
+    """The save buffer of a blocked simulation, ``(S, *first.shape)``: ``first`` (the start)
+    at the saves of step 0, zeros elsewhere until :func:`advance_saves` reaches them."""
+    at_start = jnp.asarray(np.asarray(save_steps) == 0)
+    at_start = at_start.reshape(at_start.shape + (1,) * first.ndim)
+    return jnp.where(at_start, first[None], jnp.zeros((len(save_steps), *first.shape), first.dtype))
+
+
+def advance_saves(
+    save_steps: np.ndarray,
+    state: PyTree,
+    saves: Array,
+    start: Array,
+    stop: Array,
+    run: Callable[[PyTree, Array, Array, Array], PyTree],
+    view: Callable[[PyTree], Array],
+) -> tuple[PyTree, Array]:
+    """Steps ``[start, stop)`` of a simulation saved after each of ``save_steps``
+    (increasing): between consecutive saves ``run(state, lo, hi, anchor)`` takes steps
+    ``[lo, hi)`` of the segment that starts at step ``anchor`` (the previous save), and the
+    save of step s is ``view(state)`` once a block ends at or after s. Each segment is cut
+    to ``[start, stop)``, so a step is taken once, by the same code, however the steps
+    are cut into blocks."""
+    steps = np.asarray(save_steps, dtype=np.int64)
+    anchors = jnp.asarray(np.concatenate([[0], steps[:-1]]), jnp.int32)
+
+    def segment(carry, xs):
+        state, saves = carry
+        k, anchor, last = xs
+        lo, hi = jnp.clip(anchor, start, stop), jnp.clip(last, start, stop)
+        state = run(state, lo, hi, anchor)
+        reached = (last > start) & (last <= stop)
+        saves = saves.at[k].set(jnp.where(reached, view(state), saves[k]))
+        return (state, saves), None
+
+    xs = (jnp.arange(len(steps), dtype=jnp.int32), anchors, jnp.asarray(steps, jnp.int32))
+    (state, saves), _ = jax.lax.scan(segment, (state, saves), xs)
+    return state, saves

@@ -13,15 +13,22 @@ from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
 from .._core.attention import Attention
 from .._core.eigenmaps import EigenmapsStep
-from .._core.errors import INT32_MAX, ParameterError, check_bound, check_int
+from .._core.errors import (
+    INT32_MAX,
+    ParameterError,
+    check_bound,
+    check_int,
+    check_single_key,
+    check_start,
+)
 from .._core.linalg import matmul
 from .._core.norms import AbstractNorm
 from .._core.random import fold_in
 from .._core.saveat import SaveAt
-from .._core.schemes import AbstractScheme, PostLN
+from .._core.schemes import AbstractScheme, PostLN, attention_update
 from .._core.values import AbstractValues, DeterministicValues, MatrixValues
 from .._core.weights import DrawnWeights, RandomWeights
-from .base import AbstractTrajectoryModel, Reduction
+from .base import AbstractTrajectoryModel, Reduction, advance_saves, begin_saves
 
 #: The depth L when neither ``depth`` nor ``step`` is given.
 DEFAULT_DEPTH = 100
@@ -104,16 +111,15 @@ class DiscreteTransformer(AbstractTrajectoryModel):
             )
 
     def _check_horizon(self) -> None:
-        if self.step is None:
-            exact = self.layers_per_unit * self.saveat.horizon
-        else:
-            exact = self.saveat.horizon / self.step
+        # Rounded as the save times are (SaveAt.steps: the nearest grid point of t/η), so
+        # that the layer count the warning names is the one the saves record.
+        exact = self.saveat.horizon / self.step_size
         if not exact < INT32_MAX + 0.5:
             raise ParameterError(
                 f"horizon/step = {exact:.6g} layers is more than the {INT32_MAX} that int32 "
                 "layer indices hold; lower the depth or the horizon."
             )
-        layers = round(exact)
+        layers = self.n_layers
         if layers == 0:
             raise ParameterError(
                 f"horizon={self.saveat.horizon:g} is shorter than half a layer (step "
@@ -124,7 +130,7 @@ class DiscreteTransformer(AbstractTrajectoryModel):
         if not math.isclose(exact, layers, rel_tol=1e-6, abs_tol=1e-6):
             warnings.warn(
                 f"horizon={self.saveat.horizon:g} is not a multiple of the layer step "
-                f"{self.step_size:g}: running {layers} layers, to t = "
+                f"{self.step_size:g}: running {layers} layer{'s' if layers != 1 else ''}, to t = "
                 f"{layers * self.step_size:g}.",
                 stacklevel=_user_stacklevel(),
             )
@@ -143,9 +149,9 @@ class DiscreteTransformer(AbstractTrajectoryModel):
 
     @property
     def n_layers(self) -> int:
-        if self.step is not None:
-            return round(self.saveat.horizon / self.step)
-        return round(self.layers_per_unit * self.saveat.horizon)
+        """The layers to the horizon: T/η rounded to the nearest integer, as the save
+        times are (:meth:`SaveAt.steps`)."""
+        return int(self.saveat.steps(self.step_size, self.saveat.horizon)[-1])
 
     @property
     def save_layers(self) -> np.ndarray:
@@ -184,13 +190,13 @@ class DiscreteTransformer(AbstractTrajectoryModel):
                 drawn = self.weights.at_layer(key, n, x.shape[-1], x.dtype)
             attention, value = with_weights(attention, drawn), drawn.value
 
-        def update(z):
-            a = attention(z)
+        def apply(a):
             if value is not None:
                 a = matmul(a, value.T)
             return self.values.apply_noise(a, noise, depth=depth)
 
         scheme_map = self.scheme.step if carried else self.scheme.layer
+        update = attention_update(attention, apply)
         return scheme_map(x, update, layer=n.astype(x.dtype), depth=depth)
 
     def layer_noise(self, x: Float[Array, "N d"], n: Array, *, key: PRNGKeyArray) -> PyTree:
@@ -198,13 +204,47 @@ class DiscreteTransformer(AbstractTrajectoryModel):
         n_tokens, dim = x.shape[-2:]
         return self.values.draw_noise(fold_in(key, n), n_tokens, dim, x.dtype)
 
-    @eqx.filter_jit
     def trajectory(self, x0, *, key):
+        # Checked before tracing: jit refuses some wrong types (a NumPy string array) with
+        # its own error first.
+        check_start("x0", x0)
+        check_single_key("key", key)
+        return self._trajectory(x0, key)
+
+    @eqx.filter_jit
+    def _trajectory(self, x0, key):
+        state = self._begin(x0, key)
+        stop = jnp.asarray(self.stepping()[0], jnp.int32)
+        return self._advance(state, key, jnp.zeros((), jnp.int32), stop)[2]
+
+    def stepping(self) -> tuple[int, int]:
+        return int(self.save_layers[-1]), 1
+
+    def begin(self, x0, keys):
+        return jax.vmap(self._begin)(x0, keys)
+
+    def advance(self, state, keys, start, stop):
+        return jax.vmap(self._advance, in_axes=(0, 0, None, None))(state, keys, start, stop)
+
+    def finish(self, state):
+        return state[2]
+
+    def _begin(self, x0: Float[Array, "N d"], key: PRNGKeyArray):
+        """One trajectory's state before layer 0: the loop's carry and the save buffer."""
+        first = self.layer_noise(x0, jnp.asarray(0, jnp.int32), key=key)
+        # The loop carries the scheme's state (its directions, for the schemes that start
+        # every layer by normalising): each layer's first norm is then done once, here. A
+        # save before the first layer is the start itself, not the loop's state.
+        return self.scheme.enter(x0), first, begin_saves(self.save_layers, x0)
+
+    def _advance(self, state, key: PRNGKeyArray, start: Array, stop: Array):
+        """Layers [start, stop) of one trajectory (see :func:`.base.advance_saves`)."""
+        x, noise, saves = state
         drawn = None
         if self.weights is not None and self.weights.frozen:
             # Frozen: one draw for the whole trajectory (the same numbers as drawing it in
             # every layer from the same key).
-            drawn = self.weights.at_layer(key, jnp.zeros((), jnp.int32), x0.shape[-1], x0.dtype)
+            drawn = self.weights.at_layer(key, jnp.zeros((), jnp.int32), x.shape[-1], x.dtype)
 
         def step(n, carry):
             # Layer n + 1's numbers are drawn while layer n runs and carried: a loop-carried
@@ -215,19 +255,21 @@ class DiscreteTransformer(AbstractTrajectoryModel):
             new = self.layer(x, n, key=key, drawn=drawn, noise=noise, carried=True)
             return new, self.layer_noise(x, n + 1, key=key)
 
-        def segment(carry, stop):
-            x, noise, start = carry
-            x, noise = jax.lax.fori_loop(start, stop, step, (x, noise))
-            # A save before the first layer is the start itself, not the loop's state.
-            return (x, noise, stop), jnp.where(stop == 0, x0, x)
+        def run(carry, lo, hi, anchor):
+            del anchor
+            return jax.lax.fori_loop(lo, hi, step, carry)
 
-        start = jnp.asarray(0, jnp.int32)
-        first = self.layer_noise(x0, start, key=key)
-        # The loop carries the scheme's state (its directions, for the schemes that start
-        # every layer by normalising): each layer's first norm is then done once, here.
-        carry = (self.scheme.enter(x0), first, start)
-        _, saves = jax.lax.scan(segment, carry, jnp.asarray(self.save_layers))
-        return saves
+        (x, noise), saves = advance_saves(
+            self.save_layers, (x, noise), saves, start, stop, run, lambda carry: carry[0]
+        )
+        return x, noise, saves
+
+    def attention_scale_free(self) -> bool:
+        return self.scheme.scale_free
+
+    def keeps_unit_rows(self) -> bool:
+        # A gain or bias moves the normalised rows off the unit sphere.
+        return not self.scheme.keeps_radius and not self.scheme.norm.affine
 
     def undefined_maps(self) -> list[str]:
         depth, n_layers = self.layers_per_unit, self.n_layers

@@ -16,7 +16,7 @@ import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._core.attention import Attention
-from .._core.errors import ParameterError
+from .._core.errors import ParameterError, check_start
 from .._core.saveat import SaveAt
 from .._core.schemes import AbstractScheme, PostLN
 from .._core.sphere import tangent_project
@@ -109,9 +109,13 @@ class NormalizedAttentionODE(AbstractTrajectoryModel):
     def _segment(self, scheme, t0, t1, y0: State, ts: Array):
         return self.integrator.solve(_field, t0, t1, y0, (self, scheme), ts)
 
-    @eqx.filter_jit
     def solve(self, x0: Float[Array, "N d"]) -> ODESolution:
         """Solve from ``x0`` (θ = x0/|x0|, r = |x0|) and return the saves."""
+        check_start("x0", x0)  # before tracing: jit refuses some types first
+        return self._solve(x0)
+
+    @eqx.filter_jit
+    def _solve(self, x0: Float[Array, "N d"]) -> ODESolution:
         dtype = x0.dtype
         ts = jnp.asarray(self.save_times, dtype)
         centred = self.scheme.norm.centre(x0)

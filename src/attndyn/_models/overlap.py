@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Key, PRNGKeyArray
 
-from .._core.attention import ATTENTION_KINDS, as_float
+from .._core.attention import ATTENTION_KINDS, float_leaf
 from .._core.errors import ParameterError, check_bound, check_choice, check_int, check_scalar
 from .._core.saveat import SaveAt
 from .base import OVERFLOW_MARGIN, AbstractModel, exp_square_threshold
@@ -122,6 +122,9 @@ class AbstractOverlapSDE(AbstractModel):
         """Z at :attr:`save_times`, from ``z0`` in (−1, 1) (NaN if the solve fails)."""
         return jnp.tanh(self.solve_artanh(z0, key=key))
 
+    def keeps_unit_rows(self) -> bool:
+        return True  # the frame rows (1, 0) and (tanh X, 1/cosh X)
+
     def simulate(self, x0: Float[Array, "batch N d"], keys: Key[Array, " batch"]):
         if x0.shape[1] != 2:
             raise ParameterError(
@@ -154,11 +157,11 @@ class OverlapSDE(AbstractOverlapSDE):
     relative precision, so no pair merges numerically.
     """
 
-    beta: Float[Array, ""] = eqx.field(converter=as_float)
+    beta: Float[Array, ""] = eqx.field(converter=float_leaf("beta"))
     attention: str = eqx.field(static=True, default="softmax")
     noise: str = eqx.field(static=True, default="full")
-    sigma: Float[Array, ""] = eqx.field(converter=as_float, default=1.0)
-    eps: Float[Array, ""] = eqx.field(converter=as_float, default=0.0)
+    sigma: Float[Array, ""] = eqx.field(converter=float_leaf("sigma"), default=1.0)
+    eps: Float[Array, ""] = eqx.field(converter=float_leaf("eps"), default=0.0)
     dim: int = eqx.field(static=True, default=3)
     saveat: SaveAt = SaveAt(1.0)  # pyright: ignore[reportIncompatibleMethodOverride]
     integrator: SDEIntegrator = SDEIntegrator()  # pyright: ignore[reportIncompatibleMethodOverride]
@@ -204,10 +207,11 @@ class OverlapSDE(AbstractOverlapSDE):
         beta = float(self.beta)
         if self.attention != "unnormalized" or beta + math.log(OVERFLOW_MARGIN) < threshold:
             return []
+        x64 = "pass x64=True (CLI: --x64; limit 354.9), " if np.dtype(dtype) == np.float32 else ""
         return [
             f"unnormalised attention (beta): β = {beta:.4g} is near or above "
             f"{threshold:.1f} = ½·ln(max {np.dtype(dtype).name}), where the overlap drift's "
-            "e^{2β} overflows; lower β or use attention='softmax'"
+            f"e^{{2β}} overflows; {x64}lower β or use attention='softmax'"
         ]
 
     def simulate(self, x0: Float[Array, "batch N d"], keys: Key[Array, " batch"]):

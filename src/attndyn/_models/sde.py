@@ -50,8 +50,15 @@ import lineax as lx
 import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from .._core.attention import Attention, as_float
-from .._core.errors import ParameterError, check_bound, check_choice, check_scalar
+from .._core.attention import Attention, float_leaf
+from .._core.errors import (
+    ParameterError,
+    check_bound,
+    check_choice,
+    check_scalar,
+    check_single_key,
+    check_start,
+)
 from .._core.linalg import matmul
 from .._core.saveat import SaveAt
 from .._core.sphere import normalize, tangent_project
@@ -164,9 +171,14 @@ class AbstractSphereSDE(AbstractTrajectoryModel):
         correction = jnp.sum(jax.vmap(channel)(basis), axis=0)
         return self.ito_drift(y) - 0.5 * correction
 
-    @eqx.filter_jit
     def solve(self, x0: Float[Array, "N d"], *, key: PRNGKeyArray) -> SDESolution:
         """Solve from the directions of ``x0``; the Brownian motion is built from ``key``."""
+        check_start("x0", x0)  # before tracing: jit refuses some types first
+        check_single_key("key", key)
+        return self._solve(x0, key)
+
+    @eqx.filter_jit
+    def _solve(self, x0: Float[Array, "N d"], key: PRNGKeyArray) -> SDESolution:
         dtype = x0.dtype
         horizon = self.saveat.horizon
         shape = jax.ShapeDtypeStruct(self.noise_shape(x0.shape[-1]), dtype)
@@ -181,6 +193,9 @@ class AbstractSphereSDE(AbstractTrajectoryModel):
     def trajectory(self, x0, *, key):
         """The states at :attr:`save_times` (NaN when the solve failed)."""
         return self.solve(x0, key=key).x
+
+    def keeps_unit_rows(self) -> bool:
+        return self.integrator.project
 
     def _overlap_blocker(self, n_tokens: int) -> str | None:
         """Why the two-token overlap diffusion is not this SDE's exact reduction."""
@@ -242,7 +257,7 @@ class TransformerSDE(AbstractSphereSDE):
     """
 
     attention: Attention
-    sigma: Float[Array, ""] = eqx.field(converter=as_float, default=1.0)
+    sigma: Float[Array, ""] = eqx.field(converter=float_leaf("sigma"), default=1.0)
     saveat: SaveAt = SaveAt(1.0)
     integrator: SDEIntegrator = SDEIntegrator()
 
@@ -291,7 +306,7 @@ class HybridSDE(AbstractSphereSDE):
     """
 
     attention: Attention
-    eps: Float[Array, ""] = eqx.field(converter=as_float, default=0.0)
+    eps: Float[Array, ""] = eqx.field(converter=float_leaf("eps"), default=0.0)
     saveat: SaveAt = SaveAt(1.0)
     integrator: SDEIntegrator = SDEIntegrator()
 

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Key
 
-from .._core.attention import as_float
+from .._core.attention import float_leaf
 from .._core.errors import ParameterError, check_bound, check_int, check_scalar
 from .._core.saveat import SaveAt
 from .._core.schemes import AbstractScheme
@@ -93,9 +93,9 @@ class SymmetricODE(AbstractModel):
     per_device: ClassVar[bool] = False
 
     scheme: AbstractScheme
-    beta: Float[Array, ""] = eqx.field(converter=as_float)
+    beta: Float[Array, ""] = eqx.field(converter=float_leaf("beta"))
     n_tokens: int = eqx.field(static=True, default=2)
-    r0: Float[Array, ""] = eqx.field(converter=as_float, default=1.0)
+    r0: Float[Array, ""] = eqx.field(converter=float_leaf("r0"), default=1.0)
     saveat: SaveAt = SaveAt(1.0)
     integrator: ODEIntegrator = ODEIntegrator(rtol=1e-8, atol=1e-10)
 

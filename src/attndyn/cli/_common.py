@@ -59,12 +59,18 @@ def cli_errors(func: Callable) -> Callable:
             NumericalMergeWarning,
             ParameterError,
         )
+        from .._estimate import interrupts
+        from .._estimate.estimator import deferred_warnings
 
         try:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), interrupts.watching(), deferred_warnings():
                 # The commands print their own line per point (warn_merged).
                 warnings.simplefilter("ignore", NumericalMergeWarning)
-                return func(*args, **kwargs)
+                result = func(*args, **kwargs)
+                # A Ctrl-C that Python swallowed (in a garbage-collection callback) still
+                # ends the command with status 130.
+                interrupts.check()
+                return result
         except ParameterError as error:
             raise click.UsageError(str(error)) from None
         except (NonFiniteError, NumericalMergeError) as error:
@@ -77,16 +83,26 @@ def cli_errors(func: Callable) -> Callable:
                 err=True,
             )
             sys.exit(130)
-        except OSError as error:  # e.g. a full disk while writing: the checkpoint is kept
-            where = f" ({error.filename})" if error.filename else ""
-            raise click.ClickException(
-                f"{error.strerror or error}{where}. Work already checkpointed is kept: rerun "
-                "the same command to resume."
-            ) from None
+        except OSError as error:  # e.g. a full disk while writing: the machine, status 1
+            raise click.ClickException(storage_message(error)) from None
         except (jax.errors.JaxRuntimeError, MemoryError) as error:
             raise run_failure(error) from None
 
     return wrapper
+
+
+def storage_message(error: OSError) -> str:
+    """One line for a failed file operation: what failed, and that nothing is lost (the
+    outputs are replaced together or not at all, and the checkpoint atomically)."""
+    from .._estimate.files import StorageError
+
+    if isinstance(error, StorageError) and "nothing was computed" in str(error.strerror):
+        return f"{error.strerror}."
+    where = f" ({error.filename})" if error.filename and not isinstance(error, StorageError) else ""
+    return (
+        f"{error.strerror or error}{where}. The previous outputs are unchanged and work "
+        "already checkpointed is kept: rerun the same command to resume."
+    )
 
 
 def run_failure(error: BaseException) -> click.ClickException:
@@ -275,6 +291,32 @@ def study_options(func: Callable) -> Callable:
     return scale_options(_apply(func, options))
 
 
+class EnvironmentInt(click.ParamType):
+    """An integer option that its environment variable may set: a value that is not an
+    integer is blamed on where it came from (``ATTNDYN_PROCESS_ID=abc`` was reported as a
+    bad ``--process-id``)."""
+
+    name = "integer"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        try:
+            return int(str(value).strip())
+        except ValueError:
+            pass
+        source = ctx.get_parameter_source(param.name) if ctx and param and param.name else None
+        if source == ParameterSource.ENVIRONMENT and param is not None:
+            variable = param.envvar if isinstance(param.envvar, str) else param.opts[0]
+            raise click.BadParameter(
+                f"{value!r} is not an integer (unset it, or give a whole number).",
+                ctx,
+                param,
+                param_hint=f"the environment variable {variable}",
+            )
+        self.fail(f"{value!r} is not a valid integer.", param, ctx)
+
+
 class AbsorptionBound(click.ParamType):
     """``auto``, ``off`` or a bound in (0, 1] (checked by :class:`MonteCarlo`)."""
 
@@ -342,12 +384,16 @@ def scale_options(func: Callable) -> Callable:
             default=None,
             help="HOST:PORT of process 0 for a multi-host run (jax.distributed).",
         ),
-        click.option("--process-count", envvar="ATTNDYN_PROCESS_COUNT", type=int, default=None),
-        click.option("--process-id", envvar="ATTNDYN_PROCESS_ID", type=int, default=None),
+        click.option(
+            "--process-count", envvar="ATTNDYN_PROCESS_COUNT", type=EnvironmentInt(), default=None
+        ),
+        click.option(
+            "--process-id", envvar="ATTNDYN_PROCESS_ID", type=EnvironmentInt(), default=None
+        ),
         click.option(
             "--coordinator-timeout",
             envvar="ATTNDYN_COORDINATOR_TIMEOUT",
-            type=int,
+            type=EnvironmentInt(),
             default=None,
             metavar="SECONDS",
             help="With --coordinator: how long each process waits for the coordinator and "
@@ -461,7 +507,9 @@ def start_processes(options: dict[str, Any]) -> bool:
 
     use_all_cores()
     if options.get("cache", True):
-        enable_compilation_cache(options.get("cache_dir"))
+        source = click.get_current_context().get_parameter_source("cache_dir")
+        name = "ATTNDYN_CACHE_DIR" if source == ParameterSource.ENVIRONMENT else "--cache-dir"
+        enable_compilation_cache(options.get("cache_dir"), name=name)
     # How long to wait never changes the numbers: not one of the recorded arguments.
     timeout = options.pop("coordinator_timeout", None)
     try:
@@ -514,10 +562,15 @@ def model_spec(options: dict[str, Any], *, noise: str, attention: str) -> ModelS
 
 
 def study_output(
-    options: dict[str, Any], name: str, *, writer: bool, more_figures: Sequence[str] = ()
+    options: dict[str, Any],
+    name: str,
+    *,
+    writer: bool,
+    n_cells: int,
+    more_figures: Sequence[str] = (),
 ) -> Output:
     """The checked, locked ``--out`` folder of a Monte Carlo study (``name``.nc and .png,
-    and ``more_figures``)."""
+    and ``more_figures``; ``n_cells``: points × save times, for the space it needs)."""
     from ._output import Output, result_arguments
 
     return Output(
@@ -527,7 +580,15 @@ def study_output(
         arguments=result_arguments(options),
         overwrite=options["overwrite"],
         writer=writer,
+        needs=output_bytes(n_cells, n_figures=1 + len(more_figures)),
     )
+
+
+def output_bytes(n_cells: int, *, n_figures: int) -> int:
+    """About what a study's dataset, checkpoint and figures take on disk (``n_cells``:
+    points × save times), with a margin: the netCDF files hold ~20 numbers of 8 bytes a
+    cell and outcome beside ~40 KiB of headers, a figure up to a few hundred KiB."""
+    return 2 * (64 * 2**10 + 20 * 8 * 4 * n_cells) + n_figures * 512 * 2**10
 
 
 def study_checkpoint(out: Output, name: str, *, fresh: bool) -> Path | None:
@@ -579,22 +640,23 @@ def finish(
     more_figures: Mapping[str, Callable] = MappingProxyType({}),
     **extra,
 ) -> None:
-    """Write the dataset, then its figure (``figure(ds)``) and ``more_figures`` (file name
-    → draw function, each path also reported under ``<stem>_figure``), each atomically;
-    drop the checkpoint they supersede; then report: one JSON object on stdout with
-    ``--json``, else one line on stderr. Every figure carries the dataset's provenance
-    (:func:`png_metadata`)."""
+    """Write the dataset, its figure (``figure(ds)``) and ``more_figures`` (file name →
+    draw function, each path also reported under ``<stem>_figure``), and replace the old
+    ones with them together (:meth:`Output.commit`); drop the checkpoint they supersede;
+    then report: one JSON object on stdout with ``--json``, else one line on stderr. Every
+    figure carries the dataset's provenance (:func:`png_metadata`)."""
     from .._estimate.metadata import to_netcdf
     from ..studies.summary import json_points
 
     warn_merged(ds)
     # The point MultiIndex is written as plain coordinates; attndyn.open_dataset restores it.
-    dataset_path = out.write(f"{name}.nc", functools.partial(to_netcdf, ds))
+    dataset_path = out.stage(f"{name}.nc", functools.partial(to_netcdf, ds))
     save = functools.partial(save_png, dpi=130, metadata=png_metadata(ds, dataset_path.name))
-    figure_path = out.write(f"{name}.png", functools.partial(save, figure(ds)))
+    figure_path = out.stage(f"{name}.png", functools.partial(save, figure(ds)))
     for file, draw in more_figures.items():
-        path = out.write(file, functools.partial(save, draw(ds)))
+        path = out.stage(file, functools.partial(save, draw(ds)))
         extra[f"{Path(file).stem.removeprefix(name + '_')}_figure"] = str(path)
+    out.commit()
     if checkpoint is not None:
         checkpoint.unlink(missing_ok=True)
     seconds = time.perf_counter() - options["started"]
@@ -615,6 +677,9 @@ def warn_merged(ds) -> None:
     record = json.loads(ds.attrs.get("provenance", "{}"))
     done = "counted in their class" if record.get("on_merged") == "count" else "excluded"
     most = ds["n_merged"].max("time").values
+    dtype = record.get("dtype", "float32")
+    # Under --x64 already, only a reduced route resolves smaller gaps.
+    way_out = "A reduced route" if dtype == "float64" else "--x64 or a reduced route"
     for i in [i for i, n in enumerate(most) if n > 0]:
         row = ds.isel(point=i)
         params = ", ".join(
@@ -622,7 +687,7 @@ def warn_merged(ds) -> None:
         )
         say(
             f"warning: {int(most[i])} of {int(row['n_valid'])} trajectories at {params} have "
-            f"tokens that merged numerically ({record.get('dtype', 'float32')} cannot resolve "
-            f"their gap, so the arithmetic fixed their class); they are {done} (n_merged). "
-            "--x64 or a reduced route resolves far smaller gaps."
+            f"tokens that merged numerically ({dtype} cannot resolve their gap, so the "
+            f"arithmetic fixed their class); they are {done} (n_merged). {way_out} resolves "
+            "far smaller gaps."
         )

@@ -98,11 +98,21 @@ def evolution(**options) -> None:
         tokens=ints("tokens", options["tokens"]),
         eps=floats("eps", options["eps"]),
     )
+    # Checked here as the study checks it, before the output folder (and the space the
+    # saves need) is looked at.
+    from .._core.errors import check_int
+    from ..studies.evolution import MAX_SAVES
+
+    check_int("saves", options["saves"], lower=2, upper=MAX_SAVES)
     spec = model_spec(options, noise="full", attention=options["attention"])
     mc = monte_carlo(options)
     refuse_unused([*depth_conflicts(options), *model_conflicts(models)], spec, points)
     with study_output(
-        options, "evolution", writer=writer, more_figures=[PAIR_DENSITY_FIGURE]
+        options,
+        "evolution",
+        writer=writer,
+        n_cells=len(points) * options["saves"],
+        more_figures=[PAIR_DENSITY_FIGURE],
     ) as out:
         checkpoint = study_checkpoint(out, "evolution", fresh=options["fresh"])
         ds = run.evolution_study(

@@ -9,12 +9,19 @@ and written atomically after it.
   the arguments that made it (``provenance["arguments"]``), and a run whose arguments
   differ is refused, naming the file and the first differing option, unless it is given
   ``--overwrite``. A rerun with the same arguments replaces its own results.
-- Every file is written to a temporary name, flushed and renamed over the target, so an
-  interrupted write leaves the previous file intact (and its temporary file, which the
-  next run into the folder removes).
+- A study's outputs replace the old ones together or not at all: every file is first
+  written to a temporary name beside its target and flushed (:meth:`Output.stage`), and
+  only once all of them are written are they renamed into place, one rename after the
+  other (:meth:`Output.commit`). A write that fails (a full disk, an I/O error) or is
+  interrupted leaves the previous files as they were, and its temporary files are
+  removed (or, after a ``kill -9``, removed by the next run into the folder).
+- Before anything is computed: a folder (or anything but a file) where an output, the
+  checkpoint or the lock goes is refused (status 2), and so is a file system with less
+  free space than the outputs need (status 1).
 """
 
 import contextlib
+import errno
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -25,7 +32,17 @@ import xarray as xr
 
 from .._core.errors import ParameterError
 from .._core.serialize import plain
-from .._estimate.files import Lock, LockBusy, atomic_write, writable_folder
+from .._estimate import interrupts
+from .._estimate.files import (
+    Lock,
+    LockBusy,
+    StorageError,
+    free_bytes,
+    replace_all,
+    uninterrupted,
+    writable_folder,
+    write_temporary,
+)
 
 LOCK_NAME = ".attndyn.lock"
 #: Options that never change the numbers: left out of the recorded arguments.
@@ -64,6 +81,8 @@ class Output:
         overwrite: replace results of other arguments.
         writer: False on the processes of a multi-process run that write nothing: they
             neither create, check nor lock the folder.
+        needs: bytes the outputs and the checkpoint will take (an estimate): a file system
+            with less free space is refused before anything is computed.
     """
 
     def __init__(
@@ -75,6 +94,7 @@ class Output:
         arguments: dict[str, Any],
         overwrite: bool,
         writer: bool = True,
+        needs: int = 0,
     ):
         self.folder = Path(path)
         self.dataset = self.folder / dataset
@@ -83,9 +103,13 @@ class Output:
         self.lock: Lock | None = None
         self.created = False
         self.wrote = False
+        self.staged: list[tuple[Path, Path]] = []
         if not writer:
             return
         self.created = writable_folder(self.folder, "--out")
+        checkpoint = Path(dataset).stem + ".checkpoint.nc"
+        for name in (dataset, *figures, checkpoint, checkpoint + ".lock", LOCK_NAME):
+            _check_target(self.folder / name)
         try:
             self.lock = Lock(self.folder / LOCK_NAME)
         except LockBusy as busy:
@@ -96,10 +120,11 @@ class Output:
         try:
             if not overwrite:
                 self._check_results(figures)
+            self._remove_temporaries([dataset, *figures, checkpoint])
+            _check_space(self.folder, needs)
         except BaseException:
             self.close()
             raise
-        self._remove_temporaries([dataset, *figures, Path(dataset).stem + ".checkpoint.nc"])
 
     def _remove_temporaries(self, names: Sequence[str]) -> None:
         """Half-written temporary files of a run that was killed while writing one of
@@ -128,14 +153,28 @@ class Output:
                     "--overwrite to replace it."
                 )
 
-    def write(self, name: str, write: Callable[[Path], None]) -> Path:
-        """Write ``name`` in the folder atomically with ``write(temporary_path)``."""
+    def stage(self, name: str, write: Callable[[Path], None]) -> Path:
+        """Write ``name``'s new content to a temporary file beside it with
+        ``write(temporary_path)`` (in a worker a Ctrl-C cannot stop midway); it replaces
+        ``name`` at :meth:`commit`, with every other staged file. Returns the final path."""
+        interrupts.check()
         path = self.folder / name
-        atomic_write(path, write)
-        self.wrote = True
+        temporary = uninterrupted(lambda: write_temporary(path, write))
+        self.staged.append((temporary, path))
         return path
 
+    def commit(self) -> None:
+        """Rename every staged file into place (all were written: this needs no space)."""
+        interrupts.check()
+        staged, self.staged = self.staged, []
+        uninterrupted(lambda: replace_all(staged))
+        self.wrote = True
+
     def close(self) -> None:
+        for temporary, _ in self.staged:  # not committed: the old outputs stay as they were
+            with contextlib.suppress(OSError):
+                temporary.unlink()
+        self.staged = []
         if self.lock is not None:
             self.lock.release()
             self.lock = None
@@ -150,11 +189,46 @@ class Output:
         self.close()
 
 
+def _check_target(path: Path) -> None:
+    """Refuse a folder (or anything but a plain file) where an output file goes: the run
+    would compute everything and then fail to write it, every time."""
+    try:
+        if path.is_symlink() or not path.exists() or path.is_file():
+            return
+    except OSError as error:  # e.g. a name too long for the file system
+        raise ParameterError(
+            f"--out: {path.name!r} cannot be written there ({error.strerror}); choose "
+            "another --out."
+        ) from None
+    kind = "a folder" if path.is_dir() else "not a plain file"
+    raise ParameterError(
+        f"--out {str(path.parent)!r} holds {path.name!r}, which is {kind}, where this run "
+        "writes a file; move it away, or choose another --out."
+    )
+
+
+def _check_space(folder: Path, needs: int) -> None:
+    """Refuse (status 1: the machine) a file system with less free space than ``needs``."""
+    free = free_bytes(folder)
+    if free is not None and free < needs:
+        raise StorageError(
+            errno.ENOSPC,
+            f"--out {str(folder)!r} is on a file system with {free / 2**10:.0f} KiB free, and "
+            f"this run's outputs and checkpoint need about {needs / 2**10:.0f} KiB; free some "
+            "space or choose another --out (nothing was computed)",
+            str(folder),
+        )
+
+
 def _recorded_arguments(path: Path) -> dict[str, Any] | None:
     """The arguments recorded in a finished dataset (None when unreadable or absent)."""
-    try:
+
+    def read():
         with xr.open_dataset(path) as ds:
             return json.loads(ds.attrs["provenance"]).get("arguments")
+
+    try:
+        return uninterrupted(read)
     except Exception:  # a damaged or foreign file: its arguments are unknown
         return None
 

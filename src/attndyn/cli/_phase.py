@@ -127,7 +127,8 @@ def phase_diagram(**options) -> None:
     )
     mc = monte_carlo(options)
     refuse_unused([*depth_conflicts(options), *kind_conflicts(kind)], spec, points)
-    with study_output(options, "phase_diagram", writer=writer) as out:
+    # One save time (T) a point.
+    with study_output(options, "phase_diagram", writer=writer, n_cells=len(points)) as out:
         checkpoint = study_checkpoint(out, "phase_diagram", fresh=options["fresh"])
         ds = run.phase_diagram_study(
             kind,

@@ -1,6 +1,7 @@
 """Parsing of the CLI's parameter ranges: ``a:b:step`` (inclusive) or ``a,b,c``."""
 
 import collections
+import decimal
 import math
 
 from .._core.errors import ParameterError
@@ -19,8 +20,10 @@ def parse_range(name: str, text: str, *, integer: bool = False) -> list:
     """
     text = text.strip()
     kind = "integers" if integer else "numbers"
+    pieces = [p.strip() for p in (text.split(":") if ":" in text else text.split(","))]
+    pieces = [p for p in pieces if p]
     try:
-        parts = [float(p) for p in (text.split(":") if ":" in text else text.split(",")) if p]
+        parts = [float(p) for p in pieces]
         if ":" in text and len(parts) != 3:
             raise ValueError
     except ValueError:
@@ -29,7 +32,7 @@ def parse_range(name: str, text: str, *, integer: bool = False) -> list:
         ) from None
     if not all(math.isfinite(v) for v in parts):
         raise ParameterError(f"--{name} {text!r}: every number must be finite (no nan or inf).")
-    values = _expand(name, text, parts) if ":" in text else parts
+    values = _expand(name, text, pieces) if ":" in text else parts
     if not values:
         raise ParameterError(f"--{name} is an empty range; give at least one value.")
     if len(values) > MAX_VALUES:
@@ -46,15 +49,23 @@ def parse_range(name: str, text: str, *, integer: bool = False) -> list:
     return values
 
 
-def _expand(name: str, text: str, parts: list[float]) -> list[float]:
-    start, stop, step = parts
-    if step <= 0:
-        raise ParameterError(f"--{name} {text!r}: the step must be > 0 in a:b:step.")
-    if stop < start:
-        raise ParameterError(f"--{name} {text!r} is an empty range: a:b:step needs a <= b.")
-    count = math.floor((stop - start) / step + 1e-9) + 1 if (stop - start) / step < 2**53 else 0
-    if not 0 < count <= MAX_VALUES:
-        raise ParameterError(
-            f"--{name} {text!r} has more than {MAX_VALUES} values; use a larger step."
-        )
-    return [round(start + i * step, 12) for i in range(count)]
+def _expand(name: str, text: str, pieces: list[str]) -> list[float]:
+    """The values of ``a:b:step``, computed in decimal from the numbers as written: every
+    value is the float nearest to the exact ``a + i·step`` (``0:3.6e-12:1.2e-12`` is 0,
+    1.2e-12, 2.4e-12, 3.6e-12; rounding to a fixed number of decimals made it 0, 1e-12,
+    2e-12, 4e-12), and ``b`` is included when it is on the grid."""
+    with decimal.localcontext() as context:
+        context.prec = 40
+        context.traps[decimal.Inexact] = False
+        start, stop, step = (decimal.Decimal(p) for p in pieces)
+        if step <= 0:
+            raise ParameterError(f"--{name} {text!r}: the step must be > 0 in a:b:step.")
+        if stop < start:
+            raise ParameterError(f"--{name} {text!r} is an empty range: a:b:step needs a <= b.")
+        # The quotient first (a huge one would not fit the context's integer division).
+        if (stop - start) / step >= MAX_VALUES:
+            raise ParameterError(
+                f"--{name} {text!r} has more than {MAX_VALUES} values; use a larger step."
+            )
+        count = int((stop - start) // step) + 1
+        return [float(start + i * step) for i in range(count)]

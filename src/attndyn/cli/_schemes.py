@@ -15,6 +15,7 @@ from ._common import (
     lazy_names,
     names,
     nonempty_path,
+    output_bytes,
     overwrite_option,
     png_metadata,
     save_png,
@@ -26,7 +27,12 @@ __getattr__ = lazy_names(
     __name__,
     {
         name: ".studies.schemes"
-        for name in ("check_schemes_start", "schemes_study", "schemes_summary")
+        for name in (
+            "check_horizon_steps",
+            "check_schemes_start",
+            "schemes_study",
+            "schemes_summary",
+        )
     },
 )
 
@@ -118,6 +124,7 @@ def schemes(**options) -> None:
     # What the study would find only mid-run (a terminal-rate fit that cannot start by
     # t = 1e7, a start radius float32 cannot hold), refused in closed form before the
     # output folder is touched, naming the options.
+    run.check_horizon_steps(options["horizon"], alphas, prefix="--")
     check_schemes_start(
         scheme_names,
         alpha=alphas[0],
@@ -134,6 +141,7 @@ def schemes(**options) -> None:
         figures=[f"schemes_{key}.png" for key in FIGURES],
         arguments=arguments,
         overwrite=options["overwrite"],
+        needs=output_bytes(1, n_figures=len(FIGURES)),
     ) as out:
         ds = run.schemes_study(
             schemes=scheme_names,
@@ -145,12 +153,13 @@ def schemes(**options) -> None:
         )
         record = {**provenance(ds), "command": command_line(), "arguments": arguments}
         attach_provenance(ds, record)
-        path = out.write("schemes.nc", functools.partial(to_netcdf, ds))
+        path = out.stage("schemes.nc", functools.partial(to_netcdf, ds))
         from .. import plot
 
         save = functools.partial(save_png, dpi=120, metadata=png_metadata(ds, path.name))
         for key, fig in plot.schemes(ds).items():
-            out.write(f"schemes_{key}.png", functools.partial(save, fig))
+            out.stage(f"schemes_{key}.png", functools.partial(save, fig))
+        out.commit()  # the dataset and its four figures replace the old ones together
     if options["as_json"]:
         emit_json(schemes_summary(ds))
     else:

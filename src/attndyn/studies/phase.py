@@ -113,8 +113,12 @@ def phase_model(
     """
     del tokens
     check_choice("norm", norm, NORM_NAMES)
-    if norm != "rms":
-        check_int("dim", dim, lower=3)
+    if norm != "rms" and not (isinstance(dim, int) and dim >= 3):
+        raise ParameterError(
+            f"dim={dim!r} must be an integer >= 3 with norm={norm!r} (CLI: --norm {norm}): it "
+            "puts the tokens on the unit sphere of the mean-zero hyperplane, of dimension "
+            "d − 2; give a larger dim or norm='rms'."
+        )
     att = Attention(beta, kind=attention)  # type: ignore[arg-type]
     saveat = SaveAt(horizon, save_at)
     if engine == "discrete":

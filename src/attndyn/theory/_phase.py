@@ -30,7 +30,13 @@ def effective_dim(dim: int, norm: "AbstractNorm | str" = "rms") -> int:
         raise ParameterError(
             "the two-token theory needs a norm without gain or bias (tokens on a sphere)."
         )
-    check_int("dim", dim, lower=2 + norm.codimension)
+    check_int("dim", dim, lower=2)
+    if dim < 2 + norm.codimension:
+        raise ParameterError(
+            f"dim={dim} must be >= {2 + norm.codimension} with norm={norm.name!r} (CLI: --norm "
+            f"{norm.name}): it puts the tokens on the unit sphere of the mean-zero hyperplane, "
+            f"of dimension d − {1 + norm.codimension}; give a larger dim or norm='rms'."
+        )
     return norm.effective_dim(dim)
 
 

@@ -29,25 +29,48 @@ def held_sine(sz: Array) -> Array:
     return jnp.maximum(sz, jnp.finfo(sz.dtype).tiny)
 
 
-def two_token_attention(attention: Attention, z: Array) -> tuple[Array, Array, Array, Array]:
-    """The 2 × 2 attention matrix of two unit tokens with overlap z, entry by entry.
+#: The two-token chains take out of the matrix the part of its largest score above this
+#: (exactly the unscaled entries below it): their layer multiplies up to four weights
+#: (|x₁|²·|x₂|²), which stays far inside float32 for weights up to e^10 ≈ 2·10⁴.
+CHAIN_UNSHIFTED_SCORE = 10.0
+
+
+def two_token_attention(
+    attention: Attention, z: Array
+) -> tuple[tuple[Array, Array, Array, Array], Array | None]:
+    """The 2 × 2 attention matrix of two unit tokens with overlap z, entry by entry, with
+    the exponent m taken out of it: ``((p11, p12, p21, p22), m)``, the matrix being
+    ``e^m·(p11, p12; p21, p22)``.
+
+    Softmax attention takes nothing out (``m`` is ``None``). Unnormalised attention weighs
+    with e^{β − c} and e^{βz}, which overflow float32 (squared) from β ≈ 44 and, in a
+    layer's products of four of them, from β ≈ 22; ``m`` is the part of the largest score
+    above :data:`CHAIN_UNSHIFTED_SCORE`, shared by both rows (the two-token chain takes
+    the difference of its rows), so that no entry exceeds e^{10} whatever β. Below that
+    the entries are exactly the unscaled ones.
 
     Every rotation-invariant option is here: causal or self mask, the diagonal shift c
     (self-scores β − c) and a Laplacian of either sign.
     """
     beta = attention.beta
     shift = attention.diagonal_shift
+    exponent = None
     if attention.kind == "softmax":
         # softmax of (β − c, βz): the off-diagonal weight is σ(−β(1 − z) + c), no overflow.
         gap = -beta * (1 - z)
         off = jax.nn.sigmoid(gap if shift is None else gap + shift)
         diag = 1 - off
         first_row = (jnp.ones_like(z), jnp.zeros_like(z))  # causal: token 1 sees itself
+        eye = jnp.ones_like(z)
     else:
-        self_score = beta if shift is None else beta - shift
-        diag = jnp.exp(self_score) / 2 * jnp.ones_like(z)
-        off = jnp.exp(beta * z) / 2
+        self_score = (beta if shift is None else beta - shift) * jnp.ones_like(z)
+        off_score = beta * z
+        top = off_score if attention.self_mask else jnp.maximum(self_score, off_score)
+        exponent = jnp.maximum(top - CHAIN_UNSHIFTED_SCORE, 0).astype(z.dtype)
+        diag = jnp.exp(self_score - exponent) / 2
+        off = jnp.exp(off_score - exponent) / 2
         first_row = (diag, jnp.zeros_like(z))
+        eye = jnp.exp(-exponent)  # the identity of a Laplacian, scaled with the matrix
     if attention.self_mask:
         diag = jnp.zeros_like(z)
         if attention.kind == "softmax":
@@ -56,7 +79,7 @@ def two_token_attention(attention: Attention, z: Array) -> tuple[Array, Array, A
     if attention.causal:
         p11, p12 = first_row
     if attention.laplacian_flags[0]:
-        p11, p22 = p11 - 1, p22 - 1
+        p11, p22 = p11 - eye, p22 - eye
         if attention.laplacian_sign == "I-P":
             p11, p12, p21, p22 = -p11, -p12, -p21, -p22
-    return p11, p12, p21, p22
+    return (p11, p12, p21, p22), exponent

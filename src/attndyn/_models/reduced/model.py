@@ -43,12 +43,12 @@ import numpy as np
 from jaxtyping import Array, Float, Key, PRNGKeyArray
 
 from ..._core.attention import Attention
-from ..._core.errors import ParameterError, check_int
+from ..._core.errors import ParameterError, check_int, check_single_key, check_start
 from ..._core.linalg import matmul
 from ..._core.random import fold_in
-from ..._core.schemes import PostLN
+from ..._core.schemes import PostLN, attention_update
 from ..._core.values import AbstractScalarValues, MatrixValues
-from ..base import AbstractModel, Reduction
+from ..base import AbstractModel, Reduction, advance_saves, begin_saves
 from ..discrete import DiscreteTransformer
 from .absorption import absorb_tile, absorption_applies, absorption_gaps
 from .frame import held_sine, lq, pair_gaps, two_token_attention, two_token_frame
@@ -195,11 +195,11 @@ class ReducedTransformer(AbstractModel):
         depth = model.layers_per_unit
         scale = values.sigma / math.sqrt(depth)
 
-        def update(z):
+        def apply(a):
             # z has zero complement coordinates, so A = A_O O and A Mᵀ ≅ A_O [B | L_W].
-            a = attention(z)
             return (values.drift / depth) * a + scale * matmul(a[:, :n_tokens], noise)
 
+        update = attention_update(attention, apply)
         new = model.scheme.layer(x, update, layer=n.astype(c.dtype), depth=depth)
         return lq(new)
 
@@ -228,7 +228,10 @@ class ReducedTransformer(AbstractModel):
         # Row i of G = [B | L]: the value noise acting on frame direction i.
         g1 = (z[0], z[1], chi[0], jnp.zeros((), dtype))
         g2 = (z[2], z[3], z[4], chi[1])
-        p11, p12, p21, p22 = two_token_attention(model.attention, cz)
+        # The attention matrix is e^m·P: the new rows are e^m·(e^{−m}θ + P-terms), and
+        # the new angle ignores the common factor e^m, which would overflow at large β.
+        (p11, p12, p21, p22), exponent = two_token_attention(model.attention, cz)
+        lead = jnp.ones_like(cz) if exponent is None else jnp.exp(-exponent)
         sigma = jnp.where(cz >= 0, 1.0, -1.0).astype(dtype)
         w = sz**2 / (1 + jnp.abs(cz))  # 1 − σ cos φ, without cancellation
         k1 = (p11 + p12 * cz, p12 * sz)
@@ -239,8 +242,8 @@ class ReducedTransformer(AbstractModel):
         )
         drift = values.drift / depth
         scale = values.sigma / math.sqrt(depth)
-        base1 = (1 + drift * k1[0], drift * k1[1], 0, 0)
-        base_d = (-sigma * w + drift * dk[0], sz + drift * dk[1], 0, 0)
+        base1 = (lead + drift * k1[0], drift * k1[1], 0, 0)
+        base_d = (-sigma * w * lead + drift * dk[0], sz * lead + drift * dk[1], 0, 0)
         x1 = [b + scale * (k1[0] * u + k1[1] * v) for b, u, v in zip(base1, g1, g2)]
         delta = [b + scale * (dk[0] * u + dk[1] * v) for b, u, v in zip(base_d, g1, g2)]
         x2 = [sigma * a + d for a, d in zip(x1, delta)]
@@ -261,31 +264,51 @@ class ReducedTransformer(AbstractModel):
         norm = jax.lax.rsqrt(new_cz**2 + new_sz**2)
         return new_cz * norm, held_sine(new_sz * norm)
 
+    def attention_scale_free(self) -> bool:
+        return self.model.attention_scale_free()
+
+    def keeps_unit_rows(self) -> bool:
+        return self.model.keeps_unit_rows()
+
     def reduce(self, x0: Float[Array, "N d"]) -> Float[Array, "N N"]:
         """The start's coordinates in an orthonormal frame of its span."""
         return lq(x0)
 
     def trajectory(self, x0: Float[Array, "N d"], *, key: PRNGKeyArray) -> Float[Array, "S N N"]:
         """One trajectory (a batch of one of :meth:`simulate`)."""
+        check_start("x0", x0)
+        check_single_key("key", key)
         return self.simulate(x0[None], key[None])[0]
 
     @eqx.filter_jit
     def simulate(self, x0, keys):
         """A batch of trajectories (one key each), stopping early once all are absorbed."""
-        c0 = jax.vmap(self.reduce)(x0)
+        stop = jnp.asarray(self.stepping()[0], jnp.int32)
+        state = self.advance(self.begin(x0, keys), keys, jnp.zeros((), jnp.int32), stop)
+        return self.finish(state)
 
-        def segment(carry, stop):
-            c, start = carry
-            if self.absorb_gap is None:
-                c = self._run(c, start, stop, keys)
-            else:
-                c = self._run_absorbing(c, start, stop, keys)
-            return (c, stop), c
-
-        _, saves = jax.lax.scan(
-            segment, (c0, jnp.asarray(0, jnp.int32)), jnp.asarray(self.model.save_layers)
+    def stepping(self) -> tuple[int, int]:
+        # Absorption is checked at multiples of absorb_every (and at each save): blocks end
+        # there, so that they check where an uncut run does.
+        return int(self.model.save_layers[-1]), (
+            1 if self.absorb_gap is None else self.absorb_every
         )
-        return jnp.swapaxes(saves, 0, 1)
+
+    def begin(self, x0, keys):
+        c0 = jax.vmap(self.reduce)(x0)
+        return c0, begin_saves(self.model.save_layers, c0)
+
+    def advance(self, state, keys, start, stop):
+        def run(c, lo, hi, anchor):
+            if self.absorb_gap is None:
+                return self._run(c, lo, hi, keys)
+            return self._run_absorbing(c, lo, hi, keys)
+
+        c, saves = state
+        return advance_saves(self.model.save_layers, c, saves, start, stop, run, lambda c: c)
+
+    def finish(self, state):
+        return jnp.swapaxes(state[1], 0, 1)
 
     def _run_frame(self, c: Array, start: Array, stop: Array, keys: Key[Array, " batch"]) -> Array:
         """Layers [start, stop) of :meth:`_layer_frame`; layer n + 1's noise is drawn while
@@ -371,7 +394,9 @@ class ReducedTransformer(AbstractModel):
 
         def body(state):
             c, n = state
-            nxt = jnp.minimum(n + self.absorb_every, stop)
+            # Checks at the multiples of absorb_every (and where a segment starts): the same
+            # layers however the run is cut into blocks (see :meth:`stepping`).
+            nxt = jnp.minimum((n // self.absorb_every + 1) * self.absorb_every, stop)
             frozen = absorbed(c) | pad
             order = jnp.argsort(frozen, stable=True)  # live trajectories first
             live = jnp.sum(~frozen)

@@ -27,7 +27,7 @@ from ..._core.errors import ParameterError, check_int
 from ..._core.random import fold_in
 from ..._core.schemes import PostLN
 from ..._core.values import AbstractScalarValues
-from ..base import AbstractModel
+from ..base import AbstractModel, advance_saves, begin_saves
 from ..discrete import DiscreteTransformer
 from .frame import held_sine, lq, two_token_attention, two_token_frame
 
@@ -60,13 +60,61 @@ class SpanTransformer(AbstractModel):
     def _chain(self) -> bool:
         return self.n_tokens == 2 and isinstance(self.model.scheme, PostLN)
 
+    def attention_scale_free(self) -> bool:
+        return self.model.attention_scale_free()
+
+    def keeps_unit_rows(self) -> bool:
+        return self.model.keeps_unit_rows()
+
     @eqx.filter_jit
     def simulate(self, x0: Float[Array, "batch N d"], keys: Key[Array, " batch"]):
+        stop = jnp.asarray(self.stepping()[0], jnp.int32)
+        state = self.advance(self.begin(x0, keys), keys, jnp.zeros((), jnp.int32), stop)
+        return self.finish(state)
+
+    def stepping(self) -> tuple[int, int]:
+        return self.model.stepping()
+
+    def begin(self, x0, keys):
         c0 = jax.vmap(lq)(x0)
         if not self._chain:
             # The layer maps themselves, on the frame coordinates (same keys, same s_n).
-            return jax.vmap(lambda c, k: self.model.trajectory(c, key=k))(c0, keys)
-        return self._simulate_chain(c0[:, 1, 0], jnp.log(c0[:, 1, 1]), keys)
+            return self.model.begin(c0, keys)
+        return self._chain_state(c0[:, 1, 0], jnp.log(c0[:, 1, 1]))
+
+    def _chain_state(self, cz: Array, log_sz: Array):
+        """The two-token chain's state at (cos φ, log sin φ), before its first layer."""
+        saves = begin_saves(self.model.save_layers, jax.vmap(_frame_view)(cz, log_sz))
+        return (cz, log_sz), saves
+
+    def _simulate_chain(self, cz: Array, log_sz: Array, keys: Key[Array, " batch"]):
+        """The two-token chain from (cos φ, log sin φ) themselves: a start closer to ±1 than
+        float32 coordinates can hold (sin φ = 10⁻²⁰)."""
+        stop = jnp.asarray(self.stepping()[0], jnp.int32)
+        state = self.advance(self._chain_state(cz, log_sz), keys, jnp.zeros((), jnp.int32), stop)
+        return self.finish(state)
+
+    def advance(self, state, keys, start, stop):
+        if not self._chain:
+            return self.model.advance(state, keys, start, stop)
+
+        def run(y, lo, hi, anchor):
+            del anchor
+
+            def layer(n, y):
+                cz, log_sz = y
+                return self.chain_layer(cz, log_sz, self._scales(keys, n, cz.dtype))
+
+            return jax.lax.fori_loop(lo, hi, layer, y)
+
+        chain, saves = state
+        view = lambda y: jax.vmap(_frame_view)(*y)  # noqa: E731
+        return advance_saves(self.model.save_layers, chain, saves, start, stop, run, view)
+
+    def finish(self, state):
+        if not self._chain:
+            return self.model.finish(state)
+        return jnp.swapaxes(state[1], 0, 1)
 
     def _scales(self, keys: Key[Array, " batch"], n: Array, dtype) -> Float[Array, " batch"]:
         values = self.model.values
@@ -80,8 +128,11 @@ class SpanTransformer(AbstractModel):
         (cos φ, log sin φ): sin φ is multiplied by |det(I + sP)|/(|x₁||x₂|), so its
         logarithm is carried exactly and never underflows."""
         sz = jnp.exp(log_sz)
-        p11, p12, p21, p22 = two_token_attention(self.model.attention, cz)
-        a11, a12, a21, a22 = 1 + s * p11, s * p12, s * p21, 1 + s * p22
+        # The attention matrix is e^m·P and the new angle ignores a factor common to both
+        # rows: a = e^{−m}I + sP, which never overflows (e^m would from β ≈ 44).
+        (p11, p12, p21, p22), exponent = two_token_attention(self.model.attention, cz)
+        lead = 1 if exponent is None else jnp.exp(-exponent)
+        a11, a12, a21, a22 = lead + s * p11, s * p12, s * p21, lead + s * p22
         x1 = (a11 + a12 * cz, a12 * sz)
         x2 = (a21 + a22 * cz, a22 * sz)
         n1 = jnp.sqrt(x1[0] ** 2 + x1[1] ** 2)
@@ -91,20 +142,6 @@ class SpanTransformer(AbstractModel):
         # Rounding must not move θ₂ off the unit circle over 10⁵ layers.
         norm_sq = new_cz**2 + jnp.exp(2 * new_log_sz)
         return new_cz * jax.lax.rsqrt(norm_sq), new_log_sz - 0.5 * jnp.log(norm_sq)
-
-    def _simulate_chain(self, cz: Array, log_sz: Array, keys: Key[Array, " batch"]):
-        def layer(n, y):
-            cz, log_sz = y
-            return self.chain_layer(cz, log_sz, self._scales(keys, n, cz.dtype))
-
-        def segment(carry, stop):
-            y, start = carry
-            y = jax.lax.fori_loop(start, stop, layer, y)
-            return (y, stop), jax.vmap(_frame_view)(*y)
-
-        layers = jnp.asarray(self.model.save_layers)
-        _, saves = jax.lax.scan(segment, ((cz, log_sz), jnp.asarray(0, jnp.int32)), layers)
-        return jnp.swapaxes(saves, 0, 1)
 
 
 def _frame_view(cz: Array, log_sz: Array) -> Float[Array, "2 2"]:
