@@ -178,15 +178,12 @@ def estimate_probabilities(
                     on_nonfinite=on_nonfinite, x64=bool(x64), on_merged=on_merged,
                 )  # fmt: skip
                 study = _Study(plan, key, checkpoint)
-            with study:
-                study.run(progress)
-                tallies = study.combined()
-                study.check_totals(tallies)
-        except BaseException:
-            # A Ctrl-C between taking the checkpoint's lock and the `with` still releases it.
+            study.run(progress)
+            tallies = study.combined()
+            study.check_totals(tallies)
+        finally:  # the lock released, also after a Ctrl-C just after it was taken
             if study is not None:
                 study.close()
-            raise
     record = _provenance(plan, study, tallies, metadata)
     warn_merged(plan, tallies)
     points = [p.point for p in plan.points]
