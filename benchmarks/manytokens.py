@@ -131,7 +131,9 @@ def run(n_tokens: int, dim: int, layers: int, implementation: str, limit_gib: fl
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description="Many tokens: seconds per layer of one trajectory.")
+    parser = argparse.ArgumentParser(
+        description="Many tokens: seconds per layer of one trajectory."
+    )
     parser.add_argument("--tokens", type=int, default=4096)
     parser.add_argument("--dim", type=int, default=3)
     parser.add_argument("--layers", type=int, default=10)
