@@ -97,7 +97,13 @@ NAME = "modes"
 )
 @click.option("--trajectories", default=8, show_default=True, type=int, help="Per point (≥ 2).")
 @click.option("--ell-max", default=16, show_default=True, type=int, help="Largest degree ℓ.")
-@click.option("--tol", default=1e-3, show_default=True, type=float, help="Clustering tolerance.")
+@click.option(
+    "--tol",
+    default=None,
+    type=float,
+    help="Clustering tolerance in (0, 1) [default: from N and d, a tenth of the uniform "
+    "spacing, at most 1e-3].",
+)
 @click.option("--seed", default=0, show_default=True, type=int, help="PRNG seed.")
 @click.option(
     "--chunk-size",

@@ -80,17 +80,29 @@ def _modes(ds: xr.Dataset) -> Figure:
             fontsize=9,
         )
         axes[1, column].set_title(f"d = {dim}: the fastest mode's power", fontsize=9)
-        axes[2, column].set_title(f"d = {dim}: clusters (overlap ≥ 1 − tol)", fontsize=9)
+        axes[2, column].set_title(
+            f"d = {dim}: clusters (|θ_i − θ_j|² ≤ 2 tol, connected)", fontsize=9
+        )
     handles = [
         Line2D([], [], color=colors[b], marker="o", ls="-", label=f"β = {b:g}") for b in betas
     ]
     handles += [
-        Line2D([], [], color="k", ls="-", label="theory: 2λ_ℓ (P_ℓ ∝ e^{2λ_ℓ t})"),
+        Line2D([], [], color="k", ls="-", label="theory: 2λ_ℓ (P_ℓ ∝ exp(2λ_ℓ t))"),
         Line2D([], [], color="k", marker="o", ls="none", label="fit, linear window (±1 SE)"),
         Line2D([], [], color="k", marker="o", mfc="none", ls="none", label="fit, driven: excluded"),
         Line2D([], [], color="k", marker="v", ls="none", label="ℓ* of the theory"),
-        Line2D([], [], color="k", ls="--", label="theory e^{2λ* t} from P(0); │ window end"),
-        Line2D([], [], color="k", ls=":", label="ℓ* (clusters a circle's modes make)"),
+        Line2D([], [], color="k", lw=6, alpha=0.3, label="theory: P_ℓ*(0)·exp(2λ* t)"),
+        Line2D([], [], color="k", ls="--", lw=0.8, label="end of the linear window"),
+        Line2D([], [], color="k", ls=":", label="ℓ* (on S¹ a degree-ℓ* mode makes ℓ* clusters)"),
+        Line2D(
+            [],
+            [],
+            color="k",
+            marker="s",
+            mec="k",
+            ls="none",
+            label="plateau: its clusters (± SE) at its start",
+        ),
     ]
     fig.legend(handles=handles, loc="outside right center", fontsize=8, frameon=False)
     fig.suptitle(
@@ -148,8 +160,17 @@ def _star_power(ax, row: xr.Dataset, color) -> None:
     end = float(row["window_end"])
     rate = float(row["growth_rate_theory"].values[star])
     inside = times <= end
-    ax.plot(times[inside], mean[0] * np.exp(rate * times[inside]), "--", color=color, lw=1.0)
-    ax.axvline(end, color=color, lw=0.6, alpha=0.6)
+    # The theory as a wide pale band under the data (which lies on it).
+    ax.plot(
+        times[inside],
+        mean[0] * np.exp(rate * times[inside]),
+        "-",
+        color=color,
+        lw=6,
+        alpha=0.3,
+        solid_capstyle="butt",
+    )
+    ax.axvline(end, color=color, lw=0.8, ls="--")
     ax.set_yscale("log")
     ax.set_xlabel("t")
     ax.set_ylabel("N·P_ℓ* (1 for uniform tokens)")
@@ -163,6 +184,17 @@ def _clusters(ax, row: xr.Dataset, color) -> None:
     marks = _marks(len(times))
     ax.errorbar(times[marks], mean[marks], yerr=se[marks], fmt="o", ms=3, color=color, capsize=2)
     ax.axhline(int(row["ell_star"]), color=color, ls=":", lw=1.0)
+    if int(row["n_plateau"]) > 0:
+        ax.errorbar(
+            [float(row["plateau_start"])],
+            [float(row["plateau_clusters"])],
+            yerr=[float(row["plateau_clusters_se"])],
+            fmt="s",
+            ms=6,
+            color=color,
+            mec="k",
+            capsize=2,
+        )
     ax.set_yscale("log")
     ax.set_xlabel("t")
     ax.set_ylabel("clusters (mean ± SE)")
@@ -207,7 +239,7 @@ def _noise(ds: xr.Dataset, level: str) -> Figure:
         )
     right.axhline(float(times[-1]), color="0.6", ls=":", lw=1.0, label="horizon")
     right.set_xlabel(f"noise level {symbol}")
-    right.set_ylabel("time from the plateau's start to its first merger")
+    right.set_ylabel("time from gathering until ≤ 2 clusters are left")
     right.set_title("does noise shorten the metastable plateau?", fontsize=9)
     right.legend(fontsize=8)
     fig.suptitle(

@@ -12,6 +12,7 @@ from .evolution import (
 from .modes import (
     ModesRun as ModesRun,
     ModesSpec as ModesSpec,
+    auto_tol as auto_tol,
     modes_points as modes_points,
     modes_study as modes_study,
     modes_summary as modes_summary,

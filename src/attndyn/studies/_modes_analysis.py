@@ -9,9 +9,9 @@
   the mean of the trajectories' slopes and its error their standard error. A degree whose
   log-power bends upward within the window (driven by products of faster degrees) is
   flagged out of its linear window (``linear``).
-- **Plateau** (:func:`plateau`): when the tokens first sit in a metastable state (a
-  cluster count that stays unchanged for a tenth of the horizon, with at most √N
-  clusters), how many clusters it has, and how long it lasts before its first merger.
+- **Plateau** (:func:`plateau`): when the tokens first sit in clusters, how many they
+  mostly keep, and how long that multi-cluster state lasts before at most two clusters
+  are left.
 - **Long context**: for points with β = γ log N, the self-attention weight of the uniform
   state and the critical γ (:func:`attndyn.theory.critical_gamma`).
 """
@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import xarray as xr
+from scipy.special import comb
 
 from .._estimate.dataset import coordinates, package_version
 from ..theory._modes import (
@@ -33,13 +34,14 @@ from ..theory._modes import (
 )
 
 #: The linear window ends before the largest mean mode power passes √(DRIVE_RATIO/N): a
-#: degree driven quadratically by the fastest ones then holds at most this share of its
-#: power from the drive (see :func:`linear_window`).
+#: degree driven quadratically by the fastest ones then holds at most about this share of
+#: its power from the drive (see :func:`linear_window`).
 DRIVE_RATIO = 1 / 20
+#: The linear window also ends before the growing part of the density perturbation has
+#: squared norm ‖f‖² above this (see :func:`linear_window`).
+NONLINEAR = 0.02
 #: Fewest saves a window must hold to fit a rate.
 MIN_WINDOW_SAVES = 4
-#: A plateau: the cluster count unchanged for at least this share of the horizon.
-PLATEAU_SHARE = 0.1
 
 
 def _mean_se(values: np.ndarray, axis: int = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -49,21 +51,36 @@ def _mean_se(values: np.ndarray, axis: int = 1) -> tuple[np.ndarray, np.ndarray]
     return values.mean(axis=axis), values.std(axis=axis, ddof=1) / math.sqrt(n)
 
 
-def linear_window(mean_power: np.ndarray, n_tokens: int) -> int:
-    """The number of saves in the linear window: those before the first at which the
-    largest mean mode power ``max_{ℓ≥1} P_ℓ`` exceeds ``p_w = √(DRIVE_RATIO/N)``.
+def harmonic_dimension(ell: np.ndarray, dim: int) -> np.ndarray:
+    """dim H_ℓ, the number of independent spherical harmonics of degree ℓ on S^{d−1}:
+    C(ℓ + d − 1, d − 1) − C(ℓ + d − 3, d − 1) (2 on S¹ for ℓ ≥ 1, 2ℓ + 1 on S²)."""
+    ell = np.asarray(ell)
+    return np.round(comb(ell + dim - 1, dim - 1) - comb(ell + dim - 3, dim - 1)).astype(np.int64)
 
-    Why. From the uniform start every P_ℓ ≈ 1/N. The fastest degrees, of power P* ≈
-    e^{2λ* t}/N, drive every degree their products reach (on S¹ the sums and differences of
-    their degrees; on S^{d−1} every degree up to their sum) with a power of order P*²,
-    growing at up to 4λ*. A degree's own power is at least 1/N, so its drive stays below
-    DRIVE_RATIO of it while N·P*² ≤ DRIVE_RATIO, i.e. P* ≤ p_w (N = 4,096: p_w = 3.5·10⁻³,
-    P* grown 14-fold). The slow degrees, which gain least by themselves, are the ones
-    this protects; the window ends for all degrees at once, so no degree is excluded, but
-    the slowest ones grow little within it and carry the largest relative errors."""
-    limit = math.sqrt(DRIVE_RATIO / n_tokens)
+
+def linear_window(mean_power: np.ndarray, n_tokens: int, dim: int) -> int:
+    """The number of saves in the linear window (``mean_power``: time × ℓ, the mean over
+    trajectories): those before the first save at which either
+
+    - the largest mode power ``max_{ℓ≥1} P_ℓ`` exceeds ``√(DRIVE_RATIO/N)``, or
+    - the growth of the perturbation, ``‖f‖² = Σ_{ℓ≥1} dim H_ℓ (P_ℓ(t) − P_ℓ(0))`` (by the
+      addition theorem the squared L²(σ) norm of the density's growing part), exceeds
+      :data:`NONLINEAR`.
+
+    Why. The quadratic terms of the continuity equation change each degree's rate by a
+    relative amount of order ‖f‖² (on S² the many fast degrees add up: at β = 16 the first
+    rule alone let ‖f‖² reach 0.19 and the fast rates fell 3-5 % below 2λ_ℓ by its end).
+    They also drive every degree the products of the fastest reach (on S¹ the sums and
+    differences of their degrees, on S^{d−1} every degree up to their sum) with a power of
+    order P*², growing at up to 4λ*: a degree's own power is at least 1/N, so the drive
+    stays below DRIVE_RATIO of it while N·P*² ≤ DRIVE_RATIO (N = 4,096: P* ≤ 3.5·10⁻³,
+    grown 14-fold). The window ends for all degrees at once; degrees that are driven
+    anyway (those slower than ℓ*, near 2ℓ* or near 0) are flagged by their bend
+    (:func:`fit_growth`)."""
     largest = np.max(mean_power[:, 1:], axis=1)
-    over = np.nonzero(largest > limit)[0]
+    weights = harmonic_dimension(np.arange(mean_power.shape[1]), dim)[1:]
+    growth = np.sum(weights * np.maximum(mean_power[:, 1:] - mean_power[:1, 1:], 0), axis=1)
+    over = np.nonzero((largest > math.sqrt(DRIVE_RATIO / n_tokens)) | (growth > NONLINEAR))[0]
     return int(over[0]) if over.size else len(largest)
 
 
@@ -106,15 +123,18 @@ def gathered(power: np.ndarray, n_tokens: int) -> np.ndarray:
 def plateau(
     counts: np.ndarray, times: np.ndarray, n_tokens: int, ready: np.ndarray
 ) -> dict[str, np.ndarray]:
-    """Per trajectory (``counts``: trajectory × time cluster counts; ``ready``: where the
-    tokens have :func:`gathered`): the plateau's start, its cluster count, and its end
-    (the first save with fewer clusters), with ``formed`` (a plateau was found) and
-    ``ended`` (it ended before the horizon). A plateau is the first run of saves with the
-    same count, at most √N, starting where the tokens have gathered and lasting at least
-    :data:`PLATEAU_SHARE` of the horizon. Where none formed the start is the horizon, the
-    count 0; where it did not end, its end is the horizon."""
+    """The multi-cluster metastable state of each trajectory (``counts``: trajectory × time
+    cluster counts; ``ready``: where the tokens have :func:`gathered`).
+
+    It starts at the first save where the tokens have gathered into at most √N clusters,
+    and ends at the first save from then on with at most two clusters left: one, or an
+    antipodal pair, the end states of the noisy dynamics (seed 003) that common noise
+    cannot undo. ``level`` is the most frequent count in between (the plateau's number of
+    clusters; the count at the start where it ends at once), ``ended`` whether it ended
+    before the horizon (its end is the horizon otherwise: the lifetime is then cut, and
+    the trajectory counts as censored), ``formed`` whether the tokens gathered at all
+    (the start is the horizon and the level 0 otherwise)."""
     horizon = float(times[-1])
-    need = PLATEAU_SHARE * horizon
     n_traj = counts.shape[0]
     start = np.full(n_traj, horizon)
     level = np.zeros(n_traj, np.int64)
@@ -122,17 +142,19 @@ def plateau(
     formed = np.zeros(n_traj, bool)
     ended = np.zeros(n_traj, bool)
     for i, row in enumerate(counts):
-        for s in range(len(row)):
-            if row[s] > math.sqrt(n_tokens) or not ready[i, s]:
-                continue
-            later = np.nonzero(row[s:] != row[s])[0]
-            stop = s + int(later[0]) if later.size else len(row)
-            last = times[stop - 1] if stop < len(row) else horizon
-            if last - times[s] >= need:
-                start[i], level[i], formed[i] = times[s], row[s], True
-                if stop < len(row) and row[stop] < row[s]:
-                    end[i], ended[i] = times[stop], True
-                break
+        begun = np.nonzero(ready[i] & (row <= math.sqrt(n_tokens)))[0]
+        if not begun.size:
+            continue
+        first = int(begun[0])
+        formed[i], start[i] = True, times[first]
+        over = np.nonzero(row[first:] <= 2)[0]
+        stop = first + int(over[0]) if over.size else len(row)
+        if over.size:
+            end[i], ended[i] = times[stop], True
+        values, seen = np.unique(
+            row[first:stop] if stop > first else row[first : first + 1], return_counts=True
+        )
+        level[i] = values[np.argmax(seen)]
     return {"start": start, "level": level, "end": end, "formed": formed, "ended": ended}
 
 
@@ -180,7 +202,8 @@ def analyse(
         variables[name] = (dims, mean)
         variables[f"{name}_se"] = (dims, se)
     variables.update(_theory(spec, points, ell))
-    variables.update(_fits(power, variables["mode_power"][1], times, tokens))
+    dims = np.asarray([int(p["dim"]) for p in points])
+    variables.update(_fits(power, variables["mode_power"][1], times, tokens, dims))
     variables.update(_plateaus(raw["n_clusters"].values, power, times, tokens))
     for name, dims in (("n_clusters", "time"), ("largest", "time")):
         variables[f"{name}_trajectory"] = (("point", "trajectory", dims), raw[name].values)
@@ -196,10 +219,10 @@ def analyse(
     return xr.Dataset(variables, coords=coords)
 
 
-def _fits(power, mean_power, times, tokens) -> dict[str, Any]:
+def _fits(power, mean_power, times, tokens, dims) -> dict[str, Any]:
     fits, ends = [], []
-    for i, n in enumerate(tokens):
-        end = linear_window(mean_power[i], int(n))
+    for i, (n, dim) in enumerate(zip(tokens, dims, strict=True)):
+        end = linear_window(mean_power[i], int(n), int(dim))
         fits.append(fit_growth(power[i], times, end))
         ends.append(times[end - 1] if end >= MIN_WINDOW_SAVES else 0.0)
     stack = {key: np.asarray([f[key] for f in fits]) for key in fits[0]}
@@ -294,21 +317,22 @@ CF = {
     "growth_bend": ("coefficient of t^2 of a quadratic fit of log P_l over the window", "1"),
     "window_end": ("last save time of the linear window", "1"),
     "ell_star_measured": ("degree of the largest fitted growth rate", "1"),
-    "plateau_start": ("mean time at which the metastable plateau forms", "1"),
-    "plateau_clusters": ("mean number of clusters on the plateau", "1"),
+    "plateau_start": ("mean time at which the tokens have gathered into clusters", "1"),
+    "plateau_clusters": ("mean of the most frequent cluster count on the plateau", "1"),
     "plateau_lifetime": (
-        "mean time from the plateau's start to its first merger, cut at the horizon",
+        "mean time from the plateau's start until at most two clusters are left, cut at "
+        "the horizon",
         "1",
     ),
-    "n_plateau": ("trajectories in which a plateau formed", "1"),
-    "n_plateau_ended": ("trajectories whose plateau ended (a merger) before the horizon", "1"),
+    "n_plateau": ("trajectories whose tokens gathered into clusters", "1"),
+    "n_plateau_ended": ("trajectories left with at most two clusters before the horizon", "1"),
     "n_clusters_trajectory": ("number of clusters, per trajectory", "1"),
     "largest_trajectory": ("tokens in the largest cluster, per trajectory", "1"),
     "mode_power_trajectory": ("mode power P_l, per trajectory", "1"),
     "plateau_start_trajectory": ("plateau start per trajectory (horizon: none formed)", "1"),
     "plateau_level_trajectory": ("clusters on the plateau per trajectory (0: none)", "1"),
     "plateau_end_trajectory": ("plateau end per trajectory (horizon: not ended)", "1"),
-    "plateau_ended_trajectory": ("whether the plateau ended before the horizon", "1"),
+    "plateau_ended_trajectory": ("whether at most two clusters were left before the horizon", "1"),
 }
 
 

@@ -59,7 +59,7 @@ from .._models.integrators import SDEIntegrator
 from .._models.sde import HybridSDE
 from ._modes_analysis import analyse, attach_cf, modes_summary
 
-__all__ = ["ModesRun", "ModesSpec", "modes_points", "modes_study", "modes_summary"]
+__all__ = ["ModesRun", "ModesSpec", "auto_tol", "modes_points", "modes_study", "modes_summary"]
 
 #: The value noise of a modes study, added to the attention flow V = I/L: none; scalar
 #: (seed 003 eq. 7, V_n = (1/L + ε v_n/√L)·I); matrix (V_n = I/L + σ M_n/√L, seed 003's
@@ -157,7 +157,8 @@ class ModesSpec:
         if self.engine == "sde":
             integrator = SDEIntegrator(self.solver, self.dt)
             return HybridSDE(att, eps=level, saveat=saveat, integrator=integrator)
-        if self.noise == "none":
+        if self.noise == "none" or (self.noise == "matrix" and level == 0):
+            # σ = 0 is the flow itself (MatrixValues needs σ > 0).
             values = DeterministicValues()
         elif self.noise == "scalar":
             values = ScalarValues(level, distribution=self.values or "rademacher")
@@ -195,11 +196,15 @@ class ModesSpec:
 class ModesRun:
     """How a modes study is sampled: trajectories per point, seed, clustering tolerance,
     the largest degree ℓ_max of the mode powers, and trajectories per checkpoint
-    (``chunk_size``, never changes the numbers)."""
+    (``chunk_size``, never changes the numbers).
+
+    ``tol=None`` (the default) picks each point's tolerance from its N and d
+    (:func:`auto_tol`): small enough that the uniform start is not one chain of touching
+    tokens."""
 
     trajectories: int = 8
     seed: int = 0
-    tol: float = 1e-3
+    tol: float | None = None
     ell_max: int = 16
     chunk_size: int | None = None
 
@@ -207,19 +212,38 @@ class ModesRun:
         # Two at least: every estimate carries a standard error across trajectories.
         check_int("trajectories", self.trajectories, lower=2, upper=1 << 20)
         check_seed("seed", self.seed)
-        check_bound("tol", self.tol, lower=0.0, upper=1.0, lower_open=True, upper_open=True)
+        if self.tol is not None:
+            check_bound("tol", self.tol, lower=0.0, upper=1.0, lower_open=True, upper_open=True)
         check_int("ell_max", self.ell_max, lower=1, upper=512)
         if self.chunk_size is not None:
             check_int("chunk_size", self.chunk_size, lower=1, upper=1 << 20)
+
+    def tol_for(self, n_tokens: int, dim: int) -> float:
+        """The clustering tolerance of a point: ``tol``, or :func:`auto_tol`."""
+        return auto_tol(n_tokens, dim) if self.tol is None else self.tol
+
+
+def auto_tol(n_tokens: int, dim: int) -> float:
+    """The clustering tolerance for N uniform tokens on S^{d−1}: tokens are joined when
+    |θ_i − θ_j| ≤ √(2 tol), and this makes that distance a tenth of the typical spacing
+    s = (|S^{d−1}|/N)^{1/(d−1)} (at most 10⁻³, the seeds' tolerance). With 10⁻³ itself
+    4,096 tokens on a circle (spacing 1.5·10⁻³ rad against a reach of 0.045) touch in one
+    chain that spans the circle and count as one cluster before any has formed; with this
+    tolerance the uniform start has about N clusters, and the count falls to the number of
+    clusters as they contract (exponentially fast) below it. N = 4,096: 1.1·10⁻⁸ on S¹,
+    1.5·10⁻⁵ on S²."""
+    area = 2 * math.pi ** (dim / 2) / math.gamma(dim / 2)
+    spacing = (area / n_tokens) ** (1 / (dim - 1))
+    return float(min(1e-3, (0.1 * spacing) ** 2 / 2))
 
 
 def modes_points(
     *,
     dims: Sequence[int],
     tokens: Sequence[int],
-    betas: Sequence[float] = (),
-    gammas: Sequence[float] = (),
-    levels: Sequence[float] = (0.0,),
+    betas: Sequence[float | int] = (),
+    gammas: Sequence[float | int] = (),
+    levels: Sequence[float | int] = (0.0,),
     level_name: str | None = None,
 ) -> list[dict[str, Any]]:
     """The grid: (d, N, β[, level]) from ``betas``, or (d, N, γ, β = γ log N[, level]) from
@@ -234,9 +258,11 @@ def modes_points(
         check_int("dim", d, lower=2, upper=4096)
     for n in tokens:
         check_int("tokens", n, lower=2, upper=MAX_TOKENS)
-    check_bound("beta", np.asarray(betas, np.float64), lower=0.0, lower_open=True)
-    check_bound("gamma", np.asarray(gammas, np.float64), lower=0.0, lower_open=True)
-    check_bound(level_name or "noise level", np.asarray(levels, np.float64), lower=0.0)
+    for name, values in (("beta", betas), ("gamma", gammas)):
+        for value in values:
+            check_bound(name, float(value), lower=0.0, lower_open=True)
+    for value in levels:
+        check_bound(level_name or "noise level", float(value), lower=0.0)
     if level_name is None and any(float(v) != 0 for v in levels):
         raise ParameterError("noise levels need noise='scalar' (eps) or 'matrix' (sigma).")
     points = []
@@ -311,7 +337,7 @@ class _Store:
         self.n_done[index] = start + count
 
     def to_dataset(self, record: Mapping[str, Any]) -> xr.Dataset:
-        dims = {name: ("point", "trajectory", "time") for name in FIELDS}
+        dims: dict[str, tuple[str, ...]] = {n: ("point", "trajectory", "time") for n in FIELDS}
         dims["histogram"] += ("size_bin",)
         dims["mode_power"] += ("ell",)
         ds = xr.Dataset({name: (dims[name], array) for name, array in self.arrays.items()})
@@ -422,7 +448,7 @@ def modes_study(
         **spec.metadata(),
         "seed": mc.seed,
         "n_trajectories": mc.trajectories,
-        "tol": mc.tol,
+        "tol": [mc.tol_for(int(p["tokens"]), int(p["dim"])) for p in points],
         "ell_max": mc.ell_max,
         "tile": [tile_size(int(p["tokens"])) for p in points],
         "implementation": [
@@ -468,7 +494,8 @@ def _run(spec, mc, points, models, store, checkpoint, record, progress, started,
             tile = tile_size(n_tokens)
             chunk = max(tile, mc.chunk_size or tile)
             key = point_key(jax.random.key(mc.seed), point)
-            args = (jnp.asarray(point["beta"], jnp.float32), jnp.asarray(mc.tol, jnp.float32))
+            tol = mc.tol_for(n_tokens, dim)
+            args = (jnp.asarray(point["beta"], jnp.float32), jnp.asarray(tol, jnp.float32))
             first = int(store.n_done[index])
             # Tiles start at multiples of the tile: a resumed run continues at the first
             # unfinished tile (a finished tile is never run twice).

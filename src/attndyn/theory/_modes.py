@@ -30,12 +30,22 @@ Plain NumPy/SciPy.
 """
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 from scipy import integrate, special
 
 from .._core.attention import ATTENTION_KINDS
 from .._core.errors import ParameterError, check_bound, check_choice, check_int
+
+#: Degrees ℓ: one, or an array or list of them.
+Degrees = int | np.integer | np.ndarray | Sequence[int]
+
+
+def _result(values) -> np.ndarray | float:
+    """A float for one degree, an array for several."""
+    values = np.asarray(values, np.float64)
+    return float(values) if values.ndim == 0 else values
 
 
 def _degrees(ell) -> np.ndarray:
@@ -51,7 +61,7 @@ def _check(beta, dim: int) -> None:
     check_int("dim", dim, lower=2)
 
 
-def _log_bessel_i(order: np.ndarray, beta: float) -> np.ndarray:
+def _log_bessel_i(order: float | np.ndarray, beta: float | int) -> np.ndarray:
     """``log I_μ(β)`` (β > 0) without overflow or underflow: from ``ive`` (``I_μ e^{−β}``)
     where it is a normal number, else (large orders, where ``ive`` underflows) from the
     series ``I_μ(β) = (β/2)^μ Σ_k (β²/4)^k / (k! Γ(μ + k + 1))``, summed in logs."""
@@ -66,30 +76,33 @@ def _log_bessel_i(order: np.ndarray, beta: float) -> np.ndarray:
         k = np.arange(int(4 * math.sqrt(z) + 80))[:, None]
         terms = k * math.log(z) - special.gammaln(k + 1) - special.gammaln(mu[None, :] + k + 1)
         out = np.array(out, np.float64)
-        out[small] = mu * math.log(beta / 2) + special.logsumexp(terms, axis=0)
-    return out
+        with np.errstate(under="ignore"):  # negligible terms of the series
+            out[small] = mu * math.log(beta / 2) + special.logsumexp(terms, axis=0)
+    return np.asarray(out)
 
 
-def log_funk_hecke_exponential(beta: float, dim: int, ell: int | np.ndarray) -> np.ndarray:
+def log_funk_hecke_exponential(beta: float | int, dim: int, ell: Degrees) -> np.ndarray | float:
     """``log K̂_ℓ`` of the kernel e^{βt} on S^{d−1} (β > 0):
     ``K̂_ℓ = Γ(d/2) (2/β)^{d/2−1} I_{ℓ+d/2−1}(β)`` (no overflow or underflow at any β)."""
     _check(beta, dim)
     check_bound("beta", beta, lower=0.0, lower_open=True)
     ell = _degrees(ell)
     nu = dim / 2 - 1
-    return special.gammaln(dim / 2) + nu * math.log(2 / beta) + _log_bessel_i(ell + nu, beta)
+    return _result(
+        special.gammaln(dim / 2) + nu * math.log(2 / beta) + _log_bessel_i(ell + nu, beta)
+    )
 
 
-def funk_hecke_exponential(beta: float, dim: int, ell: int | np.ndarray) -> np.ndarray:
+def funk_hecke_exponential(beta: float | int, dim: int, ell: Degrees) -> np.ndarray | float:
     """``K̂_ℓ = ∫ e^{β⟨x,y⟩} C_ℓ(⟨x,y⟩) dσ(y)`` with C_ℓ(1) = 1 and σ the uniform probability
     measure on S^{d−1}: ``Γ(d/2) (2/β)^{d/2−1} I_{ℓ+d/2−1}(β)``; at β = 0, 1 for ℓ = 0 and 0
     otherwise. Overflows (to inf) only where K̂_ℓ exceeds the float64 range (β ≳ 709)."""
     _check(beta, dim)
     ell = _degrees(ell)
     if beta == 0:
-        return np.where(ell == 0, 1.0, 0.0)
+        return _result(np.where(ell == 0, 1.0, 0.0))
     with np.errstate(over="ignore"):
-        return np.exp(log_funk_hecke_exponential(beta, dim, ell))
+        return _result(np.exp(log_funk_hecke_exponential(beta, dim, ell)))
 
 
 def funk_hecke_quadrature(kernel, dim: int, ell: int) -> float:
@@ -114,15 +127,15 @@ def funk_hecke_quadrature(kernel, dim: int, ell: int) -> float:
     return top[0] / weight[0]
 
 
-def _bessel_ratio(beta: float, dim: int, ell: np.ndarray) -> np.ndarray:
+def _bessel_ratio(beta: float | int, dim: int, ell: np.ndarray) -> np.ndarray:
     """``K̂_ℓ / K̂_0 = I_{ℓ+ν}(β)/I_ν(β)`` (ν = d/2 − 1), from ``ive`` (finite at any β)."""
     nu = dim / 2 - 1
     if beta == 0:
         return np.where(ell == 0, 1.0, 0.0)
-    return np.exp(_log_bessel_i(ell + nu, beta) - _log_bessel_i(np.asarray(nu), beta))
+    return np.asarray(np.exp(_log_bessel_i(ell + nu, beta) - _log_bessel_i(np.asarray(nu), beta)))
 
 
-def _radial_part(beta: float, dim: int, attention: str, n_tokens: int | None) -> float:
+def _radial_part(beta: float | int, dim: int, attention: str, n_tokens: int | None) -> float:
     """``c = ⟨x, A(x)⟩`` at the uniform state: USA ``K̂_0'(β) = Γ(d/2)(2/β)^{ν} I_{d/2}(β)``,
     SA ``I_{d/2}(β)/I_{d/2−1}(β)``; with ``n_tokens`` the token's own weight e^β/N is added
     (it attends to itself at overlap 1)."""
@@ -139,18 +152,19 @@ def _radial_part(beta: float, dim: int, attention: str, n_tokens: int | None) ->
     derivative = k0 * ratio  # K̂_0' = Γ(d/2)(2/β)^ν I_{ν+1}(β)
     if not n_tokens:
         return derivative
-    return (math.exp(beta) + (n_tokens - 1) * derivative) / n_tokens
+    with np.errstate(over="ignore"):
+        return float((np.exp(beta) + (n_tokens - 1) * derivative) / n_tokens)
 
 
 def mode_growth_rate(
-    beta: float,
+    beta: float | int,
     dim: int,
-    ell: int | np.ndarray,
+    ell: Degrees,
     attention: str = "softmax",
     *,
-    depth: float | None = None,
+    depth: float | int | None = None,
     n_tokens: int | None = None,
-) -> np.ndarray:
+) -> np.ndarray | float:
     """λ_ℓ(β, d): the growth rate of a degree-ℓ perturbation of the uniform measure (of its
     amplitude; the mode power P_ℓ grows at 2λ_ℓ), Q = K = V = I, per unit time.
 
@@ -187,17 +201,17 @@ def mode_growth_rate(
         with np.errstate(over="ignore"):
             rate = laplace * funk_hecke_exponential(beta, dim, ell) / beta
     if depth is None:
-        return rate
+        return _result(rate)
     c = _radial_part(beta, dim, attention, n_tokens)
-    return depth * np.log1p(rate / (depth + c))
+    return _result(depth * np.log1p(rate / (depth + c)))
 
 
 def most_unstable_degree(
-    beta: float,
+    beta: float | int,
     dim: int,
     attention: str = "softmax",
     *,
-    depth: float | None = None,
+    depth: float | int | None = None,
     n_tokens: int | None = None,
 ) -> int:
     """ℓ*(β, d): the degree ℓ ≥ 1 of the largest :func:`mode_growth_rate` (the same for
@@ -211,7 +225,7 @@ def most_unstable_degree(
     return int(ell[int(np.argmax(rates))])
 
 
-def self_attention_weight(beta: float, dim: int, n_tokens: int) -> float:
+def self_attention_weight(beta: float | int, dim: int, n_tokens: int) -> float:
     """The weight a token gives itself under softmax attention when the other N − 1
     tokens are uniform on S^{d−1}, in the mean: ``e^β / (e^β + (N − 1) K̂_0(β))``.
 
@@ -236,7 +250,7 @@ def critical_gamma(n_tokens: int, dim: int) -> float:
     check_int("dim", dim, lower=2)
     target = math.log(n_tokens - 1)
 
-    def gap(beta: float) -> float:
+    def gap(beta: float | int) -> float:
         return beta - float(log_funk_hecke_exponential(beta, dim, 0)) - target
 
     # β − log K̂_0(β) increases from 0 (β → 0) like β − (d−1)/2·log β for large β.
@@ -248,5 +262,5 @@ def critical_gamma(n_tokens: int, dim: int) -> float:
     from scipy.optimize import brentq
 
     # At β = log(N − 1)/2 the gap is negative (log K̂_0 ≥ 0): a bracket for any d.
-    beta = brentq(gap, target / 2, high, xtol=1e-12)
-    return float(beta / math.log(n_tokens))
+    beta = float(brentq(gap, target / 2, high, xtol=1e-12))  # type: ignore[arg-type]
+    return beta / math.log(n_tokens)
