@@ -14,7 +14,8 @@ memory is that workload's own). One JSON line (``--json``) with
   4), else on a block of rows and scaled to N rows (``dot_bound_method``);
 - ``ratio_to_bound``: ``s_per_layer / dot_bound_s``;
 - ``peak_mem_mb``: the process's peak resident memory (CPU) or the device's peak bytes in
-  use (accelerator); ``compile_s``; ``implementation`` (what ``auto`` picked);
+  use (accelerator), taken after the run and before the bound's matrices exist;
+  ``compile_s``; ``implementation`` (what ``auto`` picked);
   ``device``, ``commit``, ``date``, and the load average where the OS reports it.
 
 The GPU session's ``manytokens`` step (``benchmarks/gpu_session.sh``) runs it for N = 4,096,
@@ -106,6 +107,7 @@ def run(n_tokens: int, dim: int, layers: int, implementation: str, limit_gib: fl
     out = jax.block_until_ready(compiled(x0, key))
     seconds = time.perf_counter() - start
     finite = bool(np.isfinite(np.asarray(out)).all())
+    peak = peak_memory_mb()  # the model's own: before the bound allocates its N × N
     bound, method = dot_bound(n_tokens, dim, limit_gib)
     per_layer = seconds / layers
     return {
@@ -121,7 +123,7 @@ def run(n_tokens: int, dim: int, layers: int, implementation: str, limit_gib: fl
         "dot_bound_method": method,
         "ratio_to_bound": per_layer / bound,
         "compile_s": compile_s,
-        "peak_mem_mb": peak_memory_mb(),
+        "peak_mem_mb": peak,
         "finite": finite,
         "device": device_name(),
         "commit": commit(),

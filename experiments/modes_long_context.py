@@ -27,6 +27,7 @@ def main():
     gammas = [0.5, 0.75, 1.0, 1.25, 1.5, 2.0]
     ds = modes_study(spec, run, modes_points(dims=[32], tokens=tokens, gammas=gammas))
     stem = figure_stem("modes_long_context", args)
+    ds.to_netcdf(FIGURES / f"{stem}.nc")  # the data behind the figure (not committed)
     ad.plot.modes(ds).savefig(FIGURES / f"{stem}.png", dpi=130)
     records = modes_summary(ds)
     for r in records:

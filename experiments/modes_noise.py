@@ -5,11 +5,13 @@ to T = 60 with the flow's values V = I/L plus seed 003's noise: matrix noise σ 
 (σ = 0, 0.1, 0.3, 1) and scalar noise ε v_n/√L · I (eq. 7; ε = 0, 0.1, 0.3). The plateau is
 the multi-cluster state, from the time the tokens have gathered into clusters until at
 most two are left (one, or an antipodal pair: the end states of the noisy dynamics).
-Reduced: 16 trajectories a level. --full: 64, T = 120.
+First, without noise, β = 4, 9, 16 (ℓ* = 3, 4, 6): the clusters the tokens gather into
+against ℓ*. Reduced: 16 trajectories a level (8 a β without noise). --full: 64, T = 120.
 
-Writes figures/modes_noise_{matrix,scalar}[_full].{png,json}: per level the plateau's
-lifetime (mean ± SE, cut at the horizon), how many trajectories it ended in, its cluster
-count and the clusters at the horizon.
+Writes figures/modes_plateau[_full].{png,json} and
+figures/modes_noise_{matrix,scalar}[_full].{png,json}: per point the plateau's cluster
+count and lifetime (mean ± SE, cut at the horizon), how many trajectories it ended in,
+and the clusters at the horizon.
 """
 
 import json
@@ -27,14 +29,26 @@ def main():
     if args.engine != "discrete":
         raise SystemExit("modes_noise runs the layer maps (--engine discrete).")
     n, horizon = (64, 120.0) if args.full else (16, 60.0)
+    saves = int(2 * horizon) + 1
+    spec = ModesSpec(horizon=horizon, saves=saves, depth=100)
+    run = ModesRun(trajectories=max(2, n // 2), seed=args.seed, ell_max=8)
+    ds = modes_study(spec, run, modes_points(dims=[2], tokens=[512], betas=[4.0, 9.0, 16.0]))
+    stem = figure_stem("modes_plateau", args)
+    ds.to_netcdf(FIGURES / f"{stem}.nc")  # the data behind the figure (not committed)
+    ad.plot.modes(ds).savefig(FIGURES / f"{stem}.png", dpi=130)
+    records = modes_summary(ds)
+    (FIGURES / f"{stem}.json").write_text(json.dumps(records, indent=1) + "\n")
+    for r in records:
+        print(f"beta {r['beta']:g}: l* = {r['ell_star']}, plateau {r['plateau_clusters']}")
     for noise, levels in LEVELS.items():
-        spec = ModesSpec(horizon=horizon, saves=int(2 * horizon) + 1, depth=100, noise=noise)
+        spec = ModesSpec(horizon=horizon, saves=saves, depth=100, noise=noise)
         run = ModesRun(trajectories=n, seed=args.seed, ell_max=8)
         points = modes_points(
             dims=[2], tokens=[512], betas=[9.0], levels=levels, level_name=spec.level_name
         )
         ds = modes_study(spec, run, points, progress=True)
         stem = figure_stem(f"modes_noise_{noise}", args)
+        ds.to_netcdf(FIGURES / f"{stem}.nc")  # the data behind the figure (not committed)
         ad.plot.modes(ds).savefig(FIGURES / f"{stem}.png", dpi=130)
         records = modes_summary(ds)
         (FIGURES / f"{stem}.json").write_text(json.dumps(records, indent=1) + "\n")

@@ -220,35 +220,44 @@ def _powers_sphere(theta: Array, ell_max: int) -> Array:
     diagonal = jnp.asarray(_schmidt_diagonal(ell_max), dtype)[:, None] * (
         s[None, :] ** jnp.asarray(m, dtype)[:, None]
     )  # Q_m^m, row m
-    powers = []
-    before = jnp.zeros_like(diagonal)  # Q_{ℓ−2}^m
-    last = jnp.zeros_like(diagonal)  # Q_{ℓ−1}^m
-    for ell in range(ell_max + 1):
-        m2 = m * m
-        with np.errstate(invalid="ignore", divide="ignore"):
-            a = np.where(m <= ell - 2, (2 * ell - 1) / np.sqrt(np.maximum(ell * ell - m2, 1)), 0)
-            b = np.where(
-                m <= ell - 2,
-                np.sqrt(np.maximum((ell - 1) ** 2 - m2, 0))
-                / np.sqrt(np.maximum(ell * ell - m2, 1)),
-                0,
-            )
-        recurrence = (
-            jnp.asarray(a, dtype)[:, None] * z[None, :] * last
-            - jnp.asarray(b, dtype)[:, None] * before
-        )
-        first_off = jnp.asarray(np.sqrt(2 * m + 1.0), dtype)[:, None] * z[None, :] * last
-        current = jnp.where(
-            jnp.asarray(m == ell)[:, None],
-            diagonal,
-            jnp.where(jnp.asarray(m == ell - 1)[:, None], first_off, recurrence),
-        )
-        current = jnp.where(jnp.asarray(m <= ell)[:, None], current, 0)
+    coefficients = jnp.asarray(_legendre_steps(ell_max), dtype)  # (ℓ, 5, m)
+    first_off = jnp.asarray(np.sqrt(2 * m + 1.0), dtype)[:, None] * z[None, :]
+
+    def degree(carry, c):
+        """Q_ℓ^m for every m from Q_{ℓ−1}^m and Q_{ℓ−2}^m (c: this ℓ's coefficients)."""
+        before, last = carry
+        a, b, on_diagonal, first, inside = (row[:, None] for row in c)
+        recurrence = a * z[None, :] * last - b * before
+        current = on_diagonal * diagonal + first * first_off * last + inside * recurrence
         re = jnp.sum(current * cos_m, axis=1)
         im = jnp.sum(current * sin_m, axis=1)
-        powers.append(jnp.sum(re * re + im * im))
-        before, last = last, current
-    return jnp.stack(powers) / theta.shape[0] ** 2
+        return (last, current), jnp.sum(re * re + im * im)
+
+    # A scan over ℓ: one compiled step whatever ℓ_max (unrolled, ℓ_max = 14 compiled in
+    # seconds).
+    start = (jnp.zeros_like(diagonal), jnp.zeros_like(diagonal))
+    _, powers = jax.lax.scan(degree, start, coefficients)
+    return powers / theta.shape[0] ** 2
+
+
+def _legendre_steps(ell_max: int) -> np.ndarray:
+    """Per degree ℓ and order m: the recurrence's ``a = (2ℓ − 1)/√(ℓ² − m²)`` and
+    ``b = √((ℓ − 1)² − m²)/√(ℓ² − m²)`` (for m ≤ ℓ − 2), and 0/1 masks for the diagonal
+    (m = ℓ: Q_m^m), the first off-diagonal (m = ℓ − 1: √(2m + 1) z Q_m^m) and the rest
+    (m ≤ ℓ − 2); zero for m > ℓ. Shape (ℓ_max + 1, 5, ℓ_max + 1)."""
+    m = np.arange(ell_max + 1, dtype=np.float64)
+    steps = np.zeros((ell_max + 1, 5, ell_max + 1))
+    for ell in range(ell_max + 1):
+        inside = m <= ell - 2
+        root = np.sqrt(np.maximum(ell * ell - m * m, 1.0))
+        steps[ell, 0] = np.where(inside, (2 * ell - 1) / root, 0.0)
+        steps[ell, 1] = np.where(
+            inside, np.sqrt(np.maximum((ell - 1) ** 2 - m * m, 0.0)) / root, 0.0
+        )
+        steps[ell, 2] = m == ell
+        steps[ell, 3] = m == ell - 1
+        steps[ell, 4] = inside
+    return steps
 
 
 def mode_powers(

@@ -63,7 +63,9 @@ def _header(ds: xr.Dataset) -> str:
 
 def _modes(ds: xr.Dataset) -> Figure:
     dims = sorted({int(d) for d in ds["dim"].values})
-    fig, axes = subplots(3, len(dims), figsize=(4.6 * len(dims) + 1.2, 10.2), squeeze=False)
+    # At most 12.2 inches: 1,586 px at the CLI's 130 dpi.
+    width = min(12.2, max(8.0, 4.6 * len(dims) + 1.2))
+    fig, axes = subplots(3, len(dims), figsize=(width, 10.2), squeeze=False)
     betas = sorted({float(b) for b in ds["beta"].values})
     colors = dict(zip(betas, ordered_colors(len(betas)), strict=True))
     for column, dim in enumerate(dims):
@@ -110,7 +112,7 @@ def _modes(ds: xr.Dataset) -> Figure:
             "Many tokens from the uniform state: each degree ℓ of the empirical measure grows "
             "at the rate the linearised mean-field equation predicts, the fastest is ℓ*, and "
             "the tokens then sit in a metastable cluster state.\n" + _header(ds),
-            4.6 * len(dims) + 1.2,
+            width,
         ),
         fontsize=9,
     )
@@ -216,6 +218,8 @@ def _noise(ds: xr.Dataset, level: str) -> Figure:
         left.errorbar(
             times[marks], mean[marks], yerr=se[marks], fmt="o", ms=3, color=color, capsize=2
         )
+    star = int(ds["ell_star"].values[0])
+    left.axhline(star, color="0.4", ls=":", lw=1.0, label=f"ℓ* = {star} (theory, no noise)")
     left.set_yscale("log")
     left.set_xlabel("t")
     left.set_ylabel("clusters (mean ± SE)")
@@ -224,29 +228,56 @@ def _noise(ds: xr.Dataset, level: str) -> Figure:
     life, err = ds["plateau_lifetime"].values[order], ds["plateau_lifetime_se"].values[order]
     ended = ds["n_plateau_ended"].values[order]
     formed = ds["n_plateau"].values[order]
-    right.errorbar(
-        values[order],
-        life,
-        yerr=err,
-        fmt="o-",
-        color=OKABE_ITO[0],
-        capsize=3,
-        label="plateau lifetime (mean ± SE, cut at the horizon)",
-    )
+    # Filled: every trajectory's plateau ended, the mean is the lifetime's; hollow: some
+    # were cut at the horizon, the mean is a lower bound.
+    right.plot(values[order], life, "-", color=OKABE_ITO[0], lw=1.0)
+    for all_ended, face in ((ended == formed, OKABE_ITO[0]), (ended < formed, "none")):
+        right.errorbar(
+            values[order][all_ended],
+            life[all_ended],
+            yerr=err[all_ended],
+            fmt="o",
+            ms=6,
+            color=OKABE_ITO[0],
+            mfc=face,
+            capsize=3,
+        )
     for x, y, e, f in zip(values[order], life, ended, formed, strict=True):
         right.annotate(
             f"{e}/{f} ended", (x, y), textcoords="offset points", xytext=(4, 6), fontsize=7
         )
-    right.axhline(float(times[-1]), color="0.6", ls=":", lw=1.0, label="horizon")
+    right.axhline(float(times[-1]), color="0.6", ls=":", lw=1.0)
     right.set_xlabel(f"noise level {symbol}")
     right.set_ylabel("time from gathering until ≤ 2 clusters are left")
     right.set_title("does noise shorten the metastable plateau?", fontsize=9)
-    right.legend(fontsize=8)
+    right.legend(
+        handles=[
+            Line2D(
+                [],
+                [],
+                color=OKABE_ITO[0],
+                marker="o",
+                ls="none",
+                label="lifetime, mean ± SE (all ended)",
+            ),
+            Line2D(
+                [],
+                [],
+                color=OKABE_ITO[0],
+                marker="o",
+                mfc="none",
+                ls="none",
+                label="some cut at the horizon: a lower bound",
+            ),
+            Line2D([], [], color="0.6", ls=":", label="horizon"),
+        ],
+        fontsize=8,
+    )
     fig.suptitle(
         wrap(
-            "Value noise and the metastable plateau (a plateau: the cluster count unchanged for a "
-            "tenth of the horizon once the tokens have gathered; 'k/n ended': trajectories whose "
-            "plateau ended by a merger before the horizon, of those that formed one).\n"
+            "Value noise and the metastable plateau: from the time the tokens have gathered into "
+            "clusters until at most two are left (one, or an antipodal pair); 'k/n ended': "
+            "trajectories left with ≤ 2 clusters before the horizon, of those that gathered.\n"
             + _header(ds)
             + f", d = {', '.join(map(str, np.unique(ds['dim'].values)))}, "
             f"N = {', '.join(map(str, np.unique(ds['tokens'].values)))}, "
