@@ -6,14 +6,18 @@
 #
 #   STEPS="setup w1 w2 cli w3 fig3" bash benchmarks/gpu_session.sh
 #   FIG6_ARGS=--x64 STEPS="quick fig6 tests" bash benchmarks/gpu_session.sh
+#   STEPS="setup manytokens" bash benchmarks/gpu_session.sh   # issue 31, ~5 min
+#   MANYTOKENS_N="512 2048" STEPS=manytokens bash benchmarks/gpu_session.sh  # a CPU try
 #
 # STEPS unset runs "setup w1 w2 cli w3"; STEPS="" runs none (only the install).
 set -uo pipefail
 OUT=${OUT:-/tmp/attndyn-gpu}
 mkdir -p "$OUT"
 STEPS=${STEPS-"setup w1 w2 cli w3"}
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl >"$OUT/pip.log" 2>&1 || { cat "$OUT/pip.log"; exit 1; }
+if [ -d .whl ]; then  # no wheels (a CPU try of a step): the environment's packages
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl >"$OUT/pip.log" 2>&1 || { cat "$OUT/pip.log"; exit 1; }
+fi
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 export ATTNDYN_CACHE_DIR=/tmp/attndyn-cache
 log() { echo "== $(date +%T) $*" | tee -a "$OUT/log"; }
@@ -64,6 +68,22 @@ xarray.__version__, netCDF4.__version__, numpy.__version__, jax.devices())" 2>&1
             2>"$OUT/fig6.stderr" || log "fig6 stopped (rc $?)"
         grep -E "Elapsed|Maximum resident" "$OUT/fig6.stderr" | tee -a "$OUT/log"
         cp figures/fig6_multitoken_discrete_full*.{png,json} "$OUT/" 2>/dev/null ;;
+    manytokens)  # issue 31: one trajectory of N tokens in d = 3, seconds per layer against
+        # the dense-dot bound, peak memory; N = 10^6 for a few layers (projected to 100),
+        # and the dense form beside the blockwise one up to 65,536 (MANYTOKENS_N: other N)
+        for n in ${MANYTOKENS_N:-4096 65536 1000000}; do
+            layers=10; limit=120
+            if [ "$n" -ge 1000000 ]; then layers=${MANYTOKENS_BIG_LAYERS:-3}; limit=300; fi
+            log "manytokens N=$n ($layers layers)"
+            timeout "$limit" python3 benchmarks/manytokens.py --tokens "$n" --layers "$layers" \
+                --dense-limit-gib 24 --json 2>>"$OUT/stderr.log" | tee -a "$OUT/bench.jsonl" \
+                || log "manytokens N=$n failed or timed out (rc $?)"
+            if [ "$n" -le 65536 ]; then
+                timeout 120 python3 benchmarks/manytokens.py --tokens "$n" --layers "$layers" \
+                    --implementation dense --dense-limit-gib 24 --json 2>>"$OUT/stderr.log" \
+                    | tee -a "$OUT/bench.jsonl" || log "dense N=$n failed or timed out (rc $?)"
+            fi
+        done ;;
     quick)  # the tests that failed on the GPU last time
         JAX_PLATFORMS=cuda timeout 120 python3 -m pytest -q -p no:cacheprovider \
             "tests/test_distributed.py::test_more_trajectories_keep_chunk_sized_device_work" \

@@ -41,6 +41,16 @@ if TYPE_CHECKING:
         NumericalMergeWarning as NumericalMergeWarning,
         ParameterError as ParameterError,
     )
+    from ._core.many_tokens import (
+        Clusters as Clusters,
+        ManyTokenObservables as ManyTokenObservables,
+        cluster_labels as cluster_labels,
+        clusters as clusters,
+        log_interaction_energy as log_interaction_energy,
+        many_token_observables as many_token_observables,
+        min_distance as min_distance,
+        mode_powers as mode_powers,
+    )
     from ._core.norms import (
         NORM_NAMES as NORM_NAMES,
         AbstractNorm as AbstractNorm,

@@ -6,10 +6,12 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float
 
+from .blockwise import blockwise_parts, combine, default_block
 from .errors import (
     ParameterError,
     check_bound,
@@ -19,7 +21,7 @@ from .errors import (
     concrete,
 )
 from .linalg import matmul, small_max, small_sum
-from .names import ATTENTION_KINDS as ATTENTION_KINDS
+from .names import ATTENTION_KINDS as ATTENTION_KINDS, IMPLEMENTATIONS as IMPLEMENTATIONS
 
 AttentionKind = Literal["softmax", "unnormalized"]
 
@@ -58,6 +60,16 @@ def optional_float_leaf(name: str) -> Callable[[Any], Array | None]:
 
 
 LAPLACIAN_SIGNS = ("P-I", "I-P")
+
+#: How :class:`Attention` computes its output: ``dense`` forms the N × N matrix,
+#: ``blockwise`` attends blocks of queries against all keys (memory block × N,
+#: :mod:`attndyn._core.blockwise`), ``library`` calls ``jax.nn.dot_product_attention``
+#: (softmax only), ``auto`` picks (:meth:`Attention.implementation_for`).
+#: ``auto`` attends in blocks above this many tokens per trajectory. Measured on a 2-core
+#: CPU (benchmarks/README.md, "Many tokens"): below it the dense form is as fast or faster,
+#: above it the N × N matrix (64 MiB per head at N = 4,096, 1 GiB at 16,384) outgrows the
+#: caches and blocks are faster, as well as within memory.
+AUTO_BLOCKWISE_TOKENS = 2048
 
 
 class Attention(eqx.Module):
@@ -119,8 +131,11 @@ class Attention(eqx.Module):
     diagonal_shift: Float[Array, ""] | None = eqx.field(
         converter=optional_float_leaf("diagonal_shift"), default=None
     )
+    implementation: str = eqx.field(static=True, default="auto", kw_only=True)
+    block_size: int | None = eqx.field(static=True, default=None, kw_only=True)
 
     def __check_init__(self):
+        self._check_implementation()
         check_choice("attention kind", self.kind, ATTENTION_KINDS)
         check_scalar("beta", self.beta)
         check_bound("beta", self.beta, lower=0.0)
@@ -144,6 +159,30 @@ class Attention(eqx.Module):
             )
         if self.diagonal_shift is not None:
             check_bound("diagonal_shift", self.diagonal_shift)
+
+    def _check_implementation(self) -> None:
+        check_choice("implementation", self.implementation, IMPLEMENTATIONS)
+        if self.block_size is not None:
+            check_int("block_size", self.block_size, lower=1)
+        if self.implementation == "library" and self.kind != "softmax":
+            raise ParameterError(
+                "implementation='library' (jax.nn.dot_product_attention) computes softmax "
+                f"attention only; kind={self.kind!r} needs 'blockwise', 'dense' or 'auto'."
+            )
+
+    def implementation_for(self, n_tokens: int, dtype=jnp.float32) -> str:
+        """The implementation that attends ``n_tokens`` tokens of ``dtype``: the one asked
+        for, or under ``auto`` the dense form up to :data:`AUTO_BLOCKWISE_TOKENS` tokens and
+        blocks above, except where cuDNN's fused kernel applies (a GPU, half-precision
+        tokens, softmax, head dimensions a multiple of 8), which takes ``library``. In
+        float32 ``jax.nn.dot_product_attention`` runs XLA's dense form (the N × N matrix,
+        at JAX's default matmul precision), so ``auto`` never picks it there."""
+        if self.implementation != "auto":
+            return self.implementation
+        half = jnp.dtype(dtype) in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
+        if half and self.kind == "softmax" and jax.default_backend() == "gpu":
+            return "library"
+        return "dense" if n_tokens <= AUTO_BLOCKWISE_TOKENS else "blockwise"
 
     def _check_laplacian_heads(self) -> None:
         if self.n_laplacian_heads is not None:
@@ -295,7 +334,7 @@ class Attention(eqx.Module):
         return p, exponent
 
     def __call__(self, x: Float[Array, "N d"]) -> Float[Array, "N d"]:
-        return self._output(x, self.matrix(x))
+        return self._output(x, None)
 
     def scaled(
         self, x: Float[Array, "N d"]
@@ -313,16 +352,92 @@ class Attention(eqx.Module):
         p, exponent = self._matrix(x, scaled=True)
         return self._output(x, p), exponent
 
-    def _output(self, x: Float[Array, "N d"], p: Float[Array, "h N N"]) -> Float[Array, "N d"]:
+    def _output(
+        self, x: Float[Array, "N d"], p: Float[Array, "h N N"] | None
+    ) -> Float[Array, "N d"]:
+        """The heads' outputs through W_O. ``p``: the matrix (the scaled route gives it, in
+        the dense form), or None for the implementation chosen for N (blocks never form
+        the N × N matrix)."""
         n_tokens, dim = x.shape
         values = self._project(self.value, x, self._blocks(x))
-        if self.n_heads == 1:  # as in scores: no unit head axis inside a dot
-            out = matmul(p[0], values[0])
+        implementation = "dense" if p is not None else self.implementation_for(n_tokens, x.dtype)
+        if implementation != "dense":
+            heads = self._heads_without_matrix(x, values, implementation)
         else:
-            out = matmul(p, values).transpose(1, 0, 2).reshape(n_tokens, dim)
+            p = self.matrix(x) if p is None else p
+            # As in scores: no unit head axis inside a dot (the same numbers as one head).
+            heads = matmul(p[0], values[0])[None] if self.n_heads == 1 else matmul(p, values)
+        out = heads[0] if self.n_heads == 1 else heads.transpose(1, 0, 2).reshape(n_tokens, dim)
         if self.output is not None:
             out = matmul(out, self.output.T.astype(out.dtype))
         return out
+
+    def _heads_without_matrix(
+        self, x: Float[Array, "N d"], values: Float[Array, "h N dh"], implementation: str
+    ) -> Float[Array, "h N dh"]:
+        """Every head's output ``P v`` (or its Laplacian) without the N × N matrix: in
+        blocks of queries, or by ``jax.nn.dot_product_attention``."""
+        blocks = self._blocks(x)
+        queries = self._project(self.query, x, blocks)
+        keys = self._project(self.key_matrix, x, blocks)
+        if self.self_mask and x.shape[0] == 1:
+            raise ParameterError("self_mask=True needs at least 2 tokens.")
+        if implementation == "library":
+            out = _library_attention(self, queries, keys, values)
+        else:
+            block = self.block_size or default_block(x.shape[0], self.n_heads)
+            parts = blockwise_parts(
+                queries,
+                keys,
+                values,
+                self.beta,
+                block=block,
+                causal=self.causal,
+                self_mask=self.self_mask,
+                diagonal_shift=self.diagonal_shift,
+            )
+            out = combine(self.kind, parts, x.shape[0])
+        return _laplacian_heads(out, values, self.laplacian_flags, self.laplacian_sign)
+
+
+def _laplacian_heads(
+    out: Float[Array, "h N dh"], values: Float[Array, "h N dh"], flags, sign: str
+) -> Float[Array, "h N dh"]:
+    """Laplacian heads' outputs from their ``P v``: ``(P − I) v`` or ``(I − P) v``."""
+    if not any(flags):
+        return out
+    chosen = jnp.asarray(flags)[:, None, None]
+    laplacian = out - values if sign == "P-I" else values - out
+    return jnp.where(chosen, laplacian, out)
+
+
+def _library_attention(
+    att: "Attention", queries: Array, keys: Array, values: Array
+) -> Float[Array, "h N dh"]:
+    """Softmax attention by ``jax.nn.dot_product_attention`` (heads as its N axis), in
+    full matmul precision (XLA's path otherwise lets a GPU round float32 to TF32)."""
+    n_tokens = queries.shape[1]
+    bias = None
+    if att.diagonal_shift is not None:
+        eye = jnp.eye(n_tokens, dtype=queries.dtype)
+        bias = (-att.diagonal_shift.astype(queries.dtype) * eye)[None, None]
+    mask = None
+    if att.self_mask:
+        mask = ~jnp.eye(n_tokens, dtype=bool)[None, None]
+    to_tnh = lambda a: jnp.swapaxes(a, 0, 1)  # noqa: E731 - (h, N, ·) → (N, h, ·)
+    # β enters through the queries (the kernel's ``scale`` is a static float; β is swept).
+    scaled = queries * att.beta.astype(queries.dtype)
+    with jax.default_matmul_precision("highest"):
+        out = jax.nn.dot_product_attention(
+            to_tnh(scaled),
+            to_tnh(keys),
+            to_tnh(values),
+            bias=bias,
+            mask=mask,
+            scale=1.0,
+            is_causal=att.causal,
+        )
+    return jnp.swapaxes(out, 0, 1)
 
 
 #: Unnormalised attention's :meth:`Attention.scaled` takes out of a row only the part of its

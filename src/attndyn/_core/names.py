@@ -10,3 +10,6 @@ DISTRIBUTIONS = ("gaussian", "uniform", "rademacher", "truncnormal")
 NORM_NAMES = ("rms", "layernorm")
 #: The normalization schemes of seed 004.
 SCHEME_NAMES = ("post-ln", "pre-ln", "mix-ln", "peri-ln", "ngpt", "sqrt-scaling")
+#: How attention is computed: chosen by N, the dense N × N matrix, blocks of queries, or
+#: ``jax.nn.dot_product_attention``.
+IMPLEMENTATIONS = ("auto", "dense", "blockwise", "library")

@@ -7,6 +7,7 @@ import click
 from .._version import __version__
 from ._common import one_line_warnings
 from ._evolution import evolution
+from ._modes import modes
 from ._phase import phase_diagram
 from ._schemes import schemes
 
@@ -55,5 +56,6 @@ def main() -> None:
 
 
 main.add_command(evolution)
+main.add_command(modes)
 main.add_command(phase_diagram)
 main.add_command(schemes)

@@ -11,7 +11,9 @@ changed.
 - :func:`evolution`: class fractions against time (Figs. 7-9);
 - :func:`pair_density`: the peers' (t, β) heatmap of the fraction of clustered pairs (or
   of the span dimension);
-- :func:`schemes`: the normalization-scheme figures (seed 004 Figs. 2-4, rates).
+- :func:`schemes`: the normalization-scheme figures (seed 004 Figs. 2-4, rates);
+- :func:`modes`: many tokens from the uniform state (mode growth rates against the
+  theory, clusters, the noise and long-context studies).
 
 Every figure's title says what to look for and states the parameters and sample sizes.
 Colours are colour-blind safe: the Okabe–Ito palette (:data:`OKABE_ITO`,
@@ -20,6 +22,7 @@ Colours are colour-blind safe: the Okabe–Ito palette (:data:`OKABE_ITO`,
 """
 
 from ._density import plot_pair_density as pair_density
+from ._modes import plot_modes as modes
 from ._phase import plot_phase_diagram as phase_diagram
 from ._schemes import plot_schemes as schemes
 from ._sde import (
@@ -36,6 +39,7 @@ __all__ = [
     "beta_n",
     "category_colors",
     "evolution",
+    "modes",
     "ordered_colors",
     "pair_density",
     "phase_diagram",

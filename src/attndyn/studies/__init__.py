@@ -17,6 +17,14 @@ if TYPE_CHECKING:
         evolution_points as evolution_points,
         evolution_study as evolution_study,
     )
+    from .modes import (
+        ModesRun as ModesRun,
+        ModesSpec as ModesSpec,
+        auto_tol as auto_tol,
+        modes_points as modes_points,
+        modes_study as modes_study,
+        modes_summary as modes_summary,
+    )
     from .phase import (
         DEFAULT_ATTENTION as DEFAULT_ATTENTION,
         ENGINES as ENGINES,

@@ -8,3 +8,5 @@ ENGINES = ("discrete", "sde")
 #: The attention each kind uses unless said otherwise. Fig. 4 tests Prop. 1, which holds
 #: for unnormalised attention (ε_c = √(2·exp(−β))); Figs. 3 and 6 use softmax.
 DEFAULT_ATTENTION = {"beta-d": "softmax", "beta-eps": "unnormalized", "beta-n": "softmax"}
+#: The noise of ``attndyn modes``: none, scalar (seed 003's ε) or matrix (σ).
+MODES_NOISES = ("none", "scalar", "matrix")

@@ -16,6 +16,11 @@ Plain NumPy/SciPy: nothing here shares code with the simulations it checks.
   :func:`antipodal_split_lifetime` and :func:`antipodal_split_hover_fraction` (its mean
   time to merge and the share of it classified antipodal: first-passage formulas),
   :func:`p_antipodal_pair_three_tokens` (Fig. 6's N = 3 curve, a reading).
+- Many tokens, the uniform state (spec §7, derived): :func:`mode_growth_rate` (λ_ℓ of a
+  degree-ℓ perturbation, flow or layer maps), :func:`most_unstable_degree` (ℓ*),
+  :func:`funk_hecke_exponential` and :func:`funk_hecke_quadrature` (K̂_ℓ of e^{βt}, closed
+  form and quadrature), :func:`self_attention_weight` and :func:`critical_gamma` (long
+  context, β = γ log N).
 """
 
 from ._clusters import (
@@ -35,6 +40,15 @@ from ._hybrid import (
     p_antipodal_hybrid_given_overlap as p_antipodal_hybrid_given_overlap,
     p_antipodal_hybrid_uniform as p_antipodal_hybrid_uniform,
     sa_hybrid_boundaries as sa_hybrid_boundaries,
+)
+from ._modes import (
+    critical_gamma as critical_gamma,
+    funk_hecke_exponential as funk_hecke_exponential,
+    funk_hecke_quadrature as funk_hecke_quadrature,
+    log_funk_hecke_exponential as log_funk_hecke_exponential,
+    mode_growth_rate as mode_growth_rate,
+    most_unstable_degree as most_unstable_degree,
+    self_attention_weight as self_attention_weight,
 )
 from ._phase import (
     EXACT_BETA_MAX as EXACT_BETA_MAX,

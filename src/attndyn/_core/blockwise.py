@@ -1,0 +1,107 @@
+"""Attention of many tokens in blocks of queries: memory ``h × block × N``, never ``N × N``.
+
+Each block of ``B`` queries is attended against all ``N`` keys at once (``lax.map`` over the
+blocks), so a row sees its whole set of scores and its softmax is the dense one, shifted
+by the row's own maximum ``m_i``:
+
+    num_i = Σ_j w_ij v_j,   den_i = Σ_j w_ij,   w_ij = exp(s_ij − m_i) ∈ (0, 1].
+
+Softmax attention is ``num_i / den_i``; unnormalised attention is
+``(1/N) Σ_j e^{s_ij} v_j = num_i · e^{m_i − log N}``: the common factor ``e^{m_i}`` is
+carried in log space and applied once at the end, so no intermediate overflows (the
+product overflows only where the attention output itself exceeds the float's range;
+:func:`blockwise_parts` returns the pieces before that product).
+
+Masks are built per block from the indices (causal ``j ≤ i``, self-mask ``j ≠ i``) and the
+diagonal shift is applied where ``j = i``: no ``N × N`` array exists at any point. The
+last block is padded with copies of the last query and its rows dropped (queries do not
+interact, so the padding changes no real row).
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, Int
+
+from .linalg import matmul
+
+#: Query rows per block by default: about this many scores (per head) in a block. 2¹⁹ keeps a
+#: block's scores (2 MiB in float32) in the CPU's cache; on an accelerator a block is larger
+#: (:data:`ACCELERATOR_BLOCK_ELEMENTS`), where fewer, wider blocks keep it busy.
+CPU_BLOCK_ELEMENTS = 1 << 19
+ACCELERATOR_BLOCK_ELEMENTS = 1 << 27
+
+
+def default_block(n_tokens: int, n_heads: int = 1) -> int:
+    """Query rows per block for ``n_tokens`` keys and ``n_heads`` heads: a block of scores
+    of about :data:`CPU_BLOCK_ELEMENTS` (CPU) or :data:`ACCELERATOR_BLOCK_ELEMENTS`
+    elements, between 8 rows and all of them."""
+    budget = CPU_BLOCK_ELEMENTS if jax.default_backend() == "cpu" else ACCELERATOR_BLOCK_ELEMENTS
+    return int(max(8, min(n_tokens, budget // max(1, n_tokens * n_heads))))
+
+
+def blockwise_parts(
+    queries: Float[Array, "h N dk"],
+    keys: Float[Array, "h N dk"],
+    values: Float[Array, "h N dv"],
+    beta: Float[Array, ""],
+    *,
+    block: int,
+    causal: bool = False,
+    self_mask: bool = False,
+    diagonal_shift: Float[Array, ""] | None = None,
+) -> tuple[Float[Array, "h N dv"], Float[Array, "h N"], Float[Array, "h N"]]:
+    """For every head and query row i: ``num_i = Σ_j w_ij v_j``, ``den_i = Σ_j w_ij`` and the
+    row maximum ``m_i`` of the scores ``s_ij = β⟨q_i, k_j⟩`` (less the diagonal shift at
+    j = i), with ``w_ij = exp(s_ij − m_i)`` over the keys the masks allow.
+
+    Softmax attention is ``num/den``; unnormalised attention ``num · exp(m − log N)``."""
+    n_heads, n_tokens, _ = queries.shape
+    block = int(min(block, n_tokens))
+    n_blocks = -(-n_tokens // block)
+    padded = n_blocks * block
+    # Rows past the end repeat the last query: finite, and dropped below.
+    index = jnp.minimum(jnp.arange(padded), n_tokens - 1)
+    starts = jnp.arange(n_blocks) * block
+
+    def one_block(start: Int[Array, ""]):
+        rows = jax.lax.dynamic_slice_in_dim(index, start, block)
+        q = jnp.take(queries, rows, axis=1)
+        return _rows(q, rows, keys, values, beta, causal, self_mask, diagonal_shift)
+
+    num, den, top = jax.lax.map(one_block, starts)
+    # (blocks, h, B, ·) → (h, N, ·)
+    num = jnp.moveaxis(num, 0, 1).reshape(n_heads, padded, -1)[:, :n_tokens]
+    den = jnp.moveaxis(den, 0, 1).reshape(n_heads, padded)[:, :n_tokens]
+    top = jnp.moveaxis(top, 0, 1).reshape(n_heads, padded)[:, :n_tokens]
+    return num, den, top
+
+
+def _rows(q, rows, keys, values, beta, causal, self_mask, diagonal_shift):
+    """``(num, den, m)`` of one block of query rows (indices ``rows``) against all keys."""
+    s = beta.astype(q.dtype) * matmul(q, jnp.swapaxes(keys, -1, -2))  # (h, B, N)
+    cols = jnp.arange(keys.shape[1])
+    same = rows[:, None] == cols[None, :]
+    if diagonal_shift is not None:
+        s = s - jnp.where(same, diagonal_shift.astype(s.dtype), jnp.zeros((), s.dtype))[None]
+    allowed = None
+    if causal:
+        allowed = cols[None, :] <= rows[:, None]
+    elif self_mask:
+        allowed = ~same
+    if allowed is not None:
+        s = jnp.where(allowed[None], s, -jnp.inf)
+    top = jnp.max(s, axis=-1)
+    w = jnp.exp(s - top[..., None])
+    return matmul(w, values), jnp.sum(w, axis=-1), top
+
+
+def combine(kind: str, parts: tuple[Array, Array, Array], n_tokens: int) -> Float[Array, "h N dv"]:
+    """The attention output from :func:`blockwise_parts`: ``num/den`` (softmax) or
+    ``num · exp(m − log N)`` (unnormalised; overflows only where the output does)."""
+    num, den, top = parts
+    if kind == "softmax":
+        return num / den[..., None]
+    scale = jnp.exp(top - jnp.asarray(math.log(n_tokens), top.dtype))
+    return num * scale[..., None]

@@ -1,0 +1,259 @@
+"""``attndyn modes``: many tokens from the uniform state (spec §7)."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from .._core.names import ATTENTION_KINDS, DISTRIBUTIONS, IMPLEMENTATIONS, NORM_NAMES, SCHEME_NAMES
+from ..studies._names import ENGINES, MODES_NOISES
+from ._common import (
+    cli_errors,
+    command_line,
+    emit_json,
+    floats,
+    given,
+    ints,
+    lazy_names,
+    nonempty_path,
+    output_bytes,
+    overwrite_option,
+    png_metadata,
+    save_png,
+    say,
+)
+
+if TYPE_CHECKING:
+    from ..studies.modes import ModesRun, ModesSpec
+    from ._output import Output
+
+#: What the command runs, imported when it runs (a --help imports no JAX).
+__getattr__ = lazy_names(
+    __name__,
+    {name: ".studies.modes" for name in ("modes_points", "modes_study", "modes_summary")},
+)
+
+NAME = "modes"
+
+
+@click.command(NAME)
+@click.option("--beta", default=None, help="β > 0: a:b:step or a,b,c [default: 4,9,16].")
+@click.option(
+    "--gamma",
+    default=None,
+    help="Instead of --beta: β = γ log N per N (long context), γ > 0 (a list).",
+)
+@click.option("--dim", default="2", show_default=True, help="Dimensions d ≥ 2 (a list).")
+@click.option("--tokens", default="4096", show_default=True, help="Numbers of tokens N ≥ 2.")
+@click.option(
+    "--attention",
+    default="softmax",
+    show_default=True,
+    type=click.Choice(ATTENTION_KINDS),
+    help="Attention kind (Q = K = V = I).",
+)
+@click.option(
+    "--scheme",
+    default="post-ln",
+    show_default=True,
+    type=click.Choice(SCHEME_NAMES),
+    help="Normalization scheme of the layer maps (the theory is Post-LN's).",
+)
+@click.option("--norm", default="rms", show_default=True, type=click.Choice(NORM_NAMES))
+@click.option(
+    "--noise",
+    default="none",
+    show_default=True,
+    type=click.Choice(MODES_NOISES),
+    help="Value noise added to the flow V = I/L: scalar (seed 003 eq. 7, --eps) or matrix "
+    "(σ M/√L, --sigma).",
+)
+@click.option("--eps", default=None, help="Scalar noise levels ε ≥ 0 (--noise scalar).")
+@click.option("--sigma", default=None, help="Matrix noise scales σ > 0 (--noise matrix).")
+@click.option(
+    "--values",
+    default=None,
+    type=click.Choice(DISTRIBUTIONS),
+    help="Law of the noise [default: rademacher for scalar, gaussian for matrix].",
+)
+@click.option("--engine", default="discrete", show_default=True, type=click.Choice(ENGINES))
+@click.option("--depth", default=100, show_default=True, type=int, help="L: layers per unit time.")
+@click.option("--step", default=None, type=float, help="A real layer step η instead of --depth.")
+@click.option("--horizon", default=12.0, show_default=True, type=float, help="T.")
+@click.option("--saves", default=121, show_default=True, type=int, help="Save times in [0, T].")
+@click.option(
+    "--solver", default="euler", show_default=True, help="SDE engine: euler, heun, spark."
+)
+@click.option("--dt", default=0.01, show_default=True, type=float, help="SDE engine: step.")
+@click.option(
+    "--implementation",
+    default="auto",
+    show_default=True,
+    type=click.Choice(IMPLEMENTATIONS),
+    help="Attention: auto attends in blocks above 2,048 tokens (memory block × N).",
+)
+@click.option("--trajectories", default=8, show_default=True, type=int, help="Per point (≥ 2).")
+@click.option("--ell-max", default=16, show_default=True, type=int, help="Largest degree ℓ.")
+@click.option(
+    "--tol",
+    default=None,
+    type=float,
+    help="Clustering tolerance in (0, 1) [default: from N and d, a tenth of the uniform "
+    "spacing, at most 1e-3].",
+)
+@click.option("--seed", default=0, show_default=True, type=int, help="PRNG seed.")
+@click.option(
+    "--chunk-size",
+    default=None,
+    type=int,
+    help="Trajectories between checkpoint writes. Never changes results.",
+)
+@click.option(
+    "--out",
+    default="attndyn-results",
+    show_default=True,
+    callback=nonempty_path,
+    help="Output folder (modes.nc, modes.png; locked while a run uses it).",
+)
+@click.option("--fresh", is_flag=True, help="Delete the checkpoint of an interrupted run.")
+@overwrite_option()
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object to stdout.")
+@click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
+@click.option("--cache/--no-cache", default=True, show_default=True, help="Compilation cache.")
+@click.option("--cache-dir", envvar="ATTNDYN_CACHE_DIR", default=None, callback=nonempty_path)
+@cli_errors
+def modes(**options) -> None:
+    """N tokens uniform on S^(d-1): mode powers P_ℓ and cluster counts against time, the
+    growth rate of each degree fitted over its linear window beside the theory 2λ_ℓ and the
+    most unstable degree ℓ*, and the metastable plateau.
+
+    Examples: --dim 2 --tokens 4096 --beta 4,9,16 --horizon 3 --saves 61 (the growth
+    rates); --tokens 512 --beta 4 --noise scalar --eps 0,0.5,1 --horizon 100 (noise and
+    the plateau); --dim 32 --tokens 64,256,1024 --gamma 0.5:2:0.25 --horizon 5 (long
+    context, β = γ log N). Writes OUT/modes.nc (CF-1.10) and OUT/modes.png.
+    """
+    from ._output import Output, result_arguments
+
+    options["started"] = time.perf_counter()
+    spec, run, points = _parse(options)
+    arguments = result_arguments({k: v for k, v in options.items() if k not in ("cache_dir",)})
+    if options["cache"]:
+        from .._estimate.runtime import enable_compilation_cache
+
+        enable_compilation_cache(options.get("cache_dir"), name="--cache-dir")
+    with Output(
+        options["out"],
+        dataset=f"{NAME}.nc",
+        figures=[f"{NAME}.png"],
+        arguments=arguments,
+        overwrite=options["overwrite"],
+        needs=output_bytes(len(points) * options["saves"], n_figures=1),
+    ) as out:
+        checkpoint = out.folder / f"{NAME}.checkpoint.nc"
+        if options["fresh"]:
+            checkpoint.unlink(missing_ok=True)
+        ds = sys.modules[__name__].modes_study(
+            spec,
+            run,
+            points,
+            checkpoint=checkpoint,
+            progress=not options["no_progress"],
+            metadata={"command": command_line(), "arguments": arguments},
+        )
+        _finish(ds, out, checkpoint, options)
+
+
+def _parse(options: dict[str, Any]) -> tuple[ModesSpec, ModesRun, list[dict[str, Any]]]:
+    """Every option checked before anything runs (a ParameterError: exit 2, one line)."""
+    from .._core.errors import ParameterError
+    from ..studies.modes import ModesRun, ModesSpec
+
+    run_module = sys.modules[__name__]
+    noise = options["noise"]
+    for name, needs in (("eps", "scalar"), ("sigma", "matrix")):
+        if given(name) and noise != needs:
+            raise ParameterError(
+                f"--{name} sets the level of --noise {needs}; this run has --noise {noise} "
+                f"(drop --{name}, or pass --noise {needs})."
+            )
+    if given("values") and noise == "none":
+        raise ParameterError("--values sets the law of the noise; --noise none has none.")
+    if given("beta") and given("gamma"):
+        raise ParameterError("give --beta or --gamma (β = γ log N), not both.")
+    level_name = {"scalar": "eps", "matrix": "sigma"}.get(noise)
+    default_level = {"eps": "1", "sigma": "1"}
+    levels = [0.0]
+    if level_name is not None:
+        levels = floats(level_name, options[level_name] or default_level[level_name])
+    spec = ModesSpec(
+        attention=options["attention"],
+        scheme=options["scheme"],
+        norm=options["norm"],
+        noise=noise,
+        values=options["values"],
+        engine=options["engine"],
+        depth=options["depth"],
+        step=options["step"],
+        horizon=options["horizon"],
+        saves=options["saves"],
+        solver=options["solver"],
+        dt=options["dt"],
+        implementation=options["implementation"],
+    )
+    run = ModesRun(
+        trajectories=options["trajectories"],
+        seed=options["seed"],
+        tol=options["tol"],
+        ell_max=options["ell_max"],
+        chunk_size=options["chunk_size"],
+    )
+    scales = (
+        {"gammas": floats("gamma", options["gamma"])}
+        if options["gamma"]
+        else {"betas": floats("beta", options["beta"] or "4,9,16")}
+    )
+    points = run_module.modes_points(
+        dims=ints("dim", options["dim"]),
+        tokens=ints("tokens", options["tokens"]),
+        levels=levels,
+        level_name=level_name,
+        **scales,
+    )
+    for point in points:  # every model built (and so checked) before anything runs
+        spec.model(
+            beta=point["beta"],
+            dim=point["dim"],
+            tokens=point["tokens"],
+            level=point.get(level_name or "", 0.0),
+        )
+    return spec, run, points
+
+
+def _finish(ds, out: Output, checkpoint, options: dict[str, Any]) -> None:
+    """The dataset and its figure, replaced together (:meth:`Output.commit`); then the
+    report."""
+    from .. import plot
+    from .._estimate.metadata import to_netcdf
+
+    dataset = out.stage(f"{NAME}.nc", functools.partial(to_netcdf, ds))
+    save = functools.partial(save_png, dpi=130, metadata=png_metadata(ds, dataset.name))
+    figure = out.stage(f"{NAME}.png", functools.partial(save, plot.modes(ds)))
+    out.commit()
+    checkpoint.unlink(missing_ok=True)
+    seconds = time.perf_counter() - options["started"]
+    if options["as_json"]:
+        emit_json(
+            {
+                "kind": NAME,
+                "points": sys.modules[__name__].modes_summary(ds),
+                "seconds": seconds,
+                "dataset": str(dataset),
+                "figure": str(figure),
+            }
+        )
+    else:
+        say(f"wrote {dataset} and {figure} in {seconds:.1f} s")

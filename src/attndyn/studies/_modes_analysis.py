@@ -1,0 +1,405 @@
+"""What a modes study reports from its per-trajectory observables (plain NumPy).
+
+- **Means** over trajectories with standard errors (sd/√n) at every save.
+- **Theory**: 2λ_ℓ, the growth rate of the mode power P_ℓ of the uniform state for the
+  model's depth and N (:func:`attndyn.theory.mode_growth_rate`; written for Post-LN,
+  Q = K = V = I, no noise), and ℓ*.
+- **Growth rates** fitted over each point's *linear window* (:func:`linear_window`): every
+  trajectory's log P_ℓ(t) is fitted by least squares over the window's saves; the rate is
+  the mean of the trajectories' slopes and its error their standard error. A degree whose
+  log-power bends upward within the window (driven by products of faster degrees) is
+  flagged out of its linear window (``linear``).
+- **Plateau** (:func:`plateau`): when the tokens first sit in clusters, how many they
+  mostly keep, and how long that multi-cluster state lasts before at most two clusters
+  are left.
+- **Long context**: for points with β = γ log N, the self-attention weight of the uniform
+  state and the critical γ (:func:`attndyn.theory.critical_gamma`).
+"""
+
+import math
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import xarray as xr
+from scipy.special import comb
+
+from .._estimate.dataset import coordinates, package_version
+from ..theory._modes import (
+    critical_gamma,
+    mode_growth_rate,
+    most_unstable_degree,
+    self_attention_weight,
+)
+
+#: The linear window ends before the largest mean mode power passes √(DRIVE_RATIO/N): a
+#: degree driven quadratically by the fastest ones then holds at most about this share of
+#: its power from the drive (see :func:`linear_window`).
+DRIVE_RATIO = 1 / 20
+#: The linear window also ends before the growing part of the density perturbation has
+#: squared norm ‖f‖² above this (see :func:`linear_window`).
+NONLINEAR = 0.02
+#: Fewest saves a window must hold to fit a rate.
+MIN_WINDOW_SAVES = 4
+
+
+def _mean_se(values: np.ndarray, axis: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and standard error (sd/√n, n ≥ 2) along ``axis``."""
+    values = np.asarray(values, np.float64)
+    n = values.shape[axis]
+    return values.mean(axis=axis), values.std(axis=axis, ddof=1) / math.sqrt(n)
+
+
+def harmonic_dimension(ell: np.ndarray, dim: int) -> np.ndarray:
+    """dim H_ℓ, the number of independent spherical harmonics of degree ℓ on S^{d−1}:
+    C(ℓ + d − 1, d − 1) − C(ℓ + d − 3, d − 1) (2 on S¹ for ℓ ≥ 1, 2ℓ + 1 on S²)."""
+    ell = np.asarray(ell)
+    return np.round(comb(ell + dim - 1, dim - 1) - comb(ell + dim - 3, dim - 1)).astype(np.int64)
+
+
+def linear_window(mean_power: np.ndarray, n_tokens: int, dim: int) -> int:
+    """The number of saves in the linear window (``mean_power``: time × ℓ, the mean over
+    trajectories): those before the first save at which either
+
+    - the largest mode power ``max_{ℓ≥1} P_ℓ`` exceeds ``√(DRIVE_RATIO/N)``, or
+    - the growth of the perturbation, ``‖f‖² = Σ_{ℓ≥1} dim H_ℓ (P_ℓ(t) − P_ℓ(0))`` (by the
+      addition theorem the squared L²(σ) norm of the density's growing part), exceeds
+      :data:`NONLINEAR`.
+
+    Why. The quadratic terms of the continuity equation change each degree's rate by a
+    relative amount of order ‖f‖² (on S² the many fast degrees add up: at β = 16 the first
+    rule alone let ‖f‖² reach 0.19 and the fast rates fell 3-5 % below 2λ_ℓ by its end).
+    They also drive every degree the products of the fastest reach (on S¹ the sums and
+    differences of their degrees, on S^{d−1} every degree up to their sum) with a power of
+    order P*², growing at up to 4λ*: a degree's own power is at least 1/N, so the drive
+    stays below DRIVE_RATIO of it while N·P*² ≤ DRIVE_RATIO (N = 4,096: P* ≤ 3.5·10⁻³,
+    grown 14-fold). The window ends for all degrees at once; degrees that are driven
+    anyway (those slower than ℓ*, near 2ℓ* or near 0) are flagged by their bend
+    (:func:`fit_growth`)."""
+    largest = np.max(mean_power[:, 1:], axis=1)
+    weights = harmonic_dimension(np.arange(mean_power.shape[1]), dim)[1:]
+    growth = np.sum(weights * np.maximum(mean_power[:, 1:] - mean_power[:1, 1:], 0), axis=1)
+    over = np.nonzero((largest > math.sqrt(DRIVE_RATIO / n_tokens)) | (growth > NONLINEAR))[0]
+    return int(over[0]) if over.size else len(largest)
+
+
+def fit_growth(power: np.ndarray, times: np.ndarray, end: int) -> dict[str, np.ndarray]:
+    """Each degree's growth over saves ``[0, end)`` (``power``: trajectory × time × ℓ):
+    ``rate``, the mean over trajectories of the least-squares slopes of log P_ℓ(t), with
+    its standard error ``rate_se``; ``bend``, the mean coefficient of t² of a quadratic fit
+    of log P_ℓ(t) (positive: the power accelerates), with ``bend_se``. NaN where the window
+    holds too few saves."""
+    n_ell = power.shape[-1]
+    if end < MIN_WINDOW_SAVES:
+        nan = np.full(n_ell, np.nan)
+        return {"rate": nan, "rate_se": nan, "bend": nan, "bend_se": nan}
+    t = times[:end] - times[:end].mean()
+    logs = np.log(np.maximum(power[:, :end, :], np.finfo(np.float64).tiny))
+    slopes = np.einsum("t,nte->ne", t, logs) / np.dot(t, t)
+    basis = np.stack([np.ones_like(t), t, t * t], axis=1)
+    coefficients = np.linalg.lstsq(basis, logs.transpose(1, 0, 2).reshape(end, -1), rcond=None)[0]
+    bends = coefficients[2].reshape(power.shape[0], n_ell)
+    rate, rate_se = _mean_se(slopes, axis=0)
+    bend, bend_se = _mean_se(bends, axis=0)
+    return {"rate": rate, "rate_se": rate_se, "bend": bend, "bend_se": bend_se}
+
+
+#: A degree is *driven* (out of its linear window) when its log-power bends upward by more
+#: than this many standard errors within the window.
+DRIVEN_SE = 2.0
+
+
+def gathered(power: np.ndarray, n_tokens: int) -> np.ndarray:
+    """Whether the tokens sit in clusters, per trajectory and save (``power``: trajectory ×
+    time × ℓ): the largest mode power ``max_{ℓ≥1} P_ℓ`` is at least ``1/(2√N)``. k clusters
+    of weights w_c have P_ℓ averaging Σ w_c² ≥ 1/k over the degrees, so k ≤ √N clusters
+    pass, while the uniform start (P_ℓ ≈ 1/N) does not: without this, a start whose
+    neighbours all touch (one "cluster" that spans the sphere when the mean spacing is
+    below the tolerance) would count as a plateau."""
+    return np.max(power[..., 1:], axis=-1) >= 0.5 / math.sqrt(n_tokens)
+
+
+def plateau(
+    counts: np.ndarray, times: np.ndarray, n_tokens: int, ready: np.ndarray
+) -> dict[str, np.ndarray]:
+    """The multi-cluster metastable state of each trajectory (``counts``: trajectory × time
+    cluster counts; ``ready``: where the tokens have :func:`gathered`).
+
+    It starts at the first save where the tokens have gathered into at most √N clusters,
+    and ends at the first save from then on with at most two clusters left: one, or an
+    antipodal pair, the end states of the noisy dynamics (seed 003) that common noise
+    cannot undo. ``level`` is the most frequent count in between (the plateau's number of
+    clusters; the count at the start where it ends at once), ``ended`` whether it ended
+    before the horizon (its end is the horizon otherwise: the lifetime is then cut, and
+    the trajectory counts as censored), ``formed`` whether the tokens gathered at all
+    (the start is the horizon and the level 0 otherwise)."""
+    horizon = float(times[-1])
+    n_traj = counts.shape[0]
+    start = np.full(n_traj, horizon)
+    level = np.zeros(n_traj, np.int64)
+    end = np.full(n_traj, horizon)
+    formed = np.zeros(n_traj, bool)
+    ended = np.zeros(n_traj, bool)
+    for i, row in enumerate(counts):
+        begun = np.nonzero(ready[i] & (row <= math.sqrt(n_tokens)))[0]
+        if not begun.size:
+            continue
+        first = int(begun[0])
+        formed[i], start[i] = True, times[first]
+        over = np.nonzero(row[first:] <= 2)[0]
+        stop = first + int(over[0]) if over.size else len(row)
+        if over.size:
+            end[i], ended[i] = times[stop], True
+        values, seen = np.unique(
+            row[first:stop] if stop > first else row[first : first + 1], return_counts=True
+        )
+        level[i] = values[np.argmax(seen)]
+    return {"start": start, "level": level, "end": end, "formed": formed, "ended": ended}
+
+
+def _theory(spec, points: Sequence[Mapping[str, Any]], ell: np.ndarray) -> dict[str, Any]:
+    depth = None
+    if spec.engine == "discrete":
+        depth = 1 / spec.step if spec.step is not None else spec.depth
+    rates, stars, weights, gamma_c = [], [], [], []
+    for p in points:
+        beta, dim, n = float(p["beta"]), int(p["dim"]), int(p["tokens"])
+        rates.append(2 * mode_growth_rate(beta, dim, ell, spec.attention, depth=depth, n_tokens=n))
+        stars.append(most_unstable_degree(beta, dim, spec.attention, depth=depth, n_tokens=n))
+        weights.append(self_attention_weight(beta, dim, n))
+        gamma_c.append(critical_gamma(n, dim) if n >= 3 else math.inf)
+    return {
+        "growth_rate_theory": (("point", "ell"), np.asarray(rates)),
+        "ell_star": ("point", np.asarray(stars, np.int64)),
+        "self_weight_theory": ("point", np.asarray(weights)),
+        "gamma_critical": ("point", np.asarray(gamma_c)),
+    }
+
+
+def analyse(
+    raw: xr.Dataset, spec, mc, points: Sequence[Mapping[str, Any]], times: np.ndarray
+) -> xr.Dataset:
+    """The study's dataset from its per-trajectory observables (``raw``)."""
+    ell = np.arange(raw.sizes["ell"])
+    tokens = np.asarray([int(p["tokens"]) for p in points])
+    power = raw["mode_power"].values  # (point, traj, time, ell)
+    variables: dict[str, Any] = {}
+    for name, values in (
+        ("n_clusters", raw["n_clusters"].values),
+        ("largest_fraction", raw["largest"].values / tokens[:, None, None]),
+        ("log_energy", raw["log_energy"].values),
+        ("min_distance", raw["min_distance"].values),
+    ):
+        mean, se = _mean_se(values)
+        variables[name] = (("point", "time"), mean)
+        variables[f"{name}_se"] = (("point", "time"), se)
+    for name, values, dims in (
+        ("mode_power", power, ("point", "time", "ell")),
+        ("cluster_histogram", raw["histogram"].values, ("point", "time", "size_bin")),
+    ):
+        mean, se = _mean_se(values)
+        variables[name] = (dims, mean)
+        variables[f"{name}_se"] = (dims, se)
+    variables.update(_theory(spec, points, ell))
+    dims = np.asarray([int(p["dim"]) for p in points])
+    variables.update(_fits(power, variables["mode_power"][1], times, tokens, dims))
+    variables.update(_plateaus(raw["n_clusters"].values, power, times, tokens))
+    for name, dims in (("n_clusters", "time"), ("largest", "time")):
+        variables[f"{name}_trajectory"] = (("point", "trajectory", dims), raw[name].values)
+    variables["mode_power_trajectory"] = (("point", "trajectory", "time", "ell"), power)
+    coords = {
+        "point": np.arange(len(points)),
+        "trajectory": np.arange(raw.sizes["trajectory"]),
+        "time": np.asarray(times, np.float64),
+        "ell": ell,
+        "size_bin": 2 ** np.arange(raw.sizes["size_bin"]),
+        **coordinates(points),
+    }
+    return xr.Dataset(variables, coords=coords)
+
+
+def _fits(power, mean_power, times, tokens, dims) -> dict[str, Any]:
+    fits, ends = [], []
+    for i, (n, dim) in enumerate(zip(tokens, dims, strict=True)):
+        end = linear_window(mean_power[i], int(n), int(dim))
+        fits.append(fit_growth(power[i], times, end))
+        ends.append(times[end - 1] if end >= MIN_WINDOW_SAVES else 0.0)
+    stack = {key: np.asarray([f[key] for f in fits]) for key in fits[0]}
+    fitted = np.isfinite(stack["rate"])
+    with np.errstate(invalid="ignore"):
+        driven = fitted & (stack["bend"] > DRIVEN_SE * stack["bend_se"])
+    linear = fitted & ~driven
+    linear[:, 0] = False  # P_0 = 1: nothing to fit
+    # ℓ* of the data: the degree of the largest rate among the linear ones (0: none).
+    masked = np.where(linear, stack["rate"], -np.inf)
+    star = np.where(linear.any(axis=1), np.argmax(masked, axis=1), 0)
+    return {
+        "growth_rate": (("point", "ell"), stack["rate"]),
+        "growth_rate_se": (("point", "ell"), stack["rate_se"]),
+        "growth_bend": (("point", "ell"), stack["bend"]),
+        "growth_bend_se": (("point", "ell"), stack["bend_se"]),
+        "linear": (("point", "ell"), linear),
+        "window_end": ("point", np.asarray(ends)),
+        "ell_star_measured": ("point", star.astype(np.int64)),
+    }
+
+
+def _plateaus(counts, power, times, tokens) -> dict[str, Any]:
+    per = [
+        plateau(counts[i], times, int(n), gathered(power[i], int(n))) for i, n in enumerate(tokens)
+    ]
+    out: dict[str, Any] = {}
+    for key, name in (("start", "plateau_start"), ("level", "plateau_clusters")):
+        values = np.stack([p[key] for p in per])
+        formed = np.stack([p["formed"] for p in per])
+        mean = np.asarray([v[f].mean() if f.sum() else 0.0 for v, f in zip(values, formed)])
+        se = np.asarray(
+            [
+                v[f].std(ddof=1) / math.sqrt(f.sum()) if f.sum() > 1 else 0.0
+                for v, f in zip(values, formed)
+            ]
+        )
+        out[name], out[f"{name}_se"] = ("point", mean), ("point", se)
+    lifetime = np.stack([p["end"] - p["start"] for p in per])
+    formed = np.stack([p["formed"] for p in per])
+    mean, se = [], []
+    for life, f in zip(lifetime, formed, strict=True):
+        mean.append(life[f].mean() if f.sum() else 0.0)
+        se.append(life[f].std(ddof=1) / math.sqrt(f.sum()) if f.sum() > 1 else 0.0)
+    out["plateau_lifetime"] = ("point", np.asarray(mean))
+    out["plateau_lifetime_se"] = ("point", np.asarray(se))
+    out["n_plateau"] = ("point", formed.sum(axis=1).astype(np.int64))
+    out["n_plateau_ended"] = ("point", np.stack([p["ended"] for p in per]).sum(axis=1))
+    for key in ("start", "level", "end"):
+        out[f"plateau_{key}_trajectory"] = (
+            ("point", "trajectory"),
+            np.stack([p[key] for p in per]),
+        )
+    out["plateau_ended_trajectory"] = (("point", "trajectory"), np.stack([p["ended"] for p in per]))
+    return out
+
+
+# --- CF metadata --------------------------------------------------------------------
+
+#: (long_name, units) of every variable and coordinate of a modes dataset.
+CF = {
+    "point": ("index of the parameter point", "1"),
+    "trajectory": ("index of the trajectory at the point", "1"),
+    "time": ("model time t = n/L (layer n of a depth-L stack; SDE time)", "1"),
+    "ell": ("spherical-harmonic degree l", "1"),
+    "size_bin": ("lower edge 2^k of the cluster-size class [2^k, 2^(k+1))", "1"),
+    "dim": ("token dimension d (tokens on S^(d-1))", "1"),
+    "tokens": ("number of tokens N", "1"),
+    "beta": ("inverse temperature beta of attention", "1"),
+    "gamma": ("long-context scaling gamma, beta = gamma log N", "1"),
+    "eps": ("scalar value-noise level epsilon (seed 003 eq. 7)", "1"),
+    "sigma": ("matrix value-noise scale sigma", "1"),
+    "n_clusters": ("mean number of clusters (tokens with overlap >= 1 - tol, connected)", "1"),
+    "largest_fraction": ("mean fraction of tokens in the largest cluster", "1"),
+    "log_energy": ("mean natural log of the interaction energy E_beta", "1"),
+    "min_distance": ("mean minimum pairwise distance |theta_i - theta_j|", "1"),
+    "mode_power": ("mean mode power P_l = (1/N^2) sum_ij C_l(<theta_i, theta_j>)", "1"),
+    "cluster_histogram": ("mean number of clusters of size in [2^k, 2^(k+1))", "1"),
+    "growth_rate_theory": ("growth rate 2 lambda_l of P_l at the uniform state (theory)", "1"),
+    "ell_star": ("most unstable degree l* of the uniform state (theory)", "1"),
+    "self_weight_theory": (
+        "softmax weight of a token on itself among N uniform tokens (theory)",
+        "1",
+    ),
+    "gamma_critical": ("gamma at which that weight is 1/2 (theory; inf: beyond 1e7)", "1"),
+    "growth_rate": ("growth rate of P_l fitted over the linear window", "1"),
+    "linear": (
+        "whether the degree is in its linear window (fitted, and its log-power does not "
+        "bend upward by more than 2 standard errors: not driven by faster degrees)",
+        "1",
+    ),
+    "growth_bend": ("coefficient of t^2 of a quadratic fit of log P_l over the window", "1"),
+    "window_end": ("last save time of the linear window", "1"),
+    "ell_star_measured": ("degree of the largest fitted growth rate", "1"),
+    "plateau_start": ("mean time at which the tokens have gathered into clusters", "1"),
+    "plateau_clusters": ("mean of the most frequent cluster count on the plateau", "1"),
+    "plateau_lifetime": (
+        "mean time from the plateau's start until at most two clusters are left, cut at "
+        "the horizon",
+        "1",
+    ),
+    "n_plateau": ("trajectories whose tokens gathered into clusters", "1"),
+    "n_plateau_ended": ("trajectories left with at most two clusters before the horizon", "1"),
+    "n_clusters_trajectory": ("number of clusters, per trajectory", "1"),
+    "largest_trajectory": ("tokens in the largest cluster, per trajectory", "1"),
+    "mode_power_trajectory": ("mode power P_l, per trajectory", "1"),
+    "plateau_start_trajectory": ("plateau start per trajectory (horizon: none formed)", "1"),
+    "plateau_level_trajectory": ("clusters on the plateau per trajectory (0: none)", "1"),
+    "plateau_end_trajectory": ("plateau end per trajectory (horizon: not ended)", "1"),
+    "plateau_ended_trajectory": ("whether at most two clusters were left before the horizon", "1"),
+}
+
+
+def cf_name(name: str) -> tuple[str, str]:
+    """(long_name, units) of a variable, its standard error included."""
+    if name.endswith("_se") and name[:-3] in CF:
+        long_name, units = CF[name[:-3]]
+        return f"standard error across trajectories of: {long_name}", units
+    return CF[name]
+
+
+def attach_cf(ds: xr.Dataset, spec, *, command: str | None = None) -> xr.Dataset:
+    """CF-1.10 attributes: units and long_name on every variable and coordinate, and the
+    global title, Conventions, history, source and references."""
+    for name in [*ds.data_vars, *ds.coords]:
+        long_name, units = cf_name(str(name))
+        ds[name].attrs.update(long_name=long_name, units=units)
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    ds.attrs.update(
+        title=f"attndyn modes: many tokens from the uniform state ({spec.attention} attention, "
+        f"{spec.scheme}, noise {spec.noise}, {spec.engine} engine)",
+        Conventions="CF-1.10",
+        history=f"{now}: {command or 'attndyn.studies.modes_study'}",
+        source=f"attndyn {package_version()}",
+        references="spec section 7; docs/guides/many-tokens.md",
+    )
+    return ds
+
+
+def modes_summary(ds: xr.Dataset) -> list[dict[str, Any]]:
+    """One JSON-ready record per point: its coordinates, ℓ* (theory and data), the linear
+    window, every linear degree's fitted rate beside 2λ_ℓ, and the clusters at the horizon
+    and on the plateau (means ± SE)."""
+    records = []
+    for i in range(ds.sizes["point"]):
+        row = ds.isel(point=i)
+        record: dict[str, Any] = {
+            name: row[name].item()
+            for name in ("dim", "tokens", "beta", "gamma", "eps", "sigma")
+            if name in row.coords
+        }
+        linear = row["linear"].values.astype(bool)
+        record.update(
+            ell_star=int(row["ell_star"]),
+            ell_star_measured=int(row["ell_star_measured"]),
+            window_end=float(row["window_end"]),
+            rates=[
+                {
+                    "ell": int(ell),
+                    "rate": float(row["growth_rate"].values[ell]),
+                    "se": float(row["growth_rate_se"].values[ell]),
+                    "theory": float(row["growth_rate_theory"].values[ell]),
+                }
+                for ell in np.nonzero(linear)[0]
+            ],
+            n_clusters_end=[
+                float(row["n_clusters"].values[-1]),
+                float(row["n_clusters_se"].values[-1]),
+            ],
+            largest_fraction_end=[
+                float(row["largest_fraction"].values[-1]),
+                float(row["largest_fraction_se"].values[-1]),
+            ],
+            plateau_clusters=[float(row["plateau_clusters"]), float(row["plateau_clusters_se"])],
+            plateau_lifetime=[float(row["plateau_lifetime"]), float(row["plateau_lifetime_se"])],
+            n_plateau=int(row["n_plateau"]),
+            n_plateau_ended=int(row["n_plateau_ended"]),
+        )
+        records.append(record)
+    return records

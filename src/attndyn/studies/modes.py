@@ -1,0 +1,525 @@
+"""Many tokens: the modes of the uniform state, its clusters and its metastable plateau
+(spec §7) as a typed study; the CLI's ``attndyn modes`` calls :func:`modes_study`.
+
+N tokens start i.i.d. uniform on S^{d−1} and move under any attention, scheme and value
+noise the engine has. At every save time each trajectory gives the observables of
+:mod:`attndyn._core.many_tokens` (cluster count, largest cluster, cluster-size histogram,
+mode powers P_ℓ, log interaction energy, minimum distance); the dataset keeps them per
+trajectory and their means with standard errors across trajectories, beside the theory of
+the uniform state (:func:`attndyn.theory.mode_growth_rate`), the growth rates fitted over
+each point's linear window and the plateau statistics (:mod:`._modes_analysis`).
+
+Randomness: trajectory i of a point starts from, and draws its noise from,
+``fold_in(fold_in(key(seed), point_id), i)`` (:mod:`attndyn._estimate.keys`); every call
+runs a fixed number of trajectories (a tile that depends on N only), so the numbers never
+depend on the chunk size (a chunk is a number of tiles between checkpoints).
+"""
+
+import dataclasses
+import json
+import math
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import xarray as xr
+from tqdm.auto import tqdm
+
+from .._core.attention import ATTENTION_KINDS, Attention
+from .._core.errors import (
+    INT32_MAX,
+    NonFiniteError,
+    ParameterError,
+    check_bound,
+    check_choice,
+    check_int,
+    check_seed,
+    check_sequence,
+)
+from .._core.many_tokens import many_token_observables, size_bins
+from .._core.norms import NORM_NAMES
+from .._core.saveat import SaveAt
+from .._core.schemes import SCHEME_NAMES, scheme_from_name
+from .._core.sphere import uniform_sphere
+from .._core.values import DISTRIBUTIONS, DeterministicValues, MatrixValues, ScalarValues
+from .._estimate.dataset import attach_provenance, provenance_record
+from .._estimate.diagnose import overflow_message
+from .._estimate.files import Lock, LockBusy, atomic_write
+from .._estimate.keys import point_key
+from .._estimate.plan import check_distinct
+from .._models.base import AbstractModel
+from .._models.discrete import DiscreteTransformer
+from .._models.integrators import SDEIntegrator
+from .._models.sde import HybridSDE
+from ._modes_analysis import analyse, attach_cf, modes_summary
+from ._names import ENGINES as STUDY_ENGINES, MODES_NOISES
+
+__all__ = ["ModesRun", "ModesSpec", "auto_tol", "modes_points", "modes_study", "modes_summary"]
+
+#: The value noise of a modes study, added to the attention flow V = I/L: none; scalar
+#: (seed 003 eq. 7, V_n = (1/L + ε v_n/√L)·I); matrix (V_n = I/L + σ M_n/√L, seed 003's
+#: matrix noise with the drift of the flow).
+NOISES = MODES_NOISES
+ENGINES = STUDY_ENGINES
+MAX_SAVES = 10_000
+MAX_TOKENS = 1 << 24
+#: Trajectories per call for small N (a call holds at most ~2²⁰ pairs a trajectory … ):
+#: ``max(1, min(TILE_MAX, 2²⁰ // N²))``; one trajectory a call from N = 1,024.
+TILE_MAX = 8
+
+
+def tile_size(n_tokens: int) -> int:
+    """Trajectories one compiled call runs together: depends on N only, so a trajectory's
+    numbers never depend on how many run beside it or on the chunk size."""
+    return int(max(1, min(TILE_MAX, (1 << 20) // (n_tokens * n_tokens))))
+
+
+@dataclasses.dataclass(frozen=True)
+class ModesSpec:
+    """Which model every point of a modes study runs (its point supplies β, d, N and the
+    noise level).
+
+    ``engine="discrete"``: the depth-L layer maps of ``scheme`` (t = n/L, or a real
+    ``step`` η); ``"sde"``: the depth limit, seed 003's hybrid SDE (scalar noise ε, ε = 0
+    the attention flow), Post-LN only. ``noise`` is added to the flow (:data:`NOISES`).
+    ``implementation``: how attention is computed (``auto`` attends in blocks above 2,048
+    tokens)."""
+
+    attention: str = "softmax"
+    scheme: str = "post-ln"
+    norm: str = "rms"
+    noise: str = "none"
+    values: str | None = None
+    engine: str = "discrete"
+    depth: int = 100
+    step: float | None = None
+    horizon: float = 12.0
+    saves: int = 121
+    solver: str = "euler"
+    dt: float = 0.01
+    implementation: str = "auto"
+
+    def __post_init__(self):
+        check_choice("attention", self.attention, ATTENTION_KINDS)
+        check_choice("scheme", self.scheme, SCHEME_NAMES)
+        check_choice("norm", self.norm, NORM_NAMES)
+        check_choice("noise", self.noise, NOISES)
+        check_choice("engine", self.engine, ENGINES)
+        if self.values is not None:
+            check_choice("values", self.values, DISTRIBUTIONS)
+        check_int("depth", self.depth, lower=1, upper=INT32_MAX)
+        check_bound("horizon", self.horizon, lower=0.0, lower_open=True)
+        check_int("saves", self.saves, lower=2, upper=MAX_SAVES)
+        if self.step is not None:
+            check_bound("step", self.step, lower=0.0, lower_open=True)
+        Attention(1.0, implementation=self.implementation)  # validates the name
+        if self.engine == "sde":
+            self._check_sde()
+        elif self.solver != "euler" or self.dt != 0.01:
+            raise ParameterError(
+                "solver and dt apply to engine='sde' only; the discrete engine steps by 1/depth."
+            )
+
+    def _check_sde(self) -> None:
+        if self.noise == "matrix":
+            raise ParameterError(
+                "noise='matrix' has no depth limit with the flow's drift in attndyn (seed 003's "
+                "matrix SDE, eq. 6, has no attention drift); use engine='discrete', or noise "
+                "'none' or 'scalar' (the hybrid SDE, eq. 8)."
+            )
+        if self.scheme != "post-ln" or self.norm != "rms":
+            raise ParameterError(
+                "engine='sde' is the depth limit of Post-LN with RMS tokens; choose "
+                "scheme='post-ln' and norm='rms', or engine='discrete'."
+            )
+        if self.step is not None or self.values is not None:
+            raise ParameterError(
+                "step and values apply to engine='discrete'; the sde engine takes dt and "
+                "Brownian noise."
+            )
+        check_bound("dt", self.dt, lower=0.0, lower_open=True, upper=self.horizon)
+
+    @property
+    def save_at(self) -> tuple[float, ...]:
+        return tuple(np.linspace(0.0, self.horizon, self.saves).tolist())
+
+    def model(self, *, beta: float, dim: int, tokens: int, level: float = 0.0) -> AbstractModel:
+        """The model of one point: β, d, N and the noise level (ε or σ)."""
+        del tokens
+        check_int("dim", dim, lower=2)
+        att = Attention(beta, kind=self.attention, implementation=self.implementation)  # type: ignore[arg-type]
+        saveat = SaveAt(self.horizon, self.save_at)
+        if self.engine == "sde":
+            integrator = SDEIntegrator(self.solver, self.dt)
+            return HybridSDE(att, eps=level, saveat=saveat, integrator=integrator)
+        if self.noise == "none" or (self.noise == "matrix" and level == 0):
+            # σ = 0 is the flow itself (MatrixValues needs σ > 0).
+            values = DeterministicValues()
+        elif self.noise == "scalar":
+            values = ScalarValues(level, distribution=self.values or "rademacher")
+        else:
+            values = MatrixValues(level, distribution=self.values or "gaussian", drift=1.0)
+        scheme = scheme_from_name(self.scheme, norm=self.norm)
+        if self.step is not None:
+            return DiscreteTransformer(att, values, scheme, saveat=saveat, step=self.step)
+        return DiscreteTransformer(att, values, scheme, depth=self.depth, saveat=saveat)
+
+    @property
+    def level_name(self) -> str | None:
+        """The point key of the noise level: ``eps`` (scalar), ``sigma`` (matrix), none."""
+        return {"none": None, "scalar": "eps", "matrix": "sigma"}[self.noise]
+
+    def metadata(self) -> dict[str, Any]:
+        record = dataclasses.asdict(self)
+        record["values"] = (
+            None
+            if self.noise == "none" or self.engine == "sde"
+            else (self.values or {"scalar": "rademacher", "matrix": "gaussian"}[self.noise])
+        )
+        record["model_equation"] = (
+            "seed 003 eq. 8 (hybrid SDE; eps = 0: the attention flow)"
+            if self.engine == "sde"
+            else f"{self.scheme} layer maps, V_n = I/L"
+            + {"none": "", "scalar": " + eps v_n/sqrt(L) I", "matrix": " + sigma M_n/sqrt(L)"}[
+                self.noise
+            ]
+        )
+        return record
+
+
+@dataclasses.dataclass(frozen=True)
+class ModesRun:
+    """How a modes study is sampled: trajectories per point, seed, clustering tolerance,
+    the largest degree ℓ_max of the mode powers, and trajectories per checkpoint
+    (``chunk_size``, never changes the numbers).
+
+    ``tol=None`` (the default) picks each point's tolerance from its N and d
+    (:func:`auto_tol`): small enough that the uniform start is not one chain of touching
+    tokens."""
+
+    trajectories: int = 8
+    seed: int = 0
+    tol: float | None = None
+    ell_max: int = 16
+    chunk_size: int | None = None
+
+    def __post_init__(self):
+        # Two at least: every estimate carries a standard error across trajectories.
+        check_int("trajectories", self.trajectories, lower=2, upper=1 << 20)
+        check_seed("seed", self.seed)
+        if self.tol is not None:
+            check_bound("tol", self.tol, lower=0.0, upper=1.0, lower_open=True, upper_open=True)
+        check_int("ell_max", self.ell_max, lower=1, upper=512)
+        if self.chunk_size is not None:
+            check_int("chunk_size", self.chunk_size, lower=1, upper=1 << 20)
+
+    def tol_for(self, n_tokens: int, dim: int) -> float:
+        """The clustering tolerance of a point: ``tol``, or :func:`auto_tol`."""
+        return auto_tol(n_tokens, dim) if self.tol is None else self.tol
+
+
+def auto_tol(n_tokens: int, dim: int) -> float:
+    """The clustering tolerance for N uniform tokens on S^{d−1}: tokens are joined when
+    |θ_i − θ_j| ≤ √(2 tol), and this makes that distance a tenth of the typical spacing
+    s = (|S^{d−1}|/N)^{1/(d−1)} (at most 10⁻³, the seeds' tolerance). With 10⁻³ itself
+    4,096 tokens on a circle (spacing 1.5·10⁻³ rad against a reach of 0.045) touch in one
+    chain that spans the circle and count as one cluster before any has formed; with this
+    tolerance the uniform start has about N clusters, and the count falls to the number of
+    clusters as they contract (exponentially fast) below it. N = 4,096: 1.1·10⁻⁸ on S¹,
+    1.5·10⁻⁵ on S²."""
+    area = 2 * math.pi ** (dim / 2) / math.gamma(dim / 2)
+    spacing = (area / n_tokens) ** (1 / (dim - 1))
+    return float(min(1e-3, (0.1 * spacing) ** 2 / 2))
+
+
+def modes_points(
+    *,
+    dims: Sequence[int],
+    tokens: Sequence[int],
+    betas: Sequence[float | int] = (),
+    gammas: Sequence[float | int] = (),
+    levels: Sequence[float | int] = (0.0,),
+    level_name: str | None = None,
+) -> list[dict[str, Any]]:
+    """The grid: (d, N, β[, level]) from ``betas``, or (d, N, γ, β = γ log N[, level]) from
+    ``gammas`` (the long-context scaling of Chen, Lin, Polyanskiy, Rigollet), one of the
+    two. ``level_name`` (``eps`` or ``sigma``) names the noise level axis; without it the
+    levels must be ``(0,)``. Values are written as floats, as the CLI writes them."""
+    for name, values in (("dims", dims), ("tokens", tokens), ("levels", levels)):
+        check_sequence(name, values)
+    if bool(len(betas)) == bool(len(gammas)):
+        raise ParameterError("give beta values or gamma values (beta = gamma log N), one of them.")
+    for d in dims:
+        check_int("dim", d, lower=2, upper=4096)
+    for n in tokens:
+        check_int("tokens", n, lower=2, upper=MAX_TOKENS)
+    for name, values in (("beta", betas), ("gamma", gammas)):
+        for value in values:
+            check_bound(name, float(value), lower=0.0, lower_open=True)
+    for value in levels:
+        check_bound(level_name or "noise level", float(value), lower=0.0)
+    if level_name is None and any(float(v) != 0 for v in levels):
+        raise ParameterError("noise levels need noise='scalar' (eps) or 'matrix' (sigma).")
+    points = []
+    for d in dims:
+        for n in tokens:
+            scales = [("beta", float(b)) for b in betas] or [("gamma", float(g)) for g in gammas]
+            for name, value in scales:
+                for level in levels:
+                    p: dict[str, Any] = {"dim": int(d), "tokens": int(n)}
+                    if name == "gamma":
+                        p.update(gamma=value, beta=value * math.log(n))
+                    else:
+                        p["beta"] = value
+                    if level_name is not None:
+                        p[level_name] = float(level)
+                    points.append(p)
+    check_distinct(points)
+    return points
+
+
+def _point_model(spec: ModesSpec, point: Mapping[str, Any]) -> AbstractModel:
+    level = point.get(spec.level_name or "", 0.0)
+    return spec.model(beta=point["beta"], dim=point["dim"], tokens=point["tokens"], level=level)
+
+
+@eqx.filter_jit
+def _observe_tile(model, keys, n_tokens: int, dim: int, beta, tol, ell_max: int):
+    """Simulate one tile of trajectories and observe every save (each trajectory: its
+    start from the first half of its key, its noise from the second)."""
+
+    def one(key):
+        start, noise = jax.random.split(key)
+        x0 = uniform_sphere(key=start, n_tokens=n_tokens, dim=dim)
+        saves = model.trajectory(x0, key=noise)
+        finite = jnp.all(jnp.isfinite(saves), axis=(-2, -1))
+        observed = jax.lax.map(
+            lambda x: many_token_observables(x, beta=beta, tol=tol, ell_max=ell_max), saves
+        )
+        return observed, finite
+
+    return jax.vmap(one)(keys)
+
+
+FIELDS = ("n_clusters", "largest", "histogram", "mode_power", "log_energy", "min_distance")
+
+
+class _Store:
+    """Per-trajectory observables of every point, filled as trajectories finish."""
+
+    def __init__(self, n_points: int, n_traj: int, n_saves: int, ell_max: int, bins: int):
+        shape = (n_points, n_traj, n_saves)
+        self.arrays = {
+            "n_clusters": np.zeros(shape, np.int32),
+            "largest": np.zeros(shape, np.int32),
+            "histogram": np.zeros((*shape, bins), np.int32),
+            "mode_power": np.full((*shape, ell_max + 1), np.nan),
+            "log_energy": np.full(shape, np.nan),
+            "min_distance": np.full(shape, np.nan),
+        }
+        self.n_done = np.zeros(n_points, np.int64)
+        self.seconds = 0.0
+
+    def add(self, index: int, start: int, observed, count: int) -> None:
+        """Store ``count`` trajectories from ``start`` (their tile's first rows)."""
+        for name, values in zip(FIELDS, observed, strict=True):
+            values = np.asarray(values)[:count]
+            target = self.arrays[name][index, start : start + count]
+            if name == "histogram":  # this point's N may have fewer size classes
+                target[..., : values.shape[-1]] = values
+            else:
+                target[...] = values
+        self.n_done[index] = start + count
+
+    def to_dataset(self, record: Mapping[str, Any]) -> xr.Dataset:
+        dims: dict[str, tuple[str, ...]] = {n: ("point", "trajectory", "time") for n in FIELDS}
+        dims["histogram"] += ("size_bin",)
+        dims["mode_power"] += ("ell",)
+        ds = xr.Dataset({name: (dims[name], array) for name, array in self.arrays.items()})
+        ds["n_done"] = ("point", self.n_done)
+        ds.attrs["record"] = _json(record)
+        ds.attrs["seconds"] = self.seconds
+        return ds
+
+    @classmethod
+    def from_dataset(cls, ds: xr.Dataset) -> "_Store":
+        n_points, n_traj, n_saves = ds["n_clusters"].shape
+        store = cls(n_points, n_traj, n_saves, ds.sizes["ell"] - 1, ds.sizes["size_bin"])
+        for name in FIELDS:
+            store.arrays[name] = np.asarray(ds[name].values, store.arrays[name].dtype)
+        store.n_done = np.asarray(ds["n_done"].values, np.int64)
+        store.seconds = float(ds.attrs.get("seconds", 0.0))
+        return store
+
+
+def _json(record: Any) -> str:
+    return json.dumps(record, sort_keys=True, default=str)
+
+
+def _study_record(spec: ModesSpec, mc: ModesRun, points, save_times) -> dict[str, Any]:
+    """What determines the numbers: a checkpoint of any other record is refused."""
+    fields = dataclasses.asdict(mc)
+    del fields["chunk_size"]
+    return {
+        "kind": "modes",
+        "spec": dataclasses.asdict(spec),
+        "run": fields,
+        "points": [dict(p) for p in points],
+        "save_times": [float(t) for t in save_times],
+        "attndyn_version": provenance_record(0.0)["attndyn_version"],
+        "dtype": str(jnp.dtype(jnp.float32)),
+        "prng_impl": str(jax.random.key_impl(jax.random.key(0))),
+    }
+
+
+def _open_checkpoint(path: Path, record: dict[str, Any]) -> _Store | None:
+    if not path.exists():
+        return None
+    try:
+        with xr.open_dataset(path) as ds:
+            ds.load()
+    except Exception:
+        raise ParameterError(
+            f"checkpoint {str(path)!r} cannot be read (damaged, or not an attndyn "
+            "checkpoint); delete it to start afresh."
+        ) from None
+    if ds.attrs.get("record") != _json(record):
+        raise ParameterError(
+            f"checkpoint {str(path)!r} belongs to another modes study (other arguments, "
+            "points, save times or version); delete it (or pass --fresh) to start afresh."
+        )
+    return _Store.from_dataset(ds)
+
+
+def modes_study(
+    spec: ModesSpec,
+    mc: ModesRun,
+    points: Sequence[Mapping[str, Any]],
+    *,
+    checkpoint: Path | None = None,
+    progress: bool = True,
+    metadata: Mapping[str, Any] | None = None,
+) -> xr.Dataset:
+    """Simulate every point's trajectories, observe them at every save, and analyse them
+    (:func:`._modes_analysis.analyse`): a CF-style dataset with provenance.
+
+    ``checkpoint``: a netCDF path; finished trajectories are written there (atomically)
+    every 20 s and after every point, and a rerun of the same study resumes from it (with
+    any chunk size); a checkpoint of another study is refused."""
+    if not points:
+        raise ParameterError("points is empty; give at least one (d, N, beta) point.")
+    models = [_point_model(spec, p) for p in points]  # validates every point first
+    for model, p in zip(models, points, strict=True):
+        _check_fits(model, p)
+    save_times = np.asarray(models[0].save_times, np.float64)
+    bins = size_bins(max(int(p["tokens"]) for p in points))
+    record = _study_record(spec, mc, points, save_times)
+    started = time.perf_counter()
+    lock = None
+    store = None
+    if checkpoint is not None:
+        checkpoint = Path(checkpoint)
+        try:
+            lock = Lock(checkpoint.with_name(checkpoint.name + ".lock"))
+        except LockBusy as busy:
+            raise ParameterError(
+                f"checkpoint {str(checkpoint)!r} is in use by {busy.holder}; wait for it "
+                "to finish, or choose another checkpoint path."
+            ) from None
+    try:
+        if checkpoint is not None:
+            store = _open_checkpoint(checkpoint, record)
+        store = store or _Store(len(points), mc.trajectories, len(save_times), mc.ell_max, bins)
+        before = store.seconds
+        _run(spec, mc, points, models, store, checkpoint, record, progress, started, before)
+    finally:
+        if lock is not None:
+            lock.release()
+    seconds = before + time.perf_counter() - started
+    raw = store.to_dataset(record)
+    ds = analyse(raw, spec, mc, points, save_times)
+    fields = {
+        "kind": "modes",
+        **spec.metadata(),
+        "seed": mc.seed,
+        "n_trajectories": mc.trajectories,
+        "tol": [mc.tol_for(int(p["tokens"]), int(p["dim"])) for p in points],
+        "ell_max": mc.ell_max,
+        "tile": [tile_size(int(p["tokens"])) for p in points],
+        "implementation": [
+            m.attention.implementation_for(int(p["tokens"]))  # type: ignore[attr-defined]
+            for m, p in zip(models, points, strict=True)
+        ],
+        "key_data": np.asarray(jax.random.key_data(jax.random.key(mc.seed))).tolist(),
+        "devices": [str(d) for d in jax.local_devices()[:1]],
+        **(dict(metadata) if metadata else {}),
+    }
+    attach_provenance(ds, provenance_record(seconds, **fields))
+    return attach_cf(ds, spec, command=fields.get("command"))
+
+
+def _check_fits(model: AbstractModel, point: Mapping[str, Any]) -> None:
+    """Refuse, before anything runs, a point whose model does not fit its tokens."""
+    attention = getattr(model, "attention", None)
+    if attention is not None:
+        attention.check_dim(int(point["dim"]))
+
+
+def _run(spec, mc, points, models, store, checkpoint, record, progress, started, before):
+    total = len(points) * mc.trajectories
+    bar = tqdm(
+        total=total,
+        initial=int(store.n_done.sum()),
+        unit="traj",
+        desc="attndyn modes",
+        file=sys.stderr,
+        disable=not progress,
+        dynamic_ncols=True,
+    )
+    last_save = time.perf_counter()
+
+    def save():
+        store.seconds = before + time.perf_counter() - started
+        if checkpoint is not None:
+            atomic_write(checkpoint, store.to_dataset(record).to_netcdf)
+
+    try:
+        for index, (point, model) in enumerate(zip(points, models, strict=True)):
+            n_tokens, dim = int(point["tokens"]), int(point["dim"])
+            tile = tile_size(n_tokens)
+            chunk = max(tile, mc.chunk_size or tile)
+            key = point_key(jax.random.key(mc.seed), point)
+            tol = mc.tol_for(n_tokens, dim)
+            args = (jnp.asarray(point["beta"], jnp.float32), jnp.asarray(tol, jnp.float32))
+            first = int(store.n_done[index])
+            # Tiles start at multiples of the tile: a resumed run continues at the first
+            # unfinished tile (a finished tile is never run twice).
+            first -= first % tile
+            for start in range(first, mc.trajectories, tile):
+                indices = jnp.arange(start, start + tile, dtype=jnp.uint32)
+                keys = jax.vmap(lambda i, key=key: jax.random.fold_in(key, i))(indices)
+                observed, finite = _observe_tile(model, keys, n_tokens, dim, *args, mc.ell_max)
+                count = min(tile, mc.trajectories - start)
+                if not bool(np.all(np.asarray(finite)[:count])):
+                    save()
+                    raise NonFiniteError(
+                        f"a trajectory at {dict(point)} became NaN or infinite. "
+                        f"{overflow_message(model)}"
+                    )
+                store.add(index, start, observed, count)
+                bar.update(count)
+                if time.perf_counter() - last_save > 20 or (start - first + tile) % chunk == 0:
+                    save()
+                    last_save = time.perf_counter()
+            save()
+    except KeyboardInterrupt:
+        save()
+        raise
+    finally:
+        bar.close()
