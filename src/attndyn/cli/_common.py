@@ -385,10 +385,18 @@ def scale_options(func: Callable) -> Callable:
             help="HOST:PORT of process 0 for a multi-host run (jax.distributed).",
         ),
         click.option(
-            "--process-count", envvar="ATTNDYN_PROCESS_COUNT", type=EnvironmentInt(), default=None
+            "--process-count",
+            envvar="ATTNDYN_PROCESS_COUNT",
+            type=EnvironmentInt(),
+            default=None,
+            help="Processes in a multi-host run (with --coordinator; each host runs one).",
         ),
         click.option(
-            "--process-id", envvar="ATTNDYN_PROCESS_ID", type=EnvironmentInt(), default=None
+            "--process-id",
+            envvar="ATTNDYN_PROCESS_ID",
+            type=EnvironmentInt(),
+            default=None,
+            help="This process's index, 0 to --process-count − 1 (0 writes the outputs).",
         ),
         click.option(
             "--coordinator-timeout",
