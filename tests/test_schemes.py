@@ -159,3 +159,51 @@ def test_the_layer_loop_is_the_scheme_map_applied_layer_by_layer(scheme):
     for n in range(30):
         x = model.layer(x, jnp.asarray(n), key=key)
     np.testing.assert_allclose(np.asarray(saves[1]), np.asarray(x), rtol=2e-5, atol=2e-5)
+
+
+def _law_at(scheme, t):
+    """The speed law of ``scheme`` in force at time ``t`` (the last stretch begun by t)."""
+    laws = scheme.speed_laws()
+    return [law for start, law in laws if start <= t][-1]
+
+
+@pytest.mark.parametrize("scheme", [*SCHEMES, MixLN(tau=0.0)], ids=[*IDS, "mix-ln-tau0"])
+def test_speed_laws_describe_the_speed_factors(scheme):
+    """The closed-form description the theory reads (s = √(t+1)^a r^b |A|^c / α, and
+    dr/dt = r⟨θ, A⟩/s when the radius grows) gives the factors the ODEs compute, on both
+    sides of Mix-LN's switch."""
+    rng = np.random.default_rng(3)
+    r = rng.uniform(0.5, 3.0, 7)
+    attn_norm = rng.uniform(0.1, 2.0, 7)
+    radial = rng.uniform(-1.0, 1.0, 7) * attn_norm
+    laws = scheme.speed_laws()
+    assert laws[0][0] == 0.0 and [t for t, _ in laws] == sorted(t for t, _ in laws)
+    for t in (0.0, 0.3, 0.5, 0.7, 4.0):
+        law = _law_at(scheme, t)
+        s = (
+            (np.sqrt(t + 1.0) if law.sqrt_time else 1.0)
+            * (r if law.radius else 1.0)
+            * (attn_norm if law.attention else 1.0)
+            / law.alpha
+        )
+        rho = r * radial / s if law.radius else np.zeros_like(r)
+        args = (jnp.asarray(t, jnp.float32), jnp.asarray(r, jnp.float32))
+        got_s = scheme.speed(*args, jnp.asarray(attn_norm, jnp.float32))
+        got_rho = scheme.radial_rate(
+            *args, jnp.asarray(radial, jnp.float32), jnp.asarray(attn_norm, jnp.float32)
+        )
+        np.testing.assert_allclose(got_s, s, rtol=1e-6)
+        np.testing.assert_allclose(got_rho, rho, rtol=1e-6, atol=1e-7)
+
+
+def test_what_a_scheme_says_about_itself():
+    # The numbers a summary shows, the switch read as a fraction of a stack, and an α(t)
+    # that the closed forms cannot take.
+    assert PostLN().parameters == {} and NGPT(alpha=0.5).parameters == {"alpha": 0.5}
+    assert MixLN(tau=0.5).parameters == {"tau": 0.5}
+    assert float(MixLN(tau=0.25).scale_switch(8).tau) == 2.0  # type: ignore[attr-defined]
+    scheme = SqrtScaling()
+    assert scheme.scale_switch(8) is scheme
+    ((_, law),) = NGPT(alpha_schedule=lambda t: 2.0 + t).speed_laws()
+    assert law.alpha == 2.0 and not law.constant
+    assert [law.post_ln_map for law in SCHEMES] == [True] + [False] * 5

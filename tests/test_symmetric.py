@@ -119,3 +119,26 @@ def test_bad_input():
         initial_slope(PreLN(), beta=1.0, n_tokens=3, r0=0.0)
     assert math.isfinite(initial_slope(PreLN(), beta=1.0, n_tokens=3))
     assert attndyn.symmetric_start(2, 2).shape == (2, 2)
+
+
+def test_a_scheme_without_closed_forms_is_refused_by_name():
+    # The theory asks the scheme for its speed laws; a user's scheme that gives none (the
+    # default) has no closed form, and each function says so instead of guessing.
+    from attndyn.theory._symmetric import time_to_gap
+
+    class Halved(attndyn.AbstractScheme):
+        name = "halved"
+        keeps_radius = False
+
+        def layer(self, x, update, *, layer, depth):
+            return self.norm(x + update(self.norm(x)) / 2)
+
+        def speed(self, t, r, attn_norm):
+            return 2.0 * jnp.ones_like(r)
+
+    with pytest.raises(ParameterError, match="no closed-form slope for scheme 'halved'"):
+        initial_slope(Halved(), beta=1.0, n_tokens=3)
+    with pytest.raises(ParameterError, match="no terminal-rate theory for scheme 'halved'"):
+        terminal_rate_theory(Halved())
+    with pytest.raises(ParameterError, match="no reduced ODE for scheme 'halved'"):
+        time_to_gap(Halved(), beta=1.0, n_tokens=3)

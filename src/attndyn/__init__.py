@@ -79,6 +79,7 @@ if TYPE_CHECKING:
         PeriLN as PeriLN,
         PostLN as PostLN,
         PreLN as PreLN,
+        SpeedLaw as SpeedLaw,
         SqrtScaling as SqrtScaling,
         scheme_from_name as scheme_from_name,
     )

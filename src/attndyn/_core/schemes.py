@@ -99,6 +99,26 @@ def _near(value: float, target: float, *, scale: float = 1.0) -> bool:
     return abs(value - target) <= _ULPS * float(np.finfo(np.float32).eps) * scale
 
 
+@dataclasses.dataclass(frozen=True)
+class SpeedLaw:
+    """A scheme's speed factors in closed form over a stretch of time, for formulas that
+    need them in float64 (the symmetric start's theory, :mod:`attndyn.theory`)::
+
+        s = √(t + 1)^sqrt_time · r^radius · |A|^attention / alpha,
+        dr/dt = r⟨θ, A⟩/s where ``radius`` (the rows move as r·A/s), r = 1 otherwise,
+
+    the factors that :meth:`AbstractScheme.speed` and :meth:`AbstractScheme.radial_rate`
+    compute (tests/test_schemes.py checks that the two agree). ``alpha`` is its value at the
+    start of the stretch; ``constant`` is False where it changes in time (nGPT's α(t)).
+    """
+
+    radius: bool = False
+    attention: bool = False
+    sqrt_time: bool = False
+    alpha: float = 1.0
+    constant: bool = True
+
+
 class AbstractScheme(eqx.Module):
     """A normalization scheme: a layer map and (for the ODEs) its speed factors."""
 
@@ -124,6 +144,11 @@ class AbstractScheme(eqx.Module):
     #: study runs).
     scale_free: ClassVar[bool] = False
 
+    #: Whether every layer is Post-LN's map ``x_i ← norm(x_i + V_n A_i(X))`` (003 eq. 4 and
+    #: eq. 7): the map whose two-token overlap chain the reduced routes write out scalar by
+    #: scalar, and whose overlap diffusion (spec §4) early absorption is derived from.
+    post_ln_map: ClassVar[bool] = False
+
     #: The token normalisation of every normalising step of the scheme: :class:`RMSNorm`
     #: (the unit sphere, the default) or :class:`LayerNorm` (centred: the unit sphere of the
     #: mean-zero hyperplane); a name (``"rms"``, ``"layernorm"``) is accepted.
@@ -137,6 +162,29 @@ class AbstractScheme(eqx.Module):
         (the schemes that normalise ``V_n A_i`` itself guard its zero)."""
         del multiplier, depth, n_layers
         return False
+
+    @property
+    def parameters(self) -> dict[str, float]:
+        """The scheme's own numbers beside its norm, by name (``{"alpha": α}`` for nGPT,
+        ``{"tau": τ}`` for Mix-LN; none for the others): what a summary or a message shows,
+        and what ``dataclasses.replace(scheme, **{name: value})`` changes."""
+        return {}
+
+    def scale_switch(self, factor: int | float) -> "AbstractScheme":
+        """This scheme with the time of its switch multiplied by ``factor`` (Mix-LN's τ,
+        read as a fraction of the depth by a stack run at L = 1); the scheme itself where
+        nothing switches."""
+        del factor
+        return self
+
+    def speed_laws(self) -> tuple[tuple[float, SpeedLaw], ...] | None:
+        """:meth:`speed` and :meth:`radial_rate` in closed form, stretch by stretch:
+        ``((0.0, law_0), (t_1, law_1), …)``, each law in force from its time on (the
+        factors jump between stretches: Mix-LN's τ). What the closed forms of the symmetric
+        start read (:func:`attndyn.theory.initial_slope`,
+        :func:`attndyn.theory.terminal_rate_theory`). ``None`` (the default): no closed
+        form is known (a user-defined scheme)."""
+        return None
 
     #: Whether each layer starts from the directions θ = norm(x) and returns normalised
     #: rows (Post-LN, nGPT, sqrt-scaling): a layer's output is then, to rounding, already
@@ -208,6 +256,7 @@ class PostLN(AbstractScheme):
     rotation_equivariant: ClassVar[bool] = True
     starts_from_directions: ClassVar[bool] = True
     scale_free: ClassVar[bool] = True
+    post_ln_map: ClassVar[bool] = True
 
     def layer(self, x, update, *, layer, depth):
         return self.layer_on_directions(self.norm(x), update, layer=layer, depth=depth)
@@ -224,6 +273,10 @@ class PostLN(AbstractScheme):
     def speed(self, t, r, attn_norm):
         """s = 1."""
         return jnp.ones_like(r)
+
+    def speed_laws(self):
+        """s = 1 throughout."""
+        return ((0.0, SpeedLaw()),)
 
 
 @final
@@ -244,6 +297,10 @@ class PreLN(AbstractScheme):
     def radial_rate(self, t, r, radial, attn_norm):
         """ρ = ⟨θ, A⟩."""
         return radial
+
+    def speed_laws(self):
+        """s = r throughout."""
+        return ((0.0, SpeedLaw(radius=True)),)
 
 
 @final
@@ -277,6 +334,20 @@ class MixLN(AbstractScheme):
     def vanishes_at(self, multiplier, *, depth, n_layers):
         # As Post-LN, in the layers before the switch to Pre-LN.
         return math.ceil(float(self.tau) * depth) > 0 and _near(multiplier, -1.0)
+
+    @property
+    def parameters(self):
+        return {"tau": float(self.tau)}
+
+    def scale_switch(self, factor):
+        return MixLN(tau=self.tau * factor, norm=self.norm)
+
+    def speed_laws(self):
+        """Post-LN's s = 1 up to τ, Pre-LN's s = r from τ on (from r = 1, which the Post-LN
+        stretch leaves); Pre-LN's alone for τ = 0."""
+        tau = float(self.tau)
+        pre = SpeedLaw(radius=True)
+        return ((0.0, pre),) if tau == 0 else ((0.0, SpeedLaw()), (tau, pre))
 
     def speed(self, t, r, attn_norm):
         """s = 1 for t < τ, r after."""
@@ -315,6 +386,10 @@ class PeriLN(AbstractScheme):
         rate = radial / attn_norm
         return jnp.where(attn_norm == 0, jnp.zeros_like(rate), rate)
 
+    def speed_laws(self):
+        """s = r·|A| throughout."""
+        return ((0.0, SpeedLaw(radius=True, attention=True)),)
+
 
 @final
 class NGPT(AbstractScheme):
@@ -339,6 +414,16 @@ class NGPT(AbstractScheme):
 
     def alpha_at(self, t: Array) -> Array:
         return self.alpha if self.alpha_schedule is None else self.alpha_schedule(t)
+
+    @property
+    def parameters(self):
+        return {"alpha": float(self.alpha)}
+
+    def speed_laws(self):
+        """s = |A|/α(t) throughout (α(0) given; not constant under a schedule)."""
+        alpha = float(self.alpha_at(jnp.zeros(())))
+        law = SpeedLaw(attention=True, alpha=alpha, constant=self.alpha_schedule is None)
+        return ((0.0, law),)
 
     def layer(self, x, update, *, layer, depth):
         return self.layer_on_directions(self.norm(x), update, layer=layer, depth=depth)
@@ -386,6 +471,10 @@ class SqrtScaling(AbstractScheme):
     def speed(self, t, r, attn_norm):
         """s = √(t + 1)."""
         return jnp.broadcast_to(jnp.sqrt(t + 1.0), r.shape).astype(r.dtype)
+
+    def speed_laws(self):
+        """s = √(t + 1) throughout."""
+        return ((0.0, SpeedLaw(sqrt_time=True)),)
 
 
 def scheme_from_name(

@@ -6,7 +6,7 @@ every trajectory: the caller passes one key per (trajectory, layer).
 
 import abc
 import math
-from typing import Literal, final
+from typing import ClassVar, Literal, final
 
 import equinox as eqx
 import jax
@@ -86,6 +86,16 @@ class AbstractValues(eqx.Module):
             )
         return self.apply_noise(attention_out, noise, depth=depth)
 
+    #: Whether every V_n is a multiple of the identity, ``s_n·I``: the layer maps then never
+    #: leave the span of the tokens (what the span route of the reduced models uses).
+    multiple_of_identity: ClassVar[bool] = False
+
+    def gaussian_matrix(self) -> tuple[Float[Array, ""], Float[Array, ""]] | None:
+        """``(a, σ)`` where ``V_n = a·I/L + σ M_n/√L`` with M_n a Gaussian matrix (i.i.d.
+        N(0, 1) entries), whose law is invariant under rotations (what the reduced frame
+        route simulates); ``None`` otherwise (the default)."""
+        return None
+
     @property
     @abc.abstractmethod
     def noise(self) -> str:
@@ -103,6 +113,8 @@ class AbstractScalarValues(AbstractValues):
     """Value operators that are multiples of the identity, ``V_n = s_n·I``: the layer maps
     then never leave the span of the tokens (what the span route of the reduced models
     uses)."""
+
+    multiple_of_identity: ClassVar[bool] = True
 
     @abc.abstractmethod
     def scale(self, *, key: PRNGKeyArray, depth: float, dtype) -> Float[Array, ""]:
@@ -156,6 +168,9 @@ class MatrixValues(AbstractValues):
 
     def _on_span(self, n_tokens: int, dim: int) -> bool:
         return self.distribution == "gaussian" and n_tokens < dim
+
+    def gaussian_matrix(self):
+        return (self.drift, self.sigma) if self.distribution == "gaussian" else None
 
     def draw_noise(self, key, n_tokens, dim, dtype):
         if self._on_span(n_tokens, dim):

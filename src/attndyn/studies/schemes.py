@@ -40,16 +40,7 @@ from .._core.errors import (
 from .._core.linalg import dot
 from .._core.observables import mean_cosine
 from .._core.saveat import SaveAt
-from .._core.schemes import (
-    NGPT,
-    SCHEME_NAMES,
-    AbstractScheme,
-    MixLN,
-    PeriLN,
-    PostLN,
-    PreLN,
-    scheme_from_name,
-)
+from .._core.schemes import NGPT, SCHEME_NAMES, AbstractScheme, scheme_from_name
 from .._core.sphere import uniform_sphere
 from .._core.weights import RandomWeights
 from .._estimate.dataset import attach_provenance, provenance, provenance_record
@@ -96,8 +87,7 @@ def random_weights_cosine(
     check_int("n_layers", n_layers, lower=1)
     if weights is None:
         weights = RandomWeights("kaiming", "gaussian", redraw_every=1)
-    if isinstance(scheme, MixLN):
-        scheme = MixLN(tau=scheme.tau * n_layers, norm=scheme.norm)
+    scheme = scheme.scale_switch(n_layers)  # Mix-LN's τ: a fraction of the stack
     start_key, layers_key = jax.random.split(key)
     x0 = uniform_sphere(key=start_key, n_tokens=n_tokens, dim=dim)
     base = layers_key if weights.key is None else weights.key
@@ -323,8 +313,7 @@ def _late_start(late, *, beta, tokens, r0, p: str) -> str:
     bounds = [_bounds(scheme, t, beta=beta, tokens=tokens, r0=r0) for scheme, t in late]
     shown = {"beta": beta, "tokens": tokens, "r0": r0}
     for scheme, _ in late:
-        shown |= {"alpha": float(scheme.alpha)} if isinstance(scheme, NGPT) else {}
-        shown |= {"tau": float(scheme.tau)} if isinstance(scheme, MixLN) else {}
+        shown |= scheme.parameters  # nGPT's alpha, Mix-LN's tau
     if not any(_uses_r0(scheme) for scheme, _ in late):
         del shown["r0"]
     label = {k: p + k for k in shown} | {"alpha": p + "alpha" if p else "alphas[0]"}
@@ -350,10 +339,10 @@ def _late_start(late, *, beta, tokens, r0, p: str) -> str:
 
 
 def _uses_r0(scheme: AbstractScheme) -> bool:
-    """Whether the scheme's reduced ODE starts from r0 (the others start from r = 1)."""
-    return isinstance(scheme, PreLN | PeriLN) or (
-        isinstance(scheme, MixLN) and float(scheme.tau) == 0
-    )
+    """Whether the scheme's reduced ODE starts from r0 (the others start from r = 1): its
+    first speed law has a growing radius (Pre-, Peri-LN, Mix-LN at τ = 0)."""
+    laws = scheme.speed_laws()
+    return laws is not None and laws[0][1].radius
 
 
 def _bounds(scheme, t: float, *, beta, tokens, r0) -> dict[str, tuple[str, float]]:
@@ -369,18 +358,26 @@ def _bounds(scheme, t: float, *, beta, tokens, r0) -> dict[str, tuple[str, float
         out["beta"] = ("≤", _bisect(lambda b: late(beta=b), 0.0, beta))
     if _uses_r0(scheme) and r0 * FIT_HORIZON / t >= R0_RANGE[0]:
         out["r0"] = ("≤", r0 * FIT_HORIZON / t)  # the time is proportional to r0
-    if isinstance(scheme, NGPT) and math.isfinite(t):
-        out["alpha"] = ("≥", float(scheme.alpha) * t / FIT_HORIZON)  # ... to 1/α
-    if isinstance(scheme, MixLN):
-        # The time falls as τ grows, down to Post-LN's (reached within the Post-LN phase).
-        post = _fit_start(PostLN(norm=scheme.norm), beta=beta, tokens=tokens, r0=r0)
+    params = scheme.parameters
+    if "alpha" in params and math.isfinite(t):
+        out["alpha"] = ("≥", params["alpha"] * t / FIT_HORIZON)  # nGPT's s = |A|/α: ... to 1/α
+    if "tau" in params:
+        # Mix-LN: the time falls as τ grows, down to its Post-LN stretch's alone, which is
+        # the time at τ = FIT_HORIZON whenever that one is in time (bit for bit: the same
+        # quadrature), and later than FIT_HORIZON otherwise.
+        post = _fit_start(_replace(scheme, tau=FIT_HORIZON), beta=beta, tokens=tokens, r0=r0)
         if post <= FIT_HORIZON:
 
             def late_at(tau: float) -> bool:
-                return late(scheme=MixLN(tau=tau, norm=scheme.norm))
+                return late(scheme=_replace(scheme, tau=tau))
 
-            out["tau"] = ("≥", _bisect(late_at, post, float(scheme.tau)))
+            out["tau"] = ("≥", _bisect(late_at, post, params["tau"]))
     return out
+
+
+def _replace(scheme: AbstractScheme, **parameters: float) -> AbstractScheme:
+    """``scheme`` with some of its :attr:`~AbstractScheme.parameters` changed."""
+    return dataclasses.replace(scheme, **parameters)
 
 
 def _short(value: float | int, digits: int = 3) -> str:
@@ -460,7 +457,7 @@ def _scheme_part(scheme, x0, stages, *, beta, tokens, r0, horizon, ts) -> dict[s
     full = NormalizedAttentionODE(Attention(beta), scheme, saveat=SaveAt(horizon, ts)).solve(x0)
     _check_solved(f"{scheme.name} (symmetric start)", horizon, red.gamma, red.r)
     # nGPT's clustered tokens make its full ODE stiff at rate α: about 0.3·α·horizon steps.
-    lower = "the horizon, or alpha" if isinstance(scheme, NGPT) else "the horizon"
+    lower = "the horizon, or alpha" if "alpha" in scheme.parameters else "the horizon"
     _check_solved(f"{scheme.name} (full ODE)", horizon, full.theta, lower=lower)
     theory_slope = initial_slope(scheme, beta=beta, n_tokens=tokens, r0=r0)
     stages.begin(f"{scheme.name}: terminal rate")

@@ -1,6 +1,24 @@
 """Closed forms of the theory (spec §4), the reference the simulations are tested against.
 
-Plain NumPy/SciPy: nothing here shares code with the simulations it checks.
+Plain NumPy/SciPy in float64: no formula here is shared with the simulations it checks.
+What theory takes from the rest of the package, exactly:
+
+- input checks and the error type (``attndyn._core.errors``), and the names of the
+  attention kinds (``ATTENTION_KINDS``);
+- a norm's codimension and whether it is affine (``attndyn._core.norms``: d or d − 1
+  dimensions, :func:`effective_dim`);
+- for the symmetric start, a scheme's own description of its speed factors,
+  :meth:`AbstractScheme.speed_laws <attndyn.AbstractScheme.speed_laws>`: a few flags and
+  numbers per stretch of time (s ∝ r? ∝ |A|? ∝ √(t + 1)? which α? where Mix-LN switches),
+  which the scheme states beside the speed factors it computes, and which a test compares
+  with them. Each scheme says what it is; the closed forms built from that description
+  (slopes, terminal laws, the time to a gap) are here. It replaces a dispatch on the
+  scheme's class, so that a new scheme needs no change here.
+
+The other way round, two simulation routes are built on closed forms from here:
+:class:`attndyn.SymmetricODE` integrates Thm 4.1's reduced ODE with this module's
+attention terms (``symmetric_attention``), and early absorption takes the scale-function
+exponents of the two-token diffusion (``attndyn.theory._phase``).
 
 - Two tokens, full value noise (seed 003 Thm 2, App. C), for RMS or centred LayerNorm
   tokens (``norm=``, :func:`effective_dim`): :func:`beta_critical`,

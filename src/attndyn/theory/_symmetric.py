@@ -9,12 +9,11 @@ import math
 from typing import Literal, final
 
 import equinox as eqx
-import jax.numpy as jnp
 import numpy as np
 from scipy import optimize
 
 from .._core.errors import ParameterError, check_bound, check_int
-from .._core.schemes import NGPT, AbstractScheme, MixLN, PeriLN, PostLN, PreLN, SqrtScaling
+from .._core.schemes import AbstractScheme, SpeedLaw
 
 RateKind = Literal["exponential", "power", "sqrt-exponential"]
 
@@ -22,26 +21,29 @@ RateKind = Literal["exponential", "power", "sqrt-exponential"]
 def initial_slope(scheme: AbstractScheme, *, beta: float, n_tokens: int, r0: float = 1.0) -> float:
     """γ'(0) in closed form (Thm 4.1): e.g. 2/(e^β + n − 1) for Post-LN.
 
-    Mix-LN starts as Post-LN when τ > 0 and as Pre-LN (radius r_0) when τ = 0; nGPT uses
-    α(0).
+    Post-LN's slope divided by the scheme's speed factor at the start (its first
+    :class:`~attndyn._core.schemes.SpeedLaw`): s = r_0 (Pre-LN, Mix-LN at τ = 0), r_0·|A|
+    (Peri-LN), |A|/α(0) (nGPT), 1 (Post-LN, sqrt-scaling, Mix-LN at τ > 0), with
+    |A| = √(e^{2β} + n − 1)/(e^β + n − 1) at the start.
     """
     check_bound("beta", beta, lower=0.0)
     check_int("n_tokens", n_tokens, lower=2)
     check_bound("r0", r0, lower=0.0, lower_open=True)
+    (_, law), *_ = _laws(scheme, "closed-form slope")
     n = n_tokens
-    post = 2.0 / (math.exp(beta) + n - 1)
-    sharp = math.sqrt(math.exp(2 * beta) + n - 1)
-    if isinstance(scheme, PostLN | SqrtScaling):
-        return post
-    if isinstance(scheme, PreLN):
-        return post / r0
-    if isinstance(scheme, MixLN):
-        return post if float(scheme.tau) > 0 else post / r0
-    if isinstance(scheme, PeriLN):
-        return 2.0 / (r0 * sharp)
-    if isinstance(scheme, NGPT):
-        return 2.0 * float(scheme.alpha_at(jnp.zeros(()))) / sharp
-    raise ParameterError(f"no closed-form slope for scheme {scheme.name!r}.")
+    r = r0 if law.radius else 1.0
+    if law.attention:
+        # 2/(e^β + n − 1) divided by r|A|/α: the factor e^β + n − 1 cancels.
+        return 2.0 * law.alpha / (r * math.sqrt(math.exp(2 * beta) + n - 1))
+    return 2.0 / (math.exp(beta) + n - 1) * law.alpha / r
+
+
+def _laws(scheme: AbstractScheme, what: str) -> tuple[tuple[float, SpeedLaw], ...]:
+    """The scheme's speed factors in closed form, or a refusal naming ``what`` is missing."""
+    laws = scheme.speed_laws()
+    if laws is None:
+        raise ParameterError(f"no {what} for scheme {scheme.name!r}.")
+    return laws
 
 
 #: The variable each law is exponential in (the rate is per unit of it).
@@ -71,22 +73,23 @@ def terminal_rate_theory(scheme: AbstractScheme) -> RateTheory:
     """Thm 4.1: e^{−2t} Post-LN; t^{−2} Pre/Mix/Peri-LN; e^{−4√(t+1)} sqrt-scaling;
     e^{−2αt} nGPT. Each rate is per unit of its own variable (:attr:`RateTheory.variable`).
 
-    nGPT's law is e^{−2∫α}: a rate in t exists for a constant α only, so a schedule is
-    refused.
+    From the scheme's last speed law: near consensus |A| → 1 and dx/dt ≈ 2/s for
+    x = −log(1 − γ), so s = 1/α gives e^{−2αt}, s = √(t + 1)/α gives e^{−4α√(t+1)}, and a
+    growing radius (r ~ t, whatever |A| and α) gives t^{−2}. nGPT's law is e^{−2∫α}: a rate
+    in t exists for a constant α only, so a schedule is refused.
     """
-    if isinstance(scheme, PostLN):
-        return RateTheory("exponential", 2.0, "exp(-2t)")
-    if isinstance(scheme, PreLN | MixLN | PeriLN):
+    *_, (_, law) = _laws(scheme, "terminal-rate theory")
+    if not law.constant:
+        raise ParameterError(
+            f"{scheme.name} with an alpha schedule decays like exp(-2∫α): there is no terminal "
+            "rate in t; use a constant alpha."
+        )
+    alpha = law.alpha
+    if law.radius and not law.sqrt_time:
         return RateTheory("power", 2.0, "t^-2")
-    if isinstance(scheme, SqrtScaling):
-        return RateTheory("sqrt-exponential", 4.0, "exp(-4 sqrt(t+1))")
-    if isinstance(scheme, NGPT):
-        if scheme.alpha_schedule is not None:
-            raise ParameterError(
-                "nGPT with an alpha schedule decays like exp(-2∫α): there is no terminal rate "
-                "in t; use a constant alpha."
-            )
-        alpha = float(scheme.alpha)
+    if law.sqrt_time and not law.radius:
+        return RateTheory("sqrt-exponential", 4.0 * alpha, f"exp(-{4 * alpha:g} sqrt(t+1))")
+    if not law.radius:
         return RateTheory("exponential", 2.0 * alpha, f"exp(-{2 * alpha:g}t)")
     raise ParameterError(f"no terminal-rate theory for scheme {scheme.name!r}.")
 
@@ -116,37 +119,48 @@ def time_to_gap(
     check_int("n_tokens", n_tokens, lower=2)
     check_bound("r0", r0, lower=0.0, lower_open=True)
     check_bound("gap", gap, lower=0.0, upper=1.0, lower_open=True)
+    laws = _laws(scheme, "reduced ODE")
+    if not all(law.constant for _, law in laws):
+        raise ParameterError(f"time_to_gap needs {scheme.name} with a constant alpha.")
     end, beta, r0 = -math.log(gap), float(beta), float(r0)
     with np.errstate(over="ignore"):
-        if isinstance(scheme, PostLN | SqrtScaling):
-            t = _exp(_log_time(beta, n_tokens, 0.0, end))
-            return (t / 2 + 1) ** 2 - 1 if isinstance(scheme, SqrtScaling) else t
-        if isinstance(scheme, NGPT):
-            if scheme.alpha_schedule is not None:
-                raise ParameterError("time_to_gap needs nGPT with a constant alpha.")
-            alpha = float(scheme.alpha)
-            return _exp(_log_time(beta, n_tokens, 0.0, end, speed=lambda a: a / alpha))
-        if isinstance(scheme, PreLN | PeriLN):
-            speed = np.asarray if isinstance(scheme, PeriLN) else None  # r|A| or r
-            return _exp(_log_time(beta, n_tokens, 0.0, end, speed=speed, log_r=math.log(r0)))
-        if isinstance(scheme, MixLN):
-            return _mix_time(beta, n_tokens, r0, float(scheme.tau), end)
+        if len(laws) == 1:
+            return _law_time(laws[0][1], beta, n_tokens, 0.0, end, log_r=math.log(r0))
+        if len(laws) == 2:
+            (_, first), (switch, then) = laws
+            if not (first.radius or first.sqrt_time or then.sqrt_time):
+                return _switched_time(first, then, switch, beta, n_tokens, end)
+    # Two stretches of another kind, or more: no closed form written here.
     raise ParameterError(f"no reduced ODE for scheme {scheme.name!r}.")
 
 
-def _mix_time(beta: float, n: int, r0: float, tau: float, end: float) -> float:
-    """Mix-LN: Post-LN's time if it gets there by τ; else τ plus Pre-LN's from r = 1 where
-    Post-LN's clock reads τ."""
-    if tau == 0:
-        return _exp(_log_time(beta, n, 0.0, end, log_r=math.log(r0)))
+def _law_time(law: SpeedLaw, beta: float, n: int, a: float, b: float, *, log_r: float) -> float:
+    """The time one speed law takes from x = a to x = b (radius e^{log_r} at a, if it
+    grows): the quadrature in the law's clock (c = 2(√(t+1) − 1) for s ∝ √(t + 1))."""
+    if law.attention:
+        speed = lambda attn_norm: attn_norm / law.alpha  # noqa: E731
+    elif law.alpha != 1.0:
+        speed = lambda attn_norm: np.full_like(attn_norm, 1.0 / law.alpha)  # noqa: E731
+    else:
+        speed = None
+    t = _exp(_log_time(beta, n, a, b, speed=speed, log_r=log_r if law.radius else None))
+    return (t / 2 + 1) ** 2 - 1 if law.sqrt_time else t
 
-    def post(x: float) -> float:
-        return _exp(_log_time(beta, n, 0.0, x))
 
-    if post(end) <= tau:
-        return post(end)
-    found = optimize.root_scalar(lambda x: post(x) - tau, bracket=(0.0, end), xtol=1e-15)
-    return tau + _exp(_log_time(beta, n, float(found.root), end, log_r=0.0))
+def _switched_time(
+    first: SpeedLaw, then: SpeedLaw, switch: float, beta: float, n: int, end: float
+) -> float:
+    """Mix-LN: the first law's time if it gets there by the switch; else the switch time
+    plus the second law's from r = 1 (the first law normalises the rows) where the first
+    law's clock reads the switch time."""
+
+    def before(x: float) -> float:
+        return _law_time(first, beta, n, 0.0, x, log_r=0.0)
+
+    if before(end) <= switch:
+        return before(end)
+    found = optimize.root_scalar(lambda x: before(x) - switch, bracket=(0.0, end), xtol=1e-15)
+    return switch + _law_time(then, beta, n, float(found.root), end, log_r=0.0)
 
 
 def _exp(log_value: float) -> float:

@@ -40,8 +40,6 @@ from typing import TYPE_CHECKING
 import jax
 
 from ..._core.errors import check_bound, check_int
-from ..._core.schemes import PostLN
-from ..._core.values import MatrixValues
 from ...theory._phase import _exponents, beta_critical
 
 if TYPE_CHECKING:
@@ -108,16 +106,16 @@ def absorption_applies(model: "DiscreteTransformer", n_tokens: int) -> str | Non
     when it is."""
     if n_tokens != 2:
         return f"it is quantified for N = 2 only (got N = {n_tokens})"
-    if not isinstance(model.scheme, PostLN):
+    if not model.scheme.post_ln_map:
         return "it needs the Post-LN scheme"
     att = model.attention
     if any(att.laplacian_flags) or att.causal or att.self_mask:
         return "Laplacian, causal or self-masked attention changes the overlap diffusion"
     if att.diagonal_shift is not None:
         return "a diagonal shift of the scores changes the overlap diffusion"
-    values = model.values
-    if not isinstance(values, MatrixValues) or float(values.drift) != 0.0:
-        return "it needs full value noise without drift"
+    matrix = model.values.gaussian_matrix()
+    if matrix is None or float(matrix[0]) != 0.0:
+        return "it needs full (Gaussian) value noise without drift"
     if not math.isfinite(float(att.beta)):
         return "β must be finite"
     return None

@@ -46,8 +46,7 @@ from ..._core.attention import Attention
 from ..._core.errors import ParameterError, check_int, check_single_key, check_start
 from ..._core.linalg import matmul
 from ..._core.random import fold_in
-from ..._core.schemes import PostLN, attention_update
-from ..._core.values import AbstractScalarValues, MatrixValues
+from ..._core.schemes import attention_update
 from ..base import AbstractModel, Reduction, advance_saves, begin_saves
 from ..discrete import DiscreteTransformer
 from .absorption import absorb_tile, absorption_applies, absorption_gaps
@@ -79,8 +78,7 @@ def reduction_blocker(model: DiscreteTransformer, n_tokens: int, dim: int) -> st
             "without gain or bias its law is the RMS model in d − 1 dimensions)"
         )
     values = model.values
-    gaussian = isinstance(values, MatrixValues) and values.distribution == "gaussian"
-    if not (gaussian or isinstance(values, AbstractScalarValues)):
+    if values.gaussian_matrix() is None and not values.multiple_of_identity:
         return "the value matrices are not Gaussian (nor multiples of the identity)"
     if not model.scheme.rotation_equivariant:
         return f"the scheme {type(model.scheme).__name__} is not known to be rotation-equivariant"
@@ -93,7 +91,7 @@ def reduce_discrete(model: DiscreteTransformer, n_tokens: int, dim: int) -> Redu
     blocker = reduction_blocker(model, n_tokens, dim)
     if blocker is not None:
         return Reduction(None, blocker)
-    if isinstance(model.values, AbstractScalarValues):
+    if model.values.multiple_of_identity:
         from .span import SpanTransformer
 
         return Reduction(SpanTransformer(model, n_tokens, dim), "")
@@ -160,7 +158,7 @@ class ReducedTransformer(AbstractModel):
 
     @property
     def _two_token_post_ln(self) -> bool:
-        return self.n_tokens == 2 and isinstance(self.model.scheme, PostLN)
+        return self.n_tokens == 2 and self.model.scheme.post_ln_map
 
     def layer(self, c: Float[Array, "N N"], n: Array, *, key: PRNGKeyArray) -> Float[Array, "N N"]:
         """Layer n on the frame coordinates ``c``.
@@ -185,23 +183,29 @@ class ReducedTransformer(AbstractModel):
         (drawn from ``fold_in(key, n)`` unless given)."""
         n_tokens = c.shape[0]
         model = self.model
-        values = model.values
-        assert isinstance(values, MatrixValues)
+        drift, sigma = self._gaussian_matrix()
         if noise is None:
             noise = self._noise(fold_in(key, n), n_tokens, c.dtype)
         width = noise.shape[1]
         x = jnp.pad(c, ((0, 0), (0, width - n_tokens)))
         attention: Attention = model.attention
         depth = model.layers_per_unit
-        scale = values.sigma / math.sqrt(depth)
+        scale = sigma / math.sqrt(depth)
 
         def apply(a):
             # z has zero complement coordinates, so A = A_O O and A Mᵀ ≅ A_O [B | L_W].
-            return (values.drift / depth) * a + scale * matmul(a[:, :n_tokens], noise)
+            return (drift / depth) * a + scale * matmul(a[:, :n_tokens], noise)
 
         update = attention_update(attention, apply)
         new = model.scheme.layer(x, update, layer=n.astype(c.dtype), depth=depth)
         return lq(new)
+
+    def _gaussian_matrix(self) -> tuple[Array, Array]:
+        """(a, σ) of the model's Gaussian value matrices (:func:`reduction_blocker` allows
+        no other values here)."""
+        matrix = self.model.values.gaussian_matrix()
+        assert matrix is not None
+        return matrix
 
     def _layer_two(self, cz: Array, sz: Array, z: Array, chi: Array):
         """Post-LN, N = 2: the overlap chain on (cos φ, sin φ), written out scalar by scalar.
@@ -221,8 +225,7 @@ class ReducedTransformer(AbstractModel):
         float32's smallest normal numbers stay resolved (what early absorption at −1 needs).
         """
         model = self.model
-        values = model.values
-        assert isinstance(values, MatrixValues)
+        a, sigma = self._gaussian_matrix()
         dtype = cz.dtype
         depth = model.layers_per_unit
         # Row i of G = [B | L]: the value noise acting on frame direction i.
@@ -240,8 +243,8 @@ class ReducedTransformer(AbstractModel):
             (p21 - p12) + sigma * (p22 - p11) - sigma * (p22 - sigma * p12) * w,
             (p22 - sigma * p12) * sz,
         )
-        drift = values.drift / depth
-        scale = values.sigma / math.sqrt(depth)
+        drift = a / depth
+        scale = sigma / math.sqrt(depth)
         base1 = (lead + drift * k1[0], drift * k1[1], 0, 0)
         base_d = (-sigma * w * lead + drift * dk[0], sz * lead + drift * dk[1], 0, 0)
         x1 = [b + scale * (k1[0] * u + k1[1] * v) for b, u, v in zip(base1, g1, g2)]

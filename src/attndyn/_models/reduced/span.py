@@ -25,7 +25,6 @@ from jaxtyping import Array, Float, Key
 
 from ..._core.errors import ParameterError, check_int
 from ..._core.random import fold_in
-from ..._core.schemes import PostLN
 from ..._core.values import AbstractScalarValues
 from ..base import AbstractModel, advance_saves, begin_saves
 from ..discrete import DiscreteTransformer
@@ -49,7 +48,7 @@ class SpanTransformer(AbstractModel):
             raise ParameterError(
                 f"the span route needs N < d; got N = {self.n_tokens}, d = {self.dim}."
             )
-        if not isinstance(self.model.values, AbstractScalarValues):
+        if not self.model.values.multiple_of_identity:
             raise ParameterError("the span route needs values that are multiples of I.")
 
     @property
@@ -58,7 +57,7 @@ class SpanTransformer(AbstractModel):
 
     @property
     def _chain(self) -> bool:
-        return self.n_tokens == 2 and isinstance(self.model.scheme, PostLN)
+        return self.n_tokens == 2 and self.model.scheme.post_ln_map
 
     def attention_scale_free(self) -> bool:
         return self.model.attention_scale_free()
