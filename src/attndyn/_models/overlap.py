@@ -33,7 +33,7 @@ from jaxtyping import Array, Float, Key, PRNGKeyArray
 from .._core.attention import ATTENTION_KINDS, float_leaf
 from .._core.errors import ParameterError, check_bound, check_choice, check_int, check_scalar
 from .._core.saveat import SaveAt
-from .base import OVERFLOW_MARGIN, AbstractModel, exp_square_threshold
+from .base import OVERFLOW_MARGIN, AbstractModel, States, exp_square_threshold
 from .integrators import SDEIntegrator
 from .reduced.frame import held_sine, two_token_frame
 
@@ -125,7 +125,7 @@ class AbstractOverlapSDE(AbstractModel):
     def keeps_unit_rows(self) -> bool:
         return True  # the frame rows (1, 0) and (tanh X, 1/cosh X)
 
-    def simulate(self, x0: Float[Array, "batch N d"], keys: Key[Array, " batch"]):
+    def simulate(self, x0: Float[Array, "batch N d"], keys: Key[Array, " batch"]) -> States:
         if x0.shape[1] != 2:
             raise ParameterError(
                 f"an overlap diffusion has two tokens; the points ask for tokens={x0.shape[1]}."
@@ -214,7 +214,7 @@ class OverlapSDE(AbstractOverlapSDE):
             f"e^{{2β}} overflows; {x64}lower β or use attention='softmax'"
         ]
 
-    def simulate(self, x0: Float[Array, "batch N d"], keys: Key[Array, " batch"]):
+    def simulate(self, x0: Float[Array, "batch N d"], keys: Key[Array, " batch"]) -> States:
         if self.noise == "full" and x0.shape[2] != self.dim:
             raise ParameterError(
                 f"OverlapSDE has dim={self.dim}; the points ask for dim={x0.shape[2]}."

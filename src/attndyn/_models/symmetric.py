@@ -31,7 +31,7 @@ from .._core.errors import ParameterError, check_bound, check_int, check_scalar
 from .._core.saveat import SaveAt
 from .._core.schemes import AbstractScheme
 from ..theory._symmetric import symmetric_attention
-from .base import AbstractModel
+from .base import AbstractModel, States
 from .integrators import ODEIntegrator, solve_with_switch
 
 
@@ -138,7 +138,7 @@ class SymmetricODE(AbstractModel):
         (log_gap, r), _ = solve_with_switch(self._segment, self.scheme, t_end, y0, ts)
         return SymmetricSolution(ts, log_gap, r)
 
-    def simulate(self, x0: Float[Array, "batch N d"], keys: Key[Array, " batch"]):
+    def simulate(self, x0: Float[Array, "batch N d"], keys: Key[Array, " batch"]) -> States:
         del keys
         if x0.shape[1] != self.n_tokens:
             raise ParameterError(

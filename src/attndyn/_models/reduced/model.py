@@ -47,7 +47,7 @@ from ..._core.errors import ParameterError, check_int, check_single_key, check_s
 from ..._core.linalg import matmul
 from ..._core.random import fold_in
 from ..._core.schemes import attention_update
-from ..base import AbstractModel, Reduction, advance_saves, begin_saves
+from ..base import AbstractModel, Reduction, States, advance_saves, begin_saves
 from ..discrete import DiscreteTransformer
 from .absorption import absorb_tile, absorption_applies, absorption_gaps
 from .frame import held_sine, lq, pair_gaps, two_token_attention, two_token_frame
@@ -284,7 +284,7 @@ class ReducedTransformer(AbstractModel):
         return self.simulate(x0[None], key[None])[0]
 
     @eqx.filter_jit
-    def simulate(self, x0, keys):
+    def simulate(self, x0: Float[Array, "batch N d"], keys: Key[Array, " batch"]) -> States:
         """A batch of trajectories (one key each), stopping early once all are absorbed."""
         stop = jnp.asarray(self.stepping()[0], jnp.int32)
         state = self.advance(self.begin(x0, keys), keys, jnp.zeros((), jnp.int32), stop)

@@ -26,7 +26,7 @@ from jaxtyping import Array, Float, Key
 from ..._core.errors import ParameterError, check_int
 from ..._core.random import fold_in
 from ..._core.values import AbstractScalarValues
-from ..base import AbstractModel, advance_saves, begin_saves
+from ..base import AbstractModel, States, advance_saves, begin_saves
 from ..discrete import DiscreteTransformer
 from .frame import held_sine, lq, two_token_attention, two_token_frame
 
@@ -66,7 +66,7 @@ class SpanTransformer(AbstractModel):
         return self.model.keeps_unit_rows()
 
     @eqx.filter_jit
-    def simulate(self, x0: Float[Array, "batch N d"], keys: Key[Array, " batch"]):
+    def simulate(self, x0: Float[Array, "batch N d"], keys: Key[Array, " batch"]) -> States:
         stop = jnp.asarray(self.stepping()[0], jnp.int32)
         state = self.advance(self.begin(x0, keys), keys, jnp.zeros((), jnp.int32), stop)
         return self.finish(state)
