@@ -46,8 +46,9 @@ def sample_entries(
         return random.uniform(key, shape, dtype, minval=-s, maxval=s)
     if distribution == "rademacher":
         return random.rademacher(key, shape, dtype)
-    z = jax.random.truncated_normal(key, -TRUNCATION, TRUNCATION, shape, dtype)
-    return z / _TRUNCNORMAL_STD
+    # Drawn in float32 whatever ``dtype`` (see attndyn._core.random: x64 keeps the path).
+    z = jax.random.truncated_normal(key, -TRUNCATION, TRUNCATION, shape, random.DRAW_DTYPE)
+    return (z / _TRUNCNORMAL_STD).astype(dtype)
 
 
 class AbstractValues(eqx.Module):

@@ -45,7 +45,7 @@ from jaxtyping import Array, Float, Key, PRNGKeyArray
 from ..._core.attention import Attention
 from ..._core.errors import ParameterError, check_int
 from ..._core.linalg import matmul
-from ..._core.random import fold_in
+from ..._core.random import DRAW_DTYPE, fold_in
 from ..._core.schemes import PostLN
 from ..._core.values import AbstractScalarValues, MatrixValues
 from ..base import AbstractModel, Reduction
@@ -145,18 +145,20 @@ class ReducedTransformer(AbstractModel):
         return n_tokens, False
 
     def _noise(self, key: PRNGKeyArray, n_tokens: int, dtype) -> Float[Array, "N w"]:
-        """``[B | L_W]``: the layer's value noise seen from the tokens' frame (N × (N + m))."""
+        """``[B | L_W]``: the layer's value noise seen from the tokens' frame (N × (N + m)),
+        drawn in float32 whatever ``dtype`` and cast (x64 keeps the path: see
+        :mod:`attndyn._core.random`)."""
         width, direct = self._complement_width(n_tokens)
         if direct:
-            z, _ = normals_uniforms(key, n_tokens * (n_tokens + width), dtype)
-            return z.reshape(n_tokens, n_tokens + width)
+            z, _ = normals_uniforms(key, n_tokens * (n_tokens + width), DRAW_DTYPE)
+            return z.reshape(n_tokens, n_tokens + width).astype(dtype)
         n_low = n_tokens * (n_tokens - 1) // 2
         dofs = tuple(self.dim - n_tokens - i for i in range(n_tokens))
-        z, chi = variates(key, n_tokens * n_tokens + n_low, dofs, dtype)
+        z, chi = variates(key, n_tokens * n_tokens + n_low, dofs, DRAW_DTYPE)
         b = z[: n_tokens * n_tokens].reshape(n_tokens, n_tokens)
         rows, cols = np.tril_indices(n_tokens, -1)
         bartlett = jnp.diag(chi).at[rows, cols].set(z[n_tokens * n_tokens :])
-        return jnp.concatenate([b, bartlett], axis=1)
+        return jnp.concatenate([b, bartlett], axis=1).astype(dtype)
 
     @property
     def _two_token_post_ln(self) -> bool:
