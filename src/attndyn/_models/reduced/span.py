@@ -24,12 +24,13 @@ import numpy as np
 from jaxtyping import Array, Float, Key
 
 from ..._core.errors import ParameterError, check_int
+from ..._core.norms import AbstractNorm, RMSNorm
 from ..._core.random import fold_in
 from ..._core.schemes import PostLN
 from ..._core.values import AbstractScalarValues
 from ..base import AbstractModel
 from ..discrete import DiscreteTransformer
-from .frame import held_sine, lq, two_token_attention, two_token_frame
+from .frame import fits_frame, held_sine, lq, start_frame, two_token_attention, two_token_frame
 
 
 @final
@@ -41,13 +42,16 @@ class SpanTransformer(AbstractModel):
     model: DiscreteTransformer
     n_tokens: int = eqx.field(static=True)
     dim: int = eqx.field(static=True)
+    #: The norm of the model the route stands for (see ``ReducedTransformer.start``).
+    start: AbstractNorm = eqx.field(default_factory=RMSNorm, kw_only=True)
 
     def __check_init__(self):
         check_int("n_tokens", self.n_tokens, lower=1)
         check_int("dim", self.dim, lower=2)
-        if self.n_tokens >= self.dim:
+        if not fits_frame(self.n_tokens, self.dim):
             raise ParameterError(
-                f"the span route needs N < d; got N = {self.n_tokens}, d = {self.dim}."
+                f"the span route needs N < d (or N = d = 2); got N = {self.n_tokens}, "
+                f"d = {self.dim}."
             )
         if not isinstance(self.model.values, AbstractScalarValues):
             raise ParameterError("the span route needs values that are multiples of I.")
@@ -62,11 +66,18 @@ class SpanTransformer(AbstractModel):
 
     @eqx.filter_jit
     def simulate(self, x0: Float[Array, "batch N d"], keys: Key[Array, " batch"]):
-        c0 = jax.vmap(lq)(x0)
+        c0 = jax.vmap(lambda x: start_frame(x, self.start))(x0)
         if not self._chain:
             # The layer maps themselves, on the frame coordinates (same keys, same s_n).
-            return jax.vmap(lambda c, k: self.model.trajectory(c, key=k))(c0, keys)
-        return self._simulate_chain(c0[:, 1, 0], jnp.log(c0[:, 1, 1]), keys)
+            saves = jax.vmap(lambda c, k: self.model.trajectory(c, key=k))(c0, keys)
+        else:
+            saves = self._simulate_chain(c0[:, 1, 0], jnp.log(c0[:, 1, 1]), keys)
+        if self.start.codimension == 0:
+            return saves
+        # A save before the first layer is the start itself (as on the full route).
+        first = np.asarray(self.model.save_layers) == 0
+        raw = jax.vmap(lq)(x0)[:, None]
+        return jnp.where(first[None, :, None, None], raw, saves)
 
     def _scales(self, keys: Key[Array, " batch"], n: Array, dtype) -> Float[Array, " batch"]:
         values = self.model.values
