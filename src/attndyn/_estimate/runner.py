@@ -6,6 +6,8 @@ model and never trigger recompilation. The kernel sees models only through
 :class:`attndyn.AbstractModel`.
 """
 
+from typing import NamedTuple
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -118,8 +120,9 @@ def span_dimensions(saves: Array) -> Array:
 
 
 def simulate_tile(model: AbstractModel, point_key, indices, tol, radius, n_tokens, dim, mesh=None):
-    """Per-trajectory classes, mean cosines, pair densities, span dimensions, merges and
-    finiteness for a batch of trajectory indices (one tile per device).
+    """Per-trajectory classes, mean cosines, pair densities, span dimensions, merges,
+    finiteness and the saved states for a batch of trajectory indices (one tile per device;
+    the states are read back only for trajectories whose tokens merged, to bound them).
 
     Starts are drawn in the dtype of ``radius`` (float64 when the study runs in x64). The
     span dimensions take one Gram matrix at a time (:func:`span_dimensions`): the same
@@ -151,7 +154,7 @@ def simulate_tile(model: AbstractModel, point_key, indices, tol, radius, n_token
         spans = _span_dimensions_per_device(saves, mesh)
     else:
         spans = span_dimensions(saves)
-    return classes, cosines, densities, spans, merged, finite
+    return classes, cosines, densities, spans, merged, finite, saves
 
 
 def _span_dimensions_per_device(saves: Array, mesh: jax.sharding.Mesh) -> Array:
@@ -166,6 +169,17 @@ def _span_dimensions_per_device(saves: Array, mesh: jax.sharding.Mesh) -> Array:
         out_specs=batch,
         check_vma=False,
     )(saves)
+
+
+class TileResults(NamedTuple):
+    """What one call returns: the tallies of its trajectories (:func:`tally`, what
+    :meth:`Tallies.add_chunk` takes) and, per trajectory, what the host needs to redo them
+    where tokens merged (``on_merged="auto"``): classes, validity and the saved states."""
+
+    tallied: tuple
+    classes: Array  # (batch, S, 4)
+    valid: Array  # (batch,)
+    saves: Array  # (batch, S, N, k)
 
 
 def tally(classes, cosines, densities, spans, merged, finite, indices, n_total):
@@ -225,7 +239,7 @@ def _chunk_statistics(model, point_key, indices, n_total, tol, radius, n_tokens,
     # shard_map gives their inputs, and GSPMD shards them well: those models opt out.
     if mesh is None or mesh.size == 1 or not model.per_device:
         simulated = simulate_tile(model, point_key, indices, tol, radius, n_tokens, dim, mesh)
-        return tally(*simulated, indices, n_total)
+        return _results(simulated, indices, n_total)
     dynamic, static = eqx.partition(model, eqx.is_array)
 
     def local(dynamic, point_key, indices, tol, radius):
@@ -238,10 +252,16 @@ def _chunk_statistics(model, point_key, indices, n_total, tol, radius, n_tokens,
         local,
         mesh=mesh,
         in_specs=(replicated, replicated, batch, replicated, replicated),
-        out_specs=(batch, batch, batch, batch, batch, batch),
+        out_specs=(batch,) * 7,
         check_vma=False,
     )(dynamic, point_key, indices, tol, radius)
-    return tally(*simulated, indices, n_total)
+    return _results(simulated, indices, n_total)
+
+
+def _results(simulated, indices, n_total) -> TileResults:
+    classes, cosines, densities, spans, merged, finite, saves = simulated
+    tallied = tally(classes, cosines, densities, spans, merged, finite, indices, n_total)
+    return TileResults(tallied, classes, (indices < n_total) & finite, saves)
 
 
 def chunk_indices(start: int, chunk: int, sharding) -> Array:

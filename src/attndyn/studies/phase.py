@@ -242,8 +242,10 @@ class MonteCarlo:
     early_absorption: float | Literal["auto"] | None = None
     exclude_nonfinite: bool = False
     x64: bool = False
-    #: Trajectories whose tokens merged numerically: "raise" (stop), "exclude" or "count".
-    on_merged: str = "raise"
+    #: Trajectories whose tokens merged numerically: "auto" (bound, rerun in float64 where
+    #: the bound is weak, count), or "raise", "exclude", "count" (see
+    #: :func:`attndyn.estimate_probabilities`).
+    on_merged: str = "auto"
 
     def __post_init__(self):
         check_int("trajectories", self.trajectories, lower=1, upper=MAX_TRAJECTORIES)

@@ -34,7 +34,7 @@ applies (:func:`reduce_discrete`); the estimator only ever sees an ``AbstractMod
 
 import dataclasses
 import math
-from typing import final
+from typing import ClassVar, final
 
 import equinox as eqx
 import jax
@@ -159,6 +159,14 @@ class ReducedTransformer(AbstractModel):
     #: tokens' space (:func:`.frame.start_frame`): RMS, or a centred LayerNorm whose model
     #: this route runs as the RMS model in ``dim`` = d − 1 dimensions.
     start: AbstractNorm = eqx.field(default_factory=RMSNorm, kw_only=True)
+
+    same_path_in_float64: ClassVar[bool] = True
+
+    def merge_law(self, dim: int):
+        """The law of the model it stands for, in the route's own dimension (d − 1 for a
+        LayerNorm model, whose noise acts in the hyperplane)."""
+        del dim
+        return self.model.merge_law(self.dim)
 
     def __check_init__(self):
         check_int("n_tokens", self.n_tokens, lower=1)

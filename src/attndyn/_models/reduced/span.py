@@ -15,7 +15,7 @@ down to float32's smallest normal numbers: two tokens never merge numerically, w
 float32 coordinates merge once they agree to ~10⁻⁷ (the numerical coalescence of issue 10).
 """
 
-from typing import final
+from typing import ClassVar, final
 
 import equinox as eqx
 import jax
@@ -44,6 +44,14 @@ class SpanTransformer(AbstractModel):
     dim: int = eqx.field(static=True)
     #: The norm of the model the route stands for (see ``ReducedTransformer.start``).
     start: AbstractNorm = eqx.field(default_factory=RMSNorm, kw_only=True)
+
+    same_path_in_float64: ClassVar[bool] = True
+
+    def merge_law(self, dim: int):
+        """The law of the model it stands for, in the route's own dimension (d − 1 for a
+        LayerNorm model, whose noise acts in the hyperplane)."""
+        del dim
+        return self.model.merge_law(self.dim)
 
     def __check_init__(self):
         check_int("n_tokens", self.n_tokens, lower=1)
