@@ -178,14 +178,14 @@ def test_overflow_is_an_error_unless_excluded(tmp_path):
 
 
 def test_a_numerical_merge_stops_the_cli_and_a_rerun_resumes_with_a_choice(tmp_path):
-    # Deterministic-in-law Post-LN at β = 4 over T = 30 on the float32 N × d route: some
-    # pairs come within float32's resolution. The default stops (status 1, one line,
+    # Post-LN with full value noise at β = 4 over T = 30 on the float32 N × d route: some
+    # pairs come within float32's resolution. --on-merged raise stops (status 1, one line,
     # before any file), keeping the checkpoint; --on-merged count resumes from it, and
     # exclude gives the estimate over the other trajectories.
     merging = ["phase-diagram", "--beta", "4", "--dim", "3", "--tokens", "2", "--route",
                "full", "--trajectories", "64", "--horizon", "30", "--depth", "5",
                "--no-progress", "--out", str(tmp_path)]  # fmt: skip
-    result = CliRunner().invoke(main, merging)
+    result = CliRunner().invoke(main, [*merging, "--on-merged", "raise"])
     assert result.exit_code == 1
     assert len(result.output.strip().splitlines()) == 1
     assert "merged numerically in" in result.output and "--on-merged exclude" in result.output
@@ -206,6 +206,15 @@ def test_a_numerical_merge_stops_the_cli_and_a_rerun_resumes_with_a_choice(tmp_p
     bound = counted["merge_ci_antipodal"]
     assert bound == excluded["merge_ci_antipodal"]
     assert bound[0] <= counted["ci_antipodal"][0] <= counted["ci_antipodal"][1] <= bound[1]
+    # The default counts them with a bound (two tokens: the two-token exponents, rigorous
+    # in the diffusion limit) after rerunning in float64 those whose float32 bound is
+    # weak, and says so in one line; its interval is Wilson's (the bound is far below 1e-3).
+    result = CliRunner().invoke(main, [*merging, "--json", "--overwrite", "--fresh"])
+    assert result.exit_code == 0, result.output
+    assert "rerun in float64" in result.stderr
+    auto = json.loads(result.stdout.strip().splitlines()[-1])["points"][0]
+    assert auto["merge_ci_antipodal"] == auto["ci_antipodal"]
+    assert auto["n_counted"] == 64
 
 
 def test_version_is_the_running_source_version(monkeypatch):

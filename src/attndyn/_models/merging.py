@@ -32,7 +32,8 @@ supermartingale, and the gap returns from δ to ``tol`` with probability at most
 (δ/tol)^λ. The direction v is lost in a merge, so the worst case over v is taken, with
 k ∈ [0, t], m ≤ (t + b)², w ≥ 0, where t = tr(P_θ K P_θ) ≥ ‖P_θ K P_θ‖ (K is positive
 semi-definite for both attention kinds) and b = |P_θ K θ|. The largest such λ is the
-pair's exponent κ (:meth:`MergeLaw.exponents`): closed form for full noise, bisection on
+pair's exponent κ (:meth:`MergeLaw.exponents`): the least of −2μ/ν at the corners of
+that range for full noise (a ratio linear in k and linear-fractional in m), bisection on
 an exact maximum of a quadratic for scalar noise, +∞ where the deterministic dynamics
 contract the gap (no noise, μ < 0), and none (no bound) where some direction could grow
 it (the hybrid model above ε_c, for instance, where +1 repels).
@@ -151,14 +152,20 @@ class MergeLaw:
         return np.where(e_sq <= 1e-10 * np.maximum(p, 1e-300), kappa, np.nan)
 
     def _matrix(self, alpha, p, t, m_hi) -> np.ndarray:
-        """Full noise (and no noise): the largest λ with λμ̄ + λ²ν̄/2 ≤ 0, μ̄ and ν̄ the
-        worst cases of μ and ν over the gap's direction."""
+        """Full noise (and no noise): min over the gap's direction of κ = −2μ/ν. With a
+        drift a the ratio is linear in k and linear-fractional in m, so its least value over
+        k ∈ [0, t], m ∈ [0, m_hi] is at a corner; where ν = 0 (no noise), κ = ∞ if μ < 0
+        at every corner, else no bound."""
         a, s2, d = self.drift, self.sigma**2, self.dim
-        mu = -2 * a * alpha + 2 * np.maximum(0.0, a * t) - s2 * p * (d - 1)
-        mu = mu + s2 * max(d - 3, 0) * m_hi
-        nu = 4 * s2 * (p + m_hi)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            kappa = np.where(nu > 0, -2 * mu / nu, np.where(mu < 0, np.inf, np.nan))
+        corners = []
+        for k in (np.zeros_like(t), t):
+            for m in (np.zeros_like(m_hi), m_hi):
+                mu = -2 * a * (alpha - k) + s2 * (-(d - 1) * p + (d - 3) * m)
+                nu = 4 * s2 * (p + m)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    ratio = np.where(nu > 0, -2 * mu / nu, np.where(mu < 0, np.inf, np.nan))
+                corners.append(ratio)
+        kappa = np.min(corners, axis=0)  # NaN anywhere: no bound
         return np.where(kappa > 0, kappa, np.nan)
 
     def _scalar(self, alpha, p, t, m_hi) -> np.ndarray:
