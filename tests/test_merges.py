@@ -193,7 +193,7 @@ def test_full_route_two_tokens_equal_float64():
     # attract above β_c(3) = 0). At −1 the exponent κ₋ = 0.48 leaves a float32 bound
     # above 10⁻⁷: those trajectories are rerun in float64 from the same numbers.
     make = functools.partial(_discrete, values=ad.MatrixValues(), depth=20, horizon=10.0)
-    raw, auto, _ = _agree(make, [dict(beta=2.0, dim=3, tokens=2)], 256, route="full")
+    _, auto, _ = _agree(make, [dict(beta=2.0, dim=3, tokens=2)], 256, route="full")
     assert int(auto["n_rerun"][0]) > 0
 
 
@@ -203,7 +203,7 @@ def test_frame_route_equals_float64():
     # clusters (two thirds of the trajectories by T = 16); their bound (κ ≈ 2 at d = 5)
     # is far below 10⁻⁷, so they are counted.
     make = functools.partial(_discrete, values=ad.MatrixValues(), depth=10, horizon=16.0)
-    raw, auto, _ = _agree(make, [dict(beta=3.0, dim=5, tokens=4)], 128)
+    _, auto, _ = _agree(make, [dict(beta=3.0, dim=5, tokens=4)], 128)
     assert ad.provenance(auto)["routes"] == ["reduced"]
     assert float(auto["merge_bound"].max()) < 1e-5
 
