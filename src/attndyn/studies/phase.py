@@ -67,6 +67,16 @@ POINT_KEYS = {
     "beta-eps": ("dim", "tokens", "eps", "beta"),
     "beta-n": ("dim", "tokens", "beta"),
 }
+#: The main job's model and grid (``attndyn phase-diagram`` with no options; the CLI's
+#: defaults are these). L = 100 keeps the layer map's O(1/√L) bias below the t = ∞ curve
+#: (−0.007 at L = 100, d = 10, β = 2: results.md) near half a standard error of 2,000
+#: trajectories; T = 100 lets the points beside a threshold settle; the β grid puts points
+#: on both sides of β_c(d) for d = 4, 6, 8 (0.66, 1.03, 1.24) but none within 0.15 of one,
+#: where the drift away from −1 vanishes and no finite T settles (0:4:0.5 had β = 1.0,
+#: 0.03 below β_c(6), with pairs still antipodal at T = 240).
+DEFAULT_DEPTH = 100
+DEFAULT_HORIZON = 100.0
+DEFAULT_BETAS = "0,0.4,0.8,1.5,2,2.5,3,3.5,4"
 ENGINES = ("discrete", "sde")
 NOISES = ("full", "hybrid", "none")
 #: The attention each kind uses unless said otherwise. Fig. 4 tests Prop. 1, which holds
@@ -153,8 +163,8 @@ class ModelSpec:
     attention: str = "softmax"
     values: str | None = None
     sigma: float = 1.0
-    depth: int = 50
-    horizon: float = 60.0
+    depth: int = DEFAULT_DEPTH
+    horizon: float = DEFAULT_HORIZON
     solver: str = "euler"
     dt: float = 0.01
     save_at: tuple[float | int, ...] | None = None
