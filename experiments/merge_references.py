@@ -6,10 +6,14 @@ LayerNorm variant), at the study's own L and T, with more trajectories than the 
 for two tokens, the exact t = ∞ probability of the scale function (a check of the
 reference, not of the study: finite T and L move the answer). Compare with:
 
-    attndyn phase-diagram --beta 1 --dim 2 --tokens 2 --trajectories 20000 --depth 100 --horizon 20 --seed 9 [--x64]
-    attndyn phase-diagram --beta 3 --dim 4 --tokens 3 --trajectories 8000 --depth 100 --horizon 20 --seed 55
-    attndyn phase-diagram --beta 1,3 --dim 4 --trajectories 1000 --depth 50 --horizon 20 --route full
-    attndyn phase-diagram --norm layernorm --beta 3 --dim 5 --tokens 2 --trajectories 2000 --depth 100 --horizon 20
+    attndyn phase-diagram --beta 1 --dim 2 --tokens 2 --trajectories 20000 --depth 100 \
+        --horizon 20 --seed 9 [--x64]
+    attndyn phase-diagram --beta 3 --dim 4 --tokens 3 --trajectories 8000 --depth 100 \
+        --horizon 20 --seed 55
+    attndyn phase-diagram --beta 1,3 --dim 4 --trajectories 1000 --depth 50 --horizon 20 \
+        --route full
+    attndyn phase-diagram --norm layernorm --beta 3 --dim 5 --tokens 2 --trajectories 2000 \
+        --depth 100 --horizon 20
 
 About 3 minutes on a 2-core CPU.
 
@@ -25,9 +29,13 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.numpy_reference import softmax_attention  # noqa: E402
+import attndyn as ad
+from tests.numpy_reference import softmax_attention
 
-import attndyn as ad  # noqa: E402
+
+def unit(y: np.ndarray) -> np.ndarray:
+    """Rows normalised."""
+    return y / np.linalg.norm(y, axis=-1, keepdims=True)
 
 
 def centred(y: np.ndarray) -> np.ndarray:
@@ -50,7 +58,7 @@ def simulate(n, tokens, dim, beta, *, depth, horizon, norm="rms", seed=0, tol=1e
         for _ in range(round(depth * horizon)):
             m = rng.standard_normal((size, dim, dim))
             y = x + np.einsum("bik,blk->bil", softmax_attention(x, beta), m) / np.sqrt(depth)
-            x = normalise(y) if normalise is not None else y / np.linalg.norm(y, -1, keepdims=True)
+            x = normalise(y) if normalise is not None else unit(y)
         gram = np.einsum("bik,bjk->bij", x, x)
         i, j = np.triu_indices(tokens, 1)
         together, apart = gram[:, i, j] >= 1 - tol, gram[:, i, j] <= -1 + tol

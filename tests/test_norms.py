@@ -146,11 +146,13 @@ def test_layernorm_runs_on_the_reduced_route_of_d_minus_1():
     # §0): the reduced route runs that one, its start centred and normalised first.
     model = ad.studies.phase_model(beta=1.0, dim=5, tokens=2, norm="layernorm")
     route = ad.select_route(model, n_tokens=2, dim=5)
-    assert route.name == "reduced" and route.model.dim == 4
-    assert route.model.start.name == "layernorm" and route.model.model.scheme.norm.name == "rms"
+    reduced = route.model
+    assert isinstance(reduced, ad.ReducedTransformer) and reduced.dim == 4
+    assert reduced.start.name == "layernorm" and reduced.model.scheme.norm.name == "rms"
     # Three tokens at d = 3 do not fit the hyperplane's d − 1 = 2 (N = d − 1 = 2 does).
     assert ad.select_route(model, n_tokens=3, dim=3).name == "full"
-    assert ad.select_route(model, n_tokens=2, dim=3).model.dim == 2
+    plane = ad.select_route(model, n_tokens=2, dim=3).model
+    assert isinstance(plane, ad.ReducedTransformer) and plane.dim == 2
     # A gain or bias, or another scheme, leaves the hyperplane's sphere: no reduction.
     affine = ad.DiscreteTransformer(
         ad.Attention(1.0), scheme=ad.PostLN(norm=ad.LayerNorm(gain=jnp.full(5, 2.0)))

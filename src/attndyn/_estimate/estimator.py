@@ -388,7 +388,6 @@ class _Study:
         self.last_save = self.started
         self.chunks: list[int] = []
         self.models64: dict[int, AbstractModel] = {}  # float64 models for reruns, by point
-        self.merge_context: tuple = ()
 
     def _lock(self) -> Lock | None:
         if self.checkpoint is None:
@@ -485,7 +484,6 @@ class _Study:
         chunk = self.chunk_size(index, point, stop - start)
         self.chunks.append(chunk)
         key = point_key(self.key, point.point)
-        self.merge_context = (index, point, key, stop)
         dtype = jnp.float64 if plan.x64 else jnp.float32
         args = (
             # Indices at or past ``stop`` pad the last chunk and are not counted.
@@ -507,7 +505,7 @@ class _Study:
                 # dispatches asynchronously; add_chunk waits for its results).
                 if pending is not None:
                     self.add(index, *pending, bar)
-                pending = results, min(group, stop - tile_start), tile_start
+                pending = results, min(group, stop - tile_start), (key, tile_start, stop)
             if pending is not None:
                 self.add(index, *pending, bar)
             if self.alone:
@@ -515,21 +513,23 @@ class _Study:
             if time.perf_counter() - self.last_save > CHECKPOINT_EVERY:
                 self.save()
 
-    def add(self, index: int, results: TileResults, done: int, first: int, bar) -> None:
-        """Add one call's results (``done`` trajectories of point ``index`` from index
-        ``first``) to the tallies; with ``on_merged="auto"`` its merges resolved first."""
+    def add(self, index: int, results: TileResults, done: int, where: tuple, bar) -> None:
+        """Add one call's results (``done`` trajectories of point ``index``; ``where``: the
+        point's key, the call's first index and the point's end) to the tallies; with
+        ``on_merged="auto"`` its merges resolved first."""
         tallied = results.tallied
         if self.plan.on_merged == "auto" and np.asarray(tallied[6]).any():
-            tallied = self.resolve_merges(index, results, first)
+            tallied = self.resolve_merges(index, results, *where)
         self.tallies.add_chunk(index, *tallied)
         self.tallies.n_done[index] += done
         bar.update(done)
 
-    def resolve_merges(self, index: int, results: TileResults, first: int) -> tuple:
+    def resolve_merges(
+        self, index: int, results: TileResults, key: PRNGKeyArray, first: int, stop: int
+    ) -> tuple:
         """The call's tallies after bounding, rerunning and counting its merged
         trajectories (:func:`.merges.resolve`); what it did goes to the tallies."""
         plan, point = self.plan, self.plan.points[index]
-        _, _, key, stop = self.merge_context
         tallied = results.tallied
         saves = results.saves
         merged = np.asarray(tallied[6])
