@@ -108,9 +108,8 @@ def test_beta_n_sde_has_antipodal_pair_positive(tmp_path):
     # SDE engine the drift off the sphere is reported (projection: rounding only).
     args = ["--kind", "beta-n", "--engine", "sde", "--beta", "6", "--tokens", "3,4"]
     args += ["--dim", "4", "--trajectories", "48", "--horizon", "10", "--dt", "0.02"]
-    # Clusters at β = 6 reach float32's resolution on the N × d SDE: counted, as Fig. 6's
-    # classes are deep inside the clusters (the default would stop at the first merge).
-    args += ["--on-merged", "count"]
+    # Clusters at β = 6 reach float32's resolution on the N × d SDE: the default counts
+    # them with their bound (no rerun: the SDE's float64 path is another path).
     result = CliRunner().invoke(
         main, ["phase-diagram", *args, "--no-progress", "--out", str(tmp_path), "--json"]
     )
@@ -123,6 +122,7 @@ def test_beta_n_sde_has_antipodal_pair_positive(tmp_path):
         1.5 * ad.theory.p_antipodal_uniform(6.0, 4), rel=2e-3
     )
     assert "p_antipodal_pair_three_tokens" not in points[1]
+    assert "n_rerun" not in points[0] and points[0]["n_counted"] == 48
     for p in points:
         assert p["p_has_antipodal_pair"] >= p["p_antipodal"]
         # Wilson lower bound of P(antipodal) > 0, and antipodal ⊂ has-antipodal-pair.
