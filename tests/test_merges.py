@@ -256,6 +256,21 @@ def test_sde_route_equals_float64():
         assert abs(a - b) <= 4 * np.sqrt(2) * binomial_se(b, 128), (outcome, a, b)
 
 
+@pytest.mark.slow  # two compilations, ~10 s of CPU
+def test_reruns_give_the_same_numbers_whatever_the_chunk_size(tile):
+    # Two tokens at d = 3, β = 4 on the N × d route: float32 merges at −1 are rerun in
+    # float64, in batches of each device tile's merged trajectories in index order, so
+    # every number (counts, means, n_merged, n_rerun, merge_bound) is the same bit for bit
+    # for any chunk size (and device count: tiles never depend on it).
+    tile(16)
+    make = functools.partial(_discrete, values=ad.MatrixValues(), depth=5, horizon=30.0)
+    point = [dict(beta=4.0, dim=3, tokens=2)]
+    runs = [_study(make, point, 64, route="full", chunk_size=c) for c in (16, None)]
+    assert int(runs[0]["n_rerun"][0]) > 0
+    for name in runs[0].data_vars:
+        np.testing.assert_array_equal(runs[0][name].values, runs[1][name].values, name)
+
+
 def _discrete(beta, dim, tokens, *, values, depth, horizon, norm="rms"):
     del dim, tokens
     return ad.DiscreteTransformer(
