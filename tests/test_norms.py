@@ -211,3 +211,7 @@ def test_two_token_layernorm_matches_the_exact_curve_of_d_minus_1_at_depth():
         {"dim": 7, "tokens": 2, "beta": 2.5},
     ]
     _two_token_layernorm(points, n_trajectories=20000, depth=100, horizon=60.0, seed=22)
+    # The reduced route (the default) runs the RMS chain of d − 1: the same curve.
+    _two_token_layernorm(
+        points, n_trajectories=20000, depth=100, horizon=60.0, seed=23, route="auto"
+    )
