@@ -200,8 +200,8 @@ def test_full_route_two_tokens_equal_float64():
 @pytest.mark.slow
 def test_frame_route_equals_float64():
     # N = 4, d = 5, β = 3: the frame route's float32 coordinates merge pairs inside
-    # clusters (two thirds of the trajectories by T = 16); their bound (κ ≈ 2 at d = 5)
-    # is far below 10⁻⁷, so they are counted.
+    # clusters (335 of 512 trajectories by T = 40 at L = 20); their bound (κ ≈ 2 at
+    # d = 5) is far below 10⁻⁷, so they are counted.
     make = functools.partial(_discrete, values=ad.MatrixValues(), depth=10, horizon=16.0)
     _, auto, _ = _agree(make, [dict(beta=3.0, dim=5, tokens=4)], 128)
     assert ad.provenance(auto)["routes"] == ["reduced"]
