@@ -145,8 +145,10 @@ class AbstractScheme(eqx.Module):
     scale_free: ClassVar[bool] = False
 
     #: Whether every layer is Post-LN's map ``x_i ← norm(x_i + V_n A_i(X))`` (003 eq. 4 and
-    #: eq. 7): the map whose two-token overlap chain the reduced routes write out scalar by
-    #: scalar, and whose overlap diffusion (spec §4) early absorption is derived from.
+    #: eq. 7; in the ODE, speed 1: the attention flow itself): the map whose two-token
+    #: overlap chain the reduced routes write out scalar by scalar, and whose overlap
+    #: diffusion (spec §4) early absorption and the merge law of a merged pair are derived
+    #: from.
     post_ln_map: ClassVar[bool] = False
 
     #: The token normalisation of every normalising step of the scheme: :class:`RMSNorm`
