@@ -270,7 +270,8 @@ class ReducedTransformer(AbstractModel):
         float32's smallest normal numbers stay resolved (what early absorption at −1 needs).
         """
         model = self.model
-        a, sigma = self._gaussian_matrix()
+        # Named apart from σ = sign(cos φ) below.
+        value_drift, value_sigma = self._gaussian_matrix()
         dtype = cz.dtype
         depth = model.layers_per_unit
         # Row i of G = [B | L]: the value noise acting on frame direction i.
@@ -288,8 +289,8 @@ class ReducedTransformer(AbstractModel):
             (p21 - p12) + sigma * (p22 - p11) - sigma * (p22 - sigma * p12) * w,
             (p22 - sigma * p12) * sz,
         )
-        drift = a / depth
-        scale = sigma / math.sqrt(depth)
+        drift = value_drift / depth
+        scale = value_sigma / math.sqrt(depth)
         base1 = (lead + drift * k1[0], drift * k1[1], 0, 0)
         base_d = (-sigma * w * lead + drift * dk[0], sz * lead + drift * dk[1], 0, 0)
         x1 = [b + scale * (k1[0] * u + k1[1] * v) for b, u, v in zip(base1, g1, g2)]
