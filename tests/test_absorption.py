@@ -11,12 +11,14 @@ import pytest
 from scipy import integrate
 
 import attndyn as ad
+from attndyn._models.reduced.absorbing import AbsorbingRoute
 from attndyn._models.reduced.absorption import (
     MIN_GAP,
     absorption_exponents,
     absorption_gaps,
     escape_bound,
 )
+from attndyn._models.reduced.chain import TwoTokenChain
 from attndyn.theory import _phase as _theory
 
 
@@ -129,7 +131,8 @@ def test_compaction_runs_only_the_live_trajectories_and_changes_nothing():
     reduced = model.reduction(2, 4).model
     assert reduced is not None
     absorbing = reduced.with_absorption(tol=1e-3, bound=1e-7, dim=4)
-    assert isinstance(absorbing, ad.ReducedTransformer)
+    assert isinstance(absorbing, AbsorbingRoute)
+    assert isinstance(absorbing.route, TwoTokenChain)
     gaps = absorbing.absorption_gaps()
     assert gaps is not None and gaps[0] > 0 and gaps[1] > 0
     keys = jax.random.split(jax.random.key(4), 600)
@@ -160,7 +163,7 @@ def test_the_two_token_chain_holds_its_gap_instead_of_merging():
         post_ln, [{"dim": 4, "tokens": 2, "beta": 2.0}], key=jax.random.key(12),
         n_trajectories=512, progress=False,
     )  # fmt: skip
-    assert ad.provenance(ds)["simulated"] == ["ReducedTransformer"]
+    assert ad.provenance(ds)["simulated"] == ["TwoTokenChain"]
     assert int(ds["n_merged"].max()) == 0
     tiny = float(np.finfo(np.float32).tiny)
     reduced = ad.DiscreteTransformer(ad.Attention(2.0), ad.MatrixValues(1.0)).reduction(2, 4)

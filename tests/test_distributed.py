@@ -19,6 +19,7 @@ from attndyn._estimate.distributed import (
     process_block,
 )
 from attndyn._estimate.runner import default_chunk_size
+from attndyn._models.reduced.absorbing import AbsorbingRoute
 from tests.markers import two_cpu_devices
 
 POINTS = [{"dim": 4, "tokens": 2, "beta": 3.0}, {"dim": 3, "tokens": 3, "beta": 1.0}]
@@ -181,7 +182,7 @@ def test_an_accelerator_runs_a_small_study_in_one_tile(monkeypatch):
 
     def absorb_tile() -> int:
         absorbing = reduced.with_absorption(tol=1e-3, bound=1e-7, dim=4)
-        assert isinstance(absorbing, ad.ReducedTransformer)
+        assert isinstance(absorbing, AbsorbingRoute)
         return absorbing.absorb_tile
 
     assert absorb_tile() == absorption.ACCELERATOR_ABSORB_TILE

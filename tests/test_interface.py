@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import attndyn as ad
+from attndyn._models.reduced.chain import TwoTokenChain
 from tests.helpers import binomial_se
 
 
@@ -126,7 +127,8 @@ def test_every_model_simulates_a_batch(name):
 
 def test_routes_are_chosen_by_the_model():
     model = ad.DiscreteTransformer(ad.Attention(1.0), depth=5)
-    assert isinstance(ad.select_route(model, n_tokens=2, dim=4).model, ad.ReducedTransformer)
+    assert isinstance(ad.select_route(model, n_tokens=2, dim=4).model, TwoTokenChain)
+    assert isinstance(ad.select_route(model, n_tokens=3, dim=4).model, ad.ReducedTransformer)
     assert ad.select_route(model, n_tokens=2, dim=4, route="full").model is model
     full = ad.select_route(model, n_tokens=4, dim=4)
     assert full.name == "full" and "N = 4" in full.reason

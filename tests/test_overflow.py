@@ -21,6 +21,7 @@ import pytest
 
 import attndyn as ad
 from attndyn._estimate.plan import make_plan, to_float64
+from attndyn._models.reduced.chain import TwoTokenChain
 from attndyn._models.reduced.frame import two_token_frame
 from tests.helpers import binomial_se
 
@@ -54,7 +55,7 @@ def _chain_layer(reduced, cz, sz, z, chi):
 @eqx.filter_jit
 def _frame_layer(reduced, frames, noise):
     def one(c, g):
-        return reduced._layer_frame(c, jnp.asarray(0), key=jax.random.key(0), noise=g)
+        return reduced.layer(c, jnp.asarray(0), key=jax.random.key(0), noise=g)
 
     return jax.vmap(one)(frames, noise)
 
@@ -67,7 +68,8 @@ def test_the_two_token_chain_agrees_with_the_frame_layer_in_float64():
     for beta in BETAS:
         reduced = _usa(beta).reduction(2, 4).model
         assert reduced is not None
-        assert type(reduced).__name__ == "ReducedTransformer"
+        assert isinstance(reduced, TwoTokenChain)
+        frame = ad.ReducedTransformer(reduced.model, 2, 4)  # the general route, N = 2 too
         cz, sz, z, chi = _states(64, seed=int(beta))
         f32 = jnp.float32
         args = (jnp.asarray(cz, f32), jnp.asarray(sz, f32), jnp.asarray(z, f32))
@@ -76,7 +78,7 @@ def test_the_two_token_chain_agrees_with_the_frame_layer_in_float64():
         noise = np.stack([np.stack(row, -1) for row in rows], axis=1)
         with jax.enable_x64(True):
             frames = jax.vmap(two_token_frame)(jnp.asarray(cz), jnp.asarray(sz))
-            wide = _frame_layer(to_float64(reduced), frames, jnp.asarray(noise))
+            wide = _frame_layer(to_float64(frame), frames, jnp.asarray(noise))
             reference = np.asarray(wide)
         np.testing.assert_allclose(np.asarray(new_cz), reference[:, 1, 0], atol=2e-5)
         np.testing.assert_allclose(np.asarray(new_sz), np.abs(reference[:, 1, 1]), atol=2e-5)

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 import attndyn as ad
-from attndyn._models.reduced.model import lq, pair_gaps, reduction_blocker
+from attndyn._models.reduced.chain import TwoTokenChain
+from attndyn._models.reduced.frame import lq, pair_gaps
+from attndyn._models.reduced.reduction import reduction_blocker
 from attndyn._models.reduced.samplers import (
     LAYER_BLOCK,
     mt_candidate,
@@ -227,7 +229,7 @@ def test_chain_numbers_depend_on_the_key_only(dim):
     keys = jax.random.split(jax.random.key(5), 6)
     x0 = jax.vmap(lambda k: ad.uniform_sphere(key=k, n_tokens=2, dim=dim))(keys)
     whole = make(None)
-    assert isinstance(whole, ad.ReducedTransformer)
+    assert isinstance(whole, TwoTokenChain)
     cut = make((0.3, 0.7, 1.0, 1.45, 2.3))
     a = np.asarray(whole.simulate(x0, keys)[:, -1])
     b = np.asarray(cut.simulate(x0, keys)[:, -1])

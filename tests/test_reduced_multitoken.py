@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import attndyn as ad
-from attndyn._models.reduced.model import lq, pair_gaps
+from attndyn._models.reduced.frame import lq, pair_gaps
 from tests import numpy_reference
 from tests.helpers import two_sample_ks_pvalue
 

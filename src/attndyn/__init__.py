@@ -135,7 +135,7 @@ if TYPE_CHECKING:
         ODESolution as ODESolution,
     )
     from ._models.overlap import AbstractOverlapSDE as AbstractOverlapSDE, OverlapSDE as OverlapSDE
-    from ._models.reduced.model import ReducedTransformer as ReducedTransformer
+    from ._models.reduced.frame_route import ReducedTransformer as ReducedTransformer
     from ._models.sde import (
         AbstractSphereSDE as AbstractSphereSDE,
         HybridSDE as HybridSDE,

@@ -34,7 +34,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .._models.merging import RESOLUTION_ULPS, MergeLaw, pair_bound, resolution_gap
-from .._models.reduced.absorption import DEFAULT_BOUND
+from .plan import DEFAULT_BOUND
 
 #: The per-trajectory bound under which a float32 merge is counted without a rerun: the
 #: early-absorption default (over n trajectories, at most n·10⁻⁷ changed classes expected).

@@ -21,7 +21,6 @@ from .._core.errors import (
     check_sequence,
 )
 from .._models.base import ROUTES, AbstractModel, select_route
-from .._models.reduced.absorption import DEFAULT_BOUND
 from .diagnose import overflow_refusal
 from .keys import Point, numeric_identity, point_id
 
@@ -29,6 +28,12 @@ NONFINITE_POLICIES = ("raise", "exclude")
 #: What to do with trajectories whose tokens merged numerically (see ``on_merged``; the
 #: first is the default).
 MERGE_POLICIES = ("auto", "raise", "exclude", "count")
+#: The default bound on the probability that a shortcut changes a trajectory's class:
+#: early absorption (``early_absorption=True`` or ``"auto"``; see
+#: :mod:`attndyn._models.reduced.absorption`) and a float32 merge counted without a rerun
+#: (:data:`attndyn._estimate.merges.MERGE_BOUND`). Over n trajectories at most n·10⁻⁷
+#: changed classes are expected, far below the Monte Carlo error.
+DEFAULT_BOUND = 1e-7
 #: Trajectories per point: their indices (plus one chunk of padding) stay in int32.
 MAX_TRAJECTORIES = 2**30
 #: Largest token dimension d and token count N (far beyond any device's memory already).

@@ -271,3 +271,11 @@ def advance_saves(
     xs = (jnp.arange(len(steps), dtype=jnp.int32), anchors, jnp.asarray(steps, jnp.int32))
     (state, saves), _ = jax.lax.scan(segment, (state, saves), xs)
     return state, saves
+
+
+def simulate_in_blocks(model: AbstractModel, x0: Array, keys: Array) -> Array:
+    """``begin`` → ``advance`` over all of ``model.stepping()`` → ``finish``: a whole
+    simulation in one call, by the code the estimator runs block by block."""
+    stop = jnp.asarray(model.stepping()[0], jnp.int32)
+    state = model.advance(model.begin(x0, keys), keys, jnp.zeros((), jnp.int32), stop)
+    return model.finish(state)

@@ -29,6 +29,7 @@ from .._core.schemes import AbstractScheme, PostLN, attention_update
 from .._core.values import AbstractValues, DeterministicValues, MatrixValues
 from .._core.weights import DrawnWeights, RandomWeights
 from .base import AbstractTrajectoryModel, Reduction, advance_saves, begin_saves
+from .reduced.reduction import reduce_discrete
 
 #: The depth L when neither ``depth`` nor ``step`` is given.
 DEFAULT_DEPTH = 100
@@ -307,9 +308,6 @@ class DiscreteTransformer(AbstractTrajectoryModel):
         return law_of(self.attention, space, drift=drift, sigma=sigma, eps=eps)
 
     def reduction(self, n_tokens: int, dim: int) -> Reduction:
-        # Imported here: the reduced route is built on this model, not the other way round.
-        from .reduced.model import reduce_discrete
-
         return reduce_discrete(self, n_tokens, dim)
 
 

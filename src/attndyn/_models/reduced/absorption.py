@@ -15,9 +15,10 @@ relative O(β·tol) over the end intervals; a safety factor 2 covers it. We choo
 
     δ± = tol · (ε/2)^{1/κ±}
 
-so that an absorbed trajectory leaves its class later with probability at most ε (default
-10⁻⁷) per trajectory. Over n trajectories the expected number of changed class
-indicators is at most n·ε at every save time, far below the Monte Carlo error √(n p(1−p)).
+so that an absorbed trajectory leaves its class later with probability at most ε (the
+estimator's default 10⁻⁷, ``attndyn._estimate.plan.DEFAULT_BOUND``) per trajectory. Over
+n trajectories the expected number of changed class indicators is at most n·ε at every
+save time, far below the Monte Carlo error √(n p(1−p)).
 The bound is that of the diffusion limit; at finite L the two-token chain is close to it
 (its log-gap is a random walk with the same drift-to-variance ratio up to O(1/L)), which
 the tests check by comparing with full-horizon runs. The two-token chain carries sin φ with
@@ -27,8 +28,8 @@ can be trusted far below the clustering tolerance; an end that would need δ bel
 correctness first, speed where it is free.
 
 Absorbed trajectories are set aside: each block of layers runs only the live ones,
-compacted into tiles (:meth:`ReducedTransformer._run_absorbing`), so a chunk's cost
-follows the trajectories still moving.
+compacted into tiles (:class:`.absorbing.AbsorbingRoute`, the wrapper model that runs
+this), so a chunk's cost follows the trajectories still moving.
 
 Absorbed trajectories keep their state, so their mean cosine at later saves is frozen
 within δ of ±1 instead of creeping closer: a change of at most δ per trajectory.
@@ -45,14 +46,11 @@ from ...theory._phase import _exponents, beta_critical
 if TYPE_CHECKING:
     from ..discrete import DiscreteTransformer
 
-#: Default bound on the probability that an absorbed trajectory later changes class.
-DEFAULT_BOUND = 1e-7
-
 #: Smallest δ used: the relative-precision chain resolves gaps far below it in float32.
 MIN_GAP = 1e-60
 
 #: Live trajectories run together between absorption checks
-#: (:meth:`ReducedTransformer._run_absorbing`): on CPU a tile that stays in cache and
+#: (:class:`.absorbing.AbsorbingRoute`): on CPU a tile that stays in cache and
 #: follows the live count closely; an accelerator needs thousands side by side to be
 #: filled at all (seed 003's Fig. 3 on one H100: 137 s in tiles of 512).
 CPU_ABSORB_TILE = 512
@@ -68,9 +66,7 @@ def absorption_exponents(beta: float, dim: int) -> tuple[float, float]:
     return a_plus + 1, a_minus + 1
 
 
-def absorption_gaps(
-    beta: float, dim: int, tol: float, bound: float = DEFAULT_BOUND
-) -> tuple[float, float]:
+def absorption_gaps(beta: float, dim: int, tol: float, bound: float) -> tuple[float, float]:
     """(δ₊, δ₋): gaps 1 − z ≤ δ₊ or 1 + z ≤ δ₋ after which the class changes w.p. ≤ bound.
 
     Either is 0 when that end cannot be made safe within float32 resolution (or is not an

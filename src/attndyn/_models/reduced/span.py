@@ -15,7 +15,7 @@ down to float32's smallest normal numbers: two tokens never merge numerically, w
 float32 coordinates merge once they agree to ~10⁻⁷ (the numerical coalescence of issue 10).
 """
 
-from typing import ClassVar, final
+from typing import TYPE_CHECKING, ClassVar, final
 
 import equinox as eqx
 import jax
@@ -27,9 +27,11 @@ from ..._core.errors import ParameterError, check_int
 from ..._core.norms import AbstractNorm, RMSNorm
 from ..._core.random import fold_in
 from ..._core.values import AbstractScalarValues
-from ..base import AbstractModel, States, advance_saves, begin_saves
-from ..discrete import DiscreteTransformer
+from ..base import AbstractModel, States, advance_saves, begin_saves, simulate_in_blocks
 from .frame import fits_frame, held_sine, lq, start_frame, two_token_attention, two_token_frame
+
+if TYPE_CHECKING:
+    from ..discrete import DiscreteTransformer
 
 
 @final
@@ -38,7 +40,7 @@ class SpanTransformer(AbstractModel):
     N × N coordinates of the tokens' span (see the module docstring). Built by
     ``model.reduction(n_tokens, dim)``."""
 
-    model: DiscreteTransformer
+    model: "DiscreteTransformer"
     n_tokens: int = eqx.field(static=True)
     dim: int = eqx.field(static=True)
     #: The norm of the model the route stands for (see ``ReducedTransformer.start``).
@@ -79,9 +81,7 @@ class SpanTransformer(AbstractModel):
 
     @eqx.filter_jit
     def simulate(self, x0: Float[Array, "batch N d"], keys: Key[Array, " batch"]) -> States:
-        stop = jnp.asarray(self.stepping()[0], jnp.int32)
-        state = self.advance(self.begin(x0, keys), keys, jnp.zeros((), jnp.int32), stop)
-        return self.finish(state)
+        return simulate_in_blocks(self, x0, keys)
 
     def stepping(self) -> tuple[int, int]:
         return self.model.stepping()
