@@ -246,7 +246,8 @@ def case_overlap_solve() -> Arrays:
             integrator=_integrator(solver, dt=0.05),
         )
         sol = jax.vmap(lambda z, k, m=model: m.solve(z, key=k))(z0, keys)
-        parts[f"{noise}_{solver}"] = {"z": np.asarray(sol)} if isinstance(sol, jax.Array) else sol
+        # ``solve`` returned the array of Z until 0.5.0, a solution (its ``.z``) since.
+        parts[f"{noise}_{solver}"] = {"z": np.asarray(getattr(sol, "z", sol))}
     return merged(**parts)
 
 

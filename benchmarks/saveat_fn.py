@@ -48,13 +48,9 @@ def ode_route(model, fn: bool):
     def one(x0, key):
         del key
         term, y0, ts = _ode_parts(model, x0)
-        save = (
-            dfx.SaveAt(ts=ts, fn=lambda t, y, args: observe(y[0]))
-            if fn
-            else dfx.SaveAt(ts=ts)
-        )
+        save = dfx.SaveAt(ts=ts, fn=lambda t, y, args: observe(y[0])) if fn else dfx.SaveAt(ts=ts)
         sol = dfx.diffeqsolve(
-            term, integ.solver, ts[0], ts[-1], None, y0, model, saveat=save,
+            term, integ.solver, ts[0], ts[-1], None, y0, (model, model.scheme), saveat=save,
             stepsize_controller=dfx.PIDController(rtol=integ.rtol, atol=integ.atol),
             max_steps=integ.max_steps,
         )  # fmt: skip
