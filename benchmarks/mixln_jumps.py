@@ -55,6 +55,7 @@ def jump_ts(model):
             (model, model.scheme), saveat=dfx.SaveAt(ts=ts), stepsize_controller=controller,
             max_steps=integ.max_steps,
         )  # fmt: skip
+        assert sol.ys is not None and sol.stats is not None
         theta, r = sol.ys
         norms = jnp.linalg.norm(theta, axis=-1, keepdims=True)
         return theta / norms, r, sol.stats["num_accepted_steps"]

@@ -57,6 +57,7 @@ def ode_route(model, fn: bool):
             stepsize_controller=dfx.PIDController(rtol=integ.rtol, atol=integ.atol),
             max_steps=integ.max_steps,
         )  # fmt: skip
+        assert sol.ys is not None
         if fn:
             return sol.ys
         return jax.vmap(observe)(sol.ys[0])

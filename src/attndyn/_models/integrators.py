@@ -15,6 +15,7 @@ one call to ``diffrax.diffeqsolve`` of each family is here.
 """
 
 import abc
+import dataclasses
 import functools
 import math
 import warnings
@@ -327,35 +328,38 @@ def _diffusion(t, y, sde: AbstractItoSDE):
 def sde_solver(name: str) -> dfx.AbstractSolver:
     """The diffrax solver that the name ``name`` stands for (one of :data:`SDE_SOLVERS`):
     ``"euler"`` is ``diffrax.Euler()``, ``"heun"`` ``diffrax.Heun()``, ``"spark"``
-    ``diffrax.SPaRK()`` (the last two with ``scan_kind="lax"``: a plain loop over their
-    stages, which forward-mode solves need no checkpoints for). The one place that maps
-    the CLI's and the studies' names to solvers."""
+    ``diffrax.SPaRK()``. The one place that maps the CLI's and the studies' names to
+    solvers."""
     check_choice("solver", name, SDE_SOLVERS)
     solvers: dict[str, Callable[[], dfx.AbstractSolver]] = {
         "euler": dfx.Euler,
-        "heun": functools.partial(dfx.Heun, scan_kind="lax"),
-        "spark": functools.partial(dfx.SPaRK, scan_kind="lax"),
+        "heun": dfx.Heun,
+        "spark": dfx.SPaRK,
     }
     return solvers[name]()
 
 
 def _as_sde_solver(solver: Any) -> Any:
     """Converter of :attr:`SDEIntegrator.solver`: a name (deprecated in 0.5.0, removed in
-    0.6) becomes its solver object, with a DeprecationWarning."""
-    if not isinstance(solver, str):
-        return solver
-    if solver in _SPELLED:
+    0.6) becomes its solver object, with a DeprecationWarning; a Runge–Kutta solver left
+    to diffrax's default stage loop (``scan_kind=None``: checkpointed, for reverse-mode
+    gradients) runs a plain one (``"lax"``), which the forward-mode solves here need."""
+    if isinstance(solver, str):
+        if solver not in _SPELLED:
+            raise ParameterError(
+                f"solver={solver!r} is not a solver; pass a diffrax SDE solver, {_OFFERED} "
+                f"(the names {', '.join(map(repr, SDE_SOLVERS))} still work until 0.6)."
+            )
         warnings.warn(
             f"SDEIntegrator(solver={solver!r}) is deprecated and will be removed in attndyn "
             f"0.6; pass the diffrax solver instead: solver={_SPELLED[solver]}.",
             DeprecationWarning,
             stacklevel=user_stacklevel(),
         )
-        return sde_solver(solver)
-    raise ParameterError(
-        f"solver={solver!r} is not a solver; pass a diffrax SDE solver, {_OFFERED} (the "
-        f"names {', '.join(map(repr, SDE_SOLVERS))} still work until 0.6)."
-    )
+        solver = sde_solver(solver)
+    if isinstance(solver, eqx.Module) and getattr(solver, "scan_kind", "") is None:
+        solver = dataclasses.replace(solver, scan_kind="lax")
+    return solver
 
 
 #: The Brownian increments diffrax's paths give: plain, or with space-time (-time) Lévy area.
