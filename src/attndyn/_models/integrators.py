@@ -390,7 +390,9 @@ class SDEIntegrator(eqx.Module):
             and every one converges to the same solution. Additive-noise solvers (SRA1,
             ShARK, SEA) and Milstein are refused by the models, which know their noise.
             The names ``"euler"``, ``"heun"``, ``"spark"`` are deprecated (a
-            DeprecationWarning; removed in 0.6).
+            DeprecationWarning; removed in 0.6). A Runge–Kutta solver left to diffrax's
+            default stage loop runs a plain one (``scan_kind="lax"``; these solves are
+            forward-mode and need no checkpoints).
         dt: the step, in (0, T]; the step actually taken is ``T / ceil(T / dt)``.
         project: renormalise the rows after each step (default True; a retraction that
             keeps the weak order).
