@@ -7,6 +7,7 @@ tokens, by an unbounded law of v_n, or by a missing reference.
 import math
 import warnings
 
+import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -103,8 +104,8 @@ def test_the_sdes_reduce_to_the_overlap_diffusion_for_two_tokens():
     for sde in (ad.TransformerSDE(att), ad.HybridSDE(att, eps=0.5)):
         assert isinstance(sde.reduction(2, 4).model, ad.OverlapSDE)
         assert sde.reduction(3, 4).model is None
-    spark = ad.HybridSDE(att, eps=0.5, integrator=ad.SDEIntegrator("spark"))
-    assert "spark" in spark.reduction(2, 4).reason
+    spark = ad.HybridSDE(att, eps=0.5, integrator=ad.SDEIntegrator(diffrax.SPaRK()))
+    assert "SPaRK" in spark.reduction(2, 4).reason
     causal = ad.HybridSDE(ad.Attention(1.0, causal=True), eps=0.5)
     assert causal.reduction(2, 4).model is None
 

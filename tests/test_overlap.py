@@ -118,12 +118,12 @@ def test_full_sde_overlap_matches_1d_diffusion_in_law(kind, noise):
         attention=kind, noise=noise, eps=1.0, dim=dim, saveat=saveat, integrator=integrator
     )
     keys = jax.random.split(jax.random.key(12), n)
-    z_1d = jax.vmap(lambda z, k: ad.OverlapSDE(beta, **kw).solve(z, key=k)[-1])(z0, keys)
+    z_1d = jax.vmap(lambda z, k: ad.OverlapSDE(beta, **kw).solve(z, key=k).z[-1])(z0, keys)
     assert two_sample_ks_pvalue(_clip(z_full), _clip(z_1d)) > 1e-3
     if (kind, noise) == ("softmax", "full"):
         # Power: the diffusion printed in 003 eq. 21 (no √2) is rejected.
         typo = _PrintedSA(ad.OverlapSDE(beta, **kw))  # pyright: ignore[reportCallIssue]
-        z_typo = jax.vmap(lambda z, k: typo.solve(z, key=k)[-1])(z0, keys)
+        z_typo = jax.vmap(lambda z, k: typo.solve(z, key=k).z[-1])(z0, keys)
         assert two_sample_ks_pvalue(_clip(z_full), _clip(z_typo)) < 1e-6
 
 
@@ -151,7 +151,7 @@ def test_hybrid_overlap_long_time_end(kind, beta, eps, end):
         integrator=ad.SDEIntegrator(dt=0.01),
     )
     z0 = jnp.linspace(-0.9, 0.9, 400)
-    z = jax.vmap(lambda z, k: o.solve(z, key=k)[-1])(z0, jax.random.split(jax.random.key(5), 400))
+    z = jax.vmap(lambda z, k: o.solve(z, key=k).z[-1])(z0, jax.random.split(jax.random.key(5), 400))
     assert float(jnp.mean(jnp.abs(z - end) < 1e-3)) >= 0.95
 
 

@@ -195,12 +195,12 @@ class AbstractTrajectoryModel(AbstractModel):
     def trajectory(self, x0: Float[Array, "N d"], *, key: PRNGKeyArray) -> Float[Array, "S N k"]:
         """The state at each of :attr:`save_times`, starting from ``x0`` at t = 0."""
 
-    def simulate(self, x0, keys):
+    def simulate(self, x0: Float[Array, "batch N d"], keys: Key[Array, " batch"]) -> States:
         check_start("x0", x0, ndim=3)  # before tracing: jit refuses some types first
         return self._simulate(x0, keys)
 
     @eqx.filter_jit
-    def _simulate(self, x0, keys):
+    def _simulate(self, x0: Float[Array, "batch N d"], keys: Key[Array, " batch"]) -> States:
         # Compiled whole where a user calls it outside jit (inside the estimator's program
         # the call is inlined).
         return jax.vmap(lambda x, k: self.trajectory(x, key=k))(x0, keys)
