@@ -83,7 +83,8 @@ def run_engine(w: dict, route: str, n: int | None = None, points=None) -> tuple[
         progress=False,
         route=route,  # type: ignore[arg-type]
         # W2's 32 tokens in d = 16 cluster to float32 resolution by T = 10 (506 of 512
-        # trajectories): a throughput workload, so merges are counted, not stopped at.
+        # trajectories): a throughput workload, so merges are counted as computed (the
+        # default would bound them too, on the host).
         on_merged="count",
     )
     return time.perf_counter() - start, ds

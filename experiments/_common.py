@@ -76,10 +76,9 @@ def run(points, *, n_trajectories, seed, save_at=None, x64=False, checkpoint=Non
         x64=x64,
         checkpoint=checkpoint,
         # Figs. 6-9 run N ≥ 3 tokens on the float32 N × d route, where tokens of one
-        # cluster merge numerically (every trajectory of Fig. 7 by t ≈ 7). Inside a
-        # contracting cluster the merged tokens' classes are the dynamics' own: counted,
-        # and n_merged reports how many.
-        on_merged="count",
+        # cluster merge numerically (every trajectory of Fig. 7 by t ≈ 7): the default
+        # (on_merged="auto") counts them with a bound on a changed class (merge_bound),
+        # reruns in float64 those it cannot bound well, and n_merged reports how many.
     )
     print(
         f"{len(points)} points x {n_trajectories} trajectories in "
@@ -137,10 +136,13 @@ def summary(ds, path: Path) -> None:
                 float(r["ci_lower"].sel(outcome=o)),
                 float(r["ci_upper"].sel(outcome=o)),
             ]
-        # Trajectories whose tokens merged numerically by the last save (counted), and
-        # then the interval that holds whatever class they truly have.
+        # Trajectories whose tokens merged numerically by the last save (counted), those
+        # rerun in float64, the bound on merged ones in a wrong class, and the interval
+        # that holds with it.
         row["n_merged"] = int(r["n_merged"])
+        row["n_rerun"] = int(r["n_rerun"]) if "n_rerun" in r else 0
         if row["n_merged"]:
+            row["merge_bound"] = _plain(float(r["merge_bound"]))
             row["merge_ci"] = {
                 o: [
                     float(r["merge_ci_lower"].sel(outcome=o)),

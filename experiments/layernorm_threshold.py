@@ -8,8 +8,9 @@ dimensions at the same β, so the antipodal state of two tokens becomes reachabl
 β > 0. (A real LayerNorm at radius √d and inverse temperature β is this one at β·d.)
 
 The script estimates P(antipodal) for two uniform tokens with Wilson 95 % intervals:
-LayerNorm in d (on the full N × d route, which it needs), RMS in d and RMS in d − 1 (on the
-exact-in-law reduced route), and draws the exact t = ∞ curves of d and of d − 1. The
+LayerNorm in d (on the full N × d route: the reduced route runs LayerNorm as the RMS model
+in d − 1, the very identity tested here), RMS in d and RMS in d − 1 (on the exact-in-law
+reduced route), and draws the exact t = ∞ curves of d and of d − 1. The
 identity holds in law at every depth L and horizon T, so LayerNorm in d and RMS in d − 1
 are compared directly (difference with a 95 % interval, independent samples): no
 discretisation or finite-T bias enters that comparison, while both sit below the t = ∞
@@ -45,10 +46,7 @@ def estimate(norm: str, dims, betas, *, n, depth, horizon, seed):
         n_trajectories=n,
         progress=False,
         metadata={"experiment": "layernorm threshold", "norm": norm},
-        # LayerNorm runs on the float32 N × d route, where pairs merge at ±1; both ends
-        # attract above β_c, so the merged pairs' classes are the dynamics' (n_merged says
-        # how many; the figure compares with the exact curves).
-        on_merged="count",
+        route="full" if norm == "layernorm" else "auto",
     )
 
 

@@ -124,3 +124,21 @@ def test_the_command_line_starts_without_jax():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_public_api_lists_user_names_only():
+    # dir() and `import *` give the documented names, not helpers (TYPE_CHECKING, _attach,
+    # importlib were listed before), and every listed name resolves.
+    import attndyn
+    import attndyn.studies
+    import attndyn.theory
+
+    for module in (attndyn, attndyn.studies, attndyn.theory):
+        public = module.__all__
+        assert public == sorted(set(public)), module.__name__
+        assert all(not name.startswith("_") for name in public)
+        extra = [n for n in dir(module) if not n.startswith("__") and n not in public]
+        if module is not attndyn.theory:  # a plain module also lists its submodules
+            assert not extra, (module.__name__, extra)
+        for name in public:
+            assert getattr(module, name) is not None

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import attndyn as ad
+from attndyn._models.reduced.frame import lq
 
 
 @eqx.filter_jit
@@ -59,6 +60,8 @@ def _post_ln(values, *, scheme=None, kind="softmax", beta=2.0):
     )
 
 
+_LN = ad.PostLN(norm="layernorm")
+
 MODELS = {
     # (model, N, d): the full route, the reduced frame route (N = 3), the two-token chain
     # with early absorption (checks at multiples of absorb_every: blocks end there), the
@@ -74,6 +77,14 @@ MODELS = {
     ),
     "span chain": (_post_ln(ad.ScalarValues(1.5), kind="unnormalized").reduction(2, 4).model, 2, 4),
     "span layers": (_post_ln(ad.ScalarValues(0.5)).reduction(3, 4).model, 3, 4),
+    # Centred LayerNorm runs as the RMS model in d − 1 on both reduced routes, its save at
+    # t = 0 the start itself (issue 28): kept apart from the route's state on the span route.
+    "frame layernorm": (_post_ln(ad.MatrixValues(1.0), scheme=_LN).reduction(3, 5).model, 3, 5),
+    "span layers layernorm": (
+        _post_ln(ad.ScalarValues(0.5), scheme=_LN).reduction(3, 5).model,
+        3,
+        5,
+    ),
 }
 
 
@@ -96,5 +107,7 @@ def test_blocks_change_no_number(name):
     for _ in range(3):
         np.testing.assert_array_equal(np.asarray(_in_blocks(model, x0, keys, rng)), whole)
     assert np.all(np.isfinite(whole))
+    if "layernorm" in name:  # the save at t = 0 is the start's own frame
+        np.testing.assert_allclose(whole[:, 0], np.asarray(jax.vmap(lq)(x0)), atol=1e-6)
     if name == "chain absorbing":  # some trajectories were absorbed (their saves repeat)
         assert np.any(np.all(whole[:, -1] == whole[:, -2], axis=(-2, -1)))

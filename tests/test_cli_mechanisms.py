@@ -23,7 +23,7 @@ def test_phase_diagram_with_layernorm(tmp_path):
     # The exact curve is the RMS one of d − 1 = 4 dimensions.
     assert point["p_antipodal_exact"] == pytest.approx(ad.theory.p_antipodal_uniform(2.0, 4))
     ds = xr.open_dataset(tmp_path / "phase_diagram.nc")
-    assert ad.provenance(ds)["norm"] == "layernorm" and ad.provenance(ds)["route"] == "full"
+    assert ad.provenance(ds)["norm"] == "layernorm" and ad.provenance(ds)["route"] == "reduced"
     ds.close()
 
 

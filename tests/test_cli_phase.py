@@ -139,9 +139,8 @@ def test_beta_n_sde_has_antipodal_pair_positive(tmp_path):
     # SDE engine the drift off the sphere is reported (projection: rounding only).
     args = ["--kind", "beta-n", "--engine", "sde", "--beta", "6", "--tokens", "3,4"]
     args += ["--dim", "4", "--trajectories", "48", "--horizon", "10", "--dt", "0.02"]
-    # Clusters at β = 6 reach float32's resolution on the N × d SDE: counted, as Fig. 6's
-    # classes are deep inside the clusters (the default would stop at the first merge).
-    args += ["--on-merged", "count"]
+    # Clusters at β = 6 reach float32's resolution on the N × d SDE: the default counts
+    # them with their bound (no rerun: the SDE's float64 path is another path).
     result = CliRunner().invoke(
         main, ["phase-diagram", *args, "--no-progress", "--out", str(tmp_path), "--json"]
     )
@@ -154,6 +153,7 @@ def test_beta_n_sde_has_antipodal_pair_positive(tmp_path):
         1.5 * ad.theory.p_antipodal_uniform(6.0, 4), rel=2e-3
     )
     assert "p_antipodal_pair_three_tokens" not in points[1]
+    assert "n_rerun" not in points[0] and points[0]["n_counted"] == 48
     for p in points:
         assert p["p_has_antipodal_pair"] >= p["p_antipodal"]
         # Wilson lower bound of P(antipodal) > 0, and antipodal ⊂ has-antipodal-pair.
@@ -196,14 +196,14 @@ def test_unnormalised_attention_at_beta_120_runs_or_is_refused_before_running(tm
 
 
 def test_a_numerical_merge_stops_the_cli_and_a_rerun_resumes_with_a_choice(tmp_path):
-    # Deterministic-in-law Post-LN at β = 4 over T = 30 on the float32 N × d route: some
-    # pairs come within float32's resolution. The default stops (status 1, one line,
+    # Post-LN with full value noise at β = 4 over T = 30 on the float32 N × d route: some
+    # pairs come within float32's resolution. --on-merged raise stops (status 1, one line,
     # before any file), keeping the checkpoint; --on-merged count resumes from it, and
     # exclude gives the estimate over the other trajectories.
     merging = ["phase-diagram", "--beta", "4", "--dim", "3", "--tokens", "2", "--route",
                "full", "--trajectories", "64", "--horizon", "30", "--depth", "5",
                "--no-progress", "--out", str(tmp_path)]  # fmt: skip
-    result = CliRunner().invoke(main, merging)
+    result = CliRunner().invoke(main, [*merging, "--on-merged", "raise"])
     assert result.exit_code == 1
     assert len(result.output.strip().splitlines()) == 1
     assert "merged numerically in" in result.output and "--on-merged exclude" in result.output
@@ -224,6 +224,15 @@ def test_a_numerical_merge_stops_the_cli_and_a_rerun_resumes_with_a_choice(tmp_p
     bound = counted["merge_ci_antipodal"]
     assert bound == excluded["merge_ci_antipodal"]
     assert bound[0] <= counted["ci_antipodal"][0] <= counted["ci_antipodal"][1] <= bound[1]
+    # The default counts them with a bound (two tokens: the two-token exponents, rigorous
+    # in the diffusion limit) after rerunning in float64 those whose float32 bound is
+    # weak, and says so in one line; its interval is Wilson's (the bound is far below 1e-3).
+    result = CliRunner().invoke(main, [*merging, "--json", "--overwrite", "--fresh"])
+    assert result.exit_code == 0, result.output
+    assert "rerun in float64" in result.stderr
+    auto = json.loads(result.stdout.strip().splitlines()[-1])["points"][0]
+    assert auto["merge_ci_antipodal"] == auto["ci_antipodal"]
+    assert auto["n_counted"] == 64
 
 
 def test_version_is_the_running_source_version(monkeypatch):

@@ -283,9 +283,11 @@ def test_a_merge_stops_every_process_alike(tmp_path):
     # Each process sees only its own trajectories: had one raised at its first merge, the
     # other would wait for it at the gather. The check runs on the totals, so both stop,
     # with the same line, and neither hangs (the communicate timeout would fail the test).
-    # 16 trajectories: one merges (index < 4), in one process's block only.
+    # 16 trajectories: one merges (index < 4), in one process's block only; --on-merged
+    # raise stops at it (the default would rerun or bound it).
     args = ["phase-diagram", "--beta", "4", "--dim", "3", "--tokens", "2", "--route", "full",
-            "--trajectories", "16", "--horizon", "30", "--depth", "5", "--no-progress"]  # fmt: skip
+            "--trajectories", "16", "--horizon", "30", "--depth", "5", "--no-progress",
+            "--on-merged", "raise"]  # fmt: skip
     runs = _two_processes(args, tmp_path)
     lines = []
     for status, _, err in runs:

@@ -141,28 +141,44 @@ def test_theory_of_layernorm_is_rms_in_d_minus_1():
         ad.theory.beta_critical(2, "layernorm")
 
 
-def test_the_reduced_route_refuses_layernorm():
+def test_layernorm_runs_on_the_reduced_route_of_d_minus_1():
+    # Post-LN with a centred LayerNorm is, in law, the RMS model in d − 1 dimensions (spec
+    # §0): the reduced route runs that one, its start centred and normalised first.
     model = ad.studies.phase_model(beta=1.0, dim=5, tokens=2, norm="layernorm")
     route = ad.select_route(model, n_tokens=2, dim=5)
-    assert route.name == "full" and "d − 1" in route.reason
-    with pytest.raises(ad.ParameterError, match="layernorm"):
-        ad.select_route(model, n_tokens=2, dim=5, route="reduced")
+    reduced = route.model
+    assert isinstance(reduced, ad.ReducedTransformer) and reduced.dim == 4
+    assert reduced.start.name == "layernorm" and reduced.model.scheme.norm.name == "rms"
+    # Three tokens at d = 3 do not fit the hyperplane's d − 1 = 2 (N = d − 1 = 2 does).
+    assert ad.select_route(model, n_tokens=3, dim=3).name == "full"
+    plane = ad.select_route(model, n_tokens=2, dim=3).model
+    assert isinstance(plane, ad.ReducedTransformer) and plane.dim == 2
+    # A gain or bias, or another scheme, leaves the hyperplane's sphere: no reduction.
+    affine = ad.DiscreteTransformer(
+        ad.Attention(1.0), scheme=ad.PostLN(norm=ad.LayerNorm(gain=jnp.full(5, 2.0)))
+    )
+    pre = ad.DiscreteTransformer(ad.Attention(1.0), scheme=ad.PreLN(norm="layernorm"))
+    for refused in (affine, pre):
+        route = ad.select_route(refused, n_tokens=2, dim=5)
+        assert route.name == "full" and "d − 1" in route.reason
+        with pytest.raises(ad.ParameterError, match="layernorm"):
+            ad.select_route(refused, n_tokens=2, dim=5, route="reduced")
 
 
-def _two_token_layernorm(points, *, n_trajectories, depth, horizon, seed):
+def _two_token_layernorm(points, *, n_trajectories, depth, horizon, seed, route="full"):
     """P(antipodal) of Post-LN with full Gaussian value noise and centred LayerNorm, N = 2,
-    against the exact t = ∞ curves of d − 1 (the claim) and of d (what RMS would give)."""
+    against the exact t = ∞ curves of d − 1 (the claim) and of d (what RMS would give),
+    on the N × d model itself (``route="full"``: the claim, independently of the reduced
+    route that assumes it) or on the reduced route of d − 1."""
     ds = ad.estimate_probabilities(
         lambda **p: ad.studies.phase_model(**p, depth=depth, horizon=horizon, norm="layernorm"),
         points,
         key=jax.random.key(seed),
         n_trajectories=n_trajectories,
         progress=False,
-        # On the float32 N × d route pairs merge at ±1, both attracting above β_c: counting
-        # them is right, and the exact curve checks it (the default would stop the run).
-        on_merged="count",
+        route=route,
     )
-    assert ad.provenance(ds)["route"] == "full"
+    assert ad.provenance(ds)["route"] == ("full" if route == "full" else "reduced")
     for i, p in enumerate(points):
         exact = ad.theory.p_antipodal_uniform(p["beta"], p["dim"] - 1)
         wrong = ad.theory.p_antipodal_uniform(p["beta"], p["dim"])
@@ -195,3 +211,7 @@ def test_two_token_layernorm_matches_the_exact_curve_of_d_minus_1_at_depth():
         {"dim": 7, "tokens": 2, "beta": 2.5},
     ]
     _two_token_layernorm(points, n_trajectories=20000, depth=100, horizon=60.0, seed=22)
+    # The reduced route (the default) runs the RMS chain of d − 1: the same curve.
+    _two_token_layernorm(
+        points, n_trajectories=20000, depth=100, horizon=60.0, seed=23, route="auto"
+    )

@@ -135,7 +135,7 @@ def test_totals_beyond_two_million_trajectories_do_not_depend_on_chunk_order():
 
 
 def test_excluding_merged_trajectories_is_the_estimate_over_the_others():
-    # Two routes to one number: the dataset built with exclude_merged from the tallies
+    # Two routes to one number: the dataset built with on_merged="exclude" from the tallies
     # (all trajectories, and the merged ones apart) against NumPy over the unmerged
     # trajectories alone, per save time, for the counts, probabilities and the means.
     from attndyn._estimate.dataset import probabilities_dataset
@@ -151,7 +151,8 @@ def test_excluding_merged_trajectories_is_the_estimate_over_the_others():
         t.add_chunk(0, c.sum(0), len(part), 0, values[part], values[part], values[part], m,
                     (c & m[..., None]).sum(0))  # fmt: skip
     t.n_done[0] = n
-    ds = probabilities_dataset(t, [{"dim": 3}], np.arange(1.0, saves + 1), exclude_merged=True)
+    times = np.arange(1.0, saves + 1)
+    ds = probabilities_dataset(t, [{"dim": 3}], times, on_merged="exclude")
     kept = ~merged
     np.testing.assert_array_equal(ds["n_counted"].values[0], kept.sum(0))
     np.testing.assert_array_equal(ds["n_merged"].values[0], merged.sum(0))
@@ -166,7 +167,7 @@ def test_excluding_merged_trajectories_is_the_estimate_over_the_others():
         np.testing.assert_allclose(
             ds["probability"].values[0, s], (classes[kept[:, s], s]).mean(0), rtol=1e-12
         )
-    counted = probabilities_dataset(t, [{"dim": 3}], np.arange(1.0, saves + 1))
+    counted = probabilities_dataset(t, [{"dim": 3}], times, on_merged="count")
     np.testing.assert_array_equal(counted["count"].values[0], classes.sum(0))
     np.testing.assert_allclose(counted["mean_cosine"].values[0], values.mean(0), atol=1e-8)
     # The merge-robust interval, from the trajectories themselves: Wilson's lower bound of
@@ -187,6 +188,33 @@ def test_excluding_merged_trajectories_is_the_estimate_over_the_others():
         k = (np.where(merged[..., None], other, classes)).sum(0)
         lo, hi = wilson_interval(k, n)
         assert np.all(lo >= lower) and np.all(hi <= upper)
+    # Counted or excluded without a bound, their error is unknown: merge_bound says so.
+    assert np.all(np.isnan(counted["merge_bound"].values[0][merged.sum(0) > 0]))
+
+
+def test_auto_widens_the_wilson_interval_by_the_merges_its_bound_allows():
+    # Under on_merged="auto" the merged trajectories are counted with a bound on the
+    # expected number in a wrong class (merge_bound, tallied in units of 2⁻³²): by Markov,
+    # more than m are wrong with probability <= bound/(m + 1), so merge_ci is Wilson's
+    # interval of the count -/+ m with m the least count making that <= 1e-3; m = 0 (the
+    # Wilson interval itself) below a summed bound of 1e-3.
+    from attndyn._estimate.stats import wilson_interval
+
+    times = np.array([0.4, 1.0])
+    t = _tallies()
+    t.n_valid[:] = t.n_done[:] = 40
+    t.counts[1] = [[10, 20, 20, 10], [30, 5, 5, 5]]
+    t.merge_bound[:] = np.array([[0.0, 0.5e-3], [0.0045, 0.0125]]) * 2.0**32
+    ds = probabilities_dataset(t, [{"dim": 3}, {"dim": 4}], times, on_merged="auto")
+    np.testing.assert_allclose(ds["merge_bound"].values, t.merge_bound / 2.0**32)
+    n = t.n_valid[:, None, None]
+    for wrong, (p, s) in ((0, (0, 0)), (0, (0, 1)), (4, (1, 0)), (12, (1, 1))):
+        count = t.counts[p, s]
+        lo, _ = wilson_interval(np.maximum(count - wrong, 0), n[p, 0])
+        _, hi = wilson_interval(np.minimum(count + wrong, n[p, 0]), n[p, 0])
+        np.testing.assert_array_equal(ds["merge_ci_lower"].values[p, s], lo)
+        np.testing.assert_array_equal(ds["merge_ci_upper"].values[p, s], hi)
+    np.testing.assert_array_equal(ds["merge_ci_lower"].values[0], ds["ci_lower"].values[0])
 
 
 def test_a_checkpoint_of_format_2_is_read_as_integers(tmp_path, monkeypatch):

@@ -56,6 +56,7 @@ CASES = [
     (1.0, 10, 3, ad.PreLN(), "softmax", 1.0),
     (0.5, 24, 3, ad.PostLN(), "softmax", 0.5),
     (1.0, 2, 1, ad.PreLN(), "softmax", 1.0),
+    (1.0, 2, 2, ad.PostLN(), "softmax", 0.5),  # N = d = 2: the chain without complement
 ]
 
 
@@ -81,10 +82,13 @@ def test_reduced_and_full_routes_agree_in_law(beta, dim, tokens, scheme, kind, h
 
 
 def test_d2_has_no_complement():
-    # N = 2 at d = 2 is not reducible (N < d fails); N = 1 at d = 2 is (tested in law above).
+    # Two tokens in the plane reduce with an empty complement (the chain of their angle,
+    # tested in law above); three tokens of R^2 or R^3 do not (N < d fails, N = d > 2).
     model = ad.DiscreteTransformer(ad.Attention(1.0), depth=5, saveat=ad.SaveAt(1.0))
-    assert reduction_blocker(model, 2, 2) is not None
+    assert reduction_blocker(model, 2, 2) is None
     assert reduction_blocker(model, 1, 2) is None
+    assert reduction_blocker(model, 3, 2) is not None
+    assert reduction_blocker(model, 3, 3) is not None
 
 
 @pytest.mark.slow

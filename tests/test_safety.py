@@ -167,6 +167,7 @@ def _record(model=None, *, make=_model, **options):
         "route": "auto",
         "early_absorption": False,
         "on_nonfinite": "raise",
+        "on_merged": "count",  # as _estimate: the record says how merges are tallied
     }
     key = options.pop("key", [0, 3])
     plan_options.update(options)

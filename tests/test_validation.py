@@ -501,21 +501,25 @@ _run_merging = functools.partial(
 )  # fmt: skip
 
 
-def test_numerically_merged_tokens_stop_the_run_by_default(tmp_path):
-    # A merge is reported, never averaged in: by default the run stops at the first chunk
-    # with one, naming the point and the ways out, after saving the checkpoint.
+def test_numerically_merged_tokens_stop_the_run_when_asked(tmp_path):
+    # on_merged="raise": the run stops at the first chunk with a merge, naming the point
+    # and the ways out, after saving the checkpoint.
     path = tmp_path / "ck.nc"
     with pytest.raises(ad.NumericalMergeError, match=r"merged numerically in \d+ of 40") as e:
-        _run_merging(_MERGING, checkpoint=path)
+        _run_merging(_MERGING, checkpoint=path, on_merged="raise")
     assert "x64=True" in str(e.value) and "on_merged='exclude'" in str(e.value)
     assert "resumes from the checkpoint" in str(e.value) and path.exists()
-    # The choice is not part of the study: a rerun with either resumes, its work kept.
+    # raise, exclude and count tally the same arithmetic: a rerun with count resumes, its
+    # work kept.
     with pytest.warns(ad.NumericalMergeWarning, match="They are counted in their class"):
         resumed = _run_merging(_MERGING, checkpoint=path, on_merged="count")
     with pytest.warns(ad.NumericalMergeWarning):
         fresh = _run_merging(_MERGING, on_merged="count")
     np.testing.assert_array_equal(resumed["count"], fresh["count"])
     assert ad.provenance(resumed)["on_merged"] == "count"
+    # The default tallies reruns where it needs them: not the same study.
+    with pytest.raises(ad.ParameterError, match="on_merged"):
+        _run_merging(_MERGING, checkpoint=path)
     with warnings.catch_warnings():
         warnings.simplefilter("error", ad.NumericalMergeWarning)
         far = _run_merging([{**_MERGING[0], "horizon": 1.0}])  # t = 1: far apart, no merge
@@ -524,6 +528,31 @@ def test_numerically_merged_tokens_stop_the_run_by_default(tmp_path):
     # Nothing merged: the merge-robust interval is Wilson's.
     np.testing.assert_array_equal(far["merge_ci_lower"], far["ci_lower"])
     np.testing.assert_array_equal(far["merge_ci_upper"], far["ci_upper"])
+
+
+def test_merged_tokens_are_counted_with_their_bound_by_default():
+    # The default (on_merged="auto") runs through: deterministic Post-LN contracts every
+    # merged pair inside its cluster (the gap's rate is negative at every save time: κ =
+    # ∞), so the merged trajectories are counted with a bound of 0, no rerun needed, no
+    # warning, and the counts are the arithmetic's (as with "count").
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ad.NumericalMergeWarning)
+        auto = _run_merging(_MERGING)
+    with pytest.warns(ad.NumericalMergeWarning):
+        counted = _run_merging(_MERGING, on_merged="count")
+    assert int(auto["n_merged"].max()) > 0 and int(auto["n_rerun"][0]) == 0
+    np.testing.assert_array_equal(auto["count"], counted["count"])
+    np.testing.assert_array_equal(auto["merge_bound"], 0.0)
+    np.testing.assert_array_equal(auto["merge_ci_lower"], auto["ci_lower"])
+    merges = ad.provenance(auto)["merges"]
+    assert merges["laws"][0]["drift"] == 1.0 and merges["n_rerun"] == [0]
+    # And it is the float64 run of the same study (the smoke of tests/test_merges.py's
+    # per-route comparisons): the same random numbers, so the same paths; 4 SE of 40.
+    wide = _run_merging(_MERGING, x64=True)
+    assert int(wide["n_merged"][0, 0]) < int(auto["n_merged"][0, 0])
+    for outcome in ("single", "antipodal", "unclustered"):
+        a, b = (ds["probability"].sel(outcome=outcome).values for ds in (auto, wide))
+        assert np.all(np.abs(a - b) <= 4 * np.sqrt(np.maximum(b * (1 - b), 1 / 40) / 40))
 
 
 def test_excluded_merged_trajectories_leave_every_estimate():

@@ -44,7 +44,8 @@ def attach(
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """``(__getattr__, __dir__)`` of ``package`` (its ``__init__`` at ``init_file``, its
     globals ``namespace``): a name is imported on first access and then kept in the
-    namespace, so later accesses cost nothing."""
+    namespace, so later accesses cost nothing. Sets the package's ``__all__`` to its
+    public names (``from attndyn import *`` and ``dir(attndyn)`` list only those)."""
     table = exports(init_file)
 
     def __getattr__(name: str) -> Any:
@@ -57,6 +58,10 @@ def attach(
         return value
 
     def __dir__() -> list[str]:
-        return sorted({*namespace, *table})
+        # The public names and the module's dunders: not TYPE_CHECKING, not helpers.
+        dunders = {name for name in namespace if name.startswith("__")}
+        return sorted({*dunders, *public})
 
+    public = sorted(name for name in table if not name.startswith("_"))
+    namespace["__all__"] = public
     return __getattr__, __dir__

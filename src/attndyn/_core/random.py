@@ -7,8 +7,15 @@ Gaussians costs more than the layer's arithmetic (262 ns of a 620 ns layer at N 
 d = 4). :func:`threefry2x32` is the same hash written out (20 rounds), so XLA fuses it with
 the key derivation before and the Gaussian transform after. The functions here return
 exactly what JAX's do (the tests compare them bit for bit), so the numbers of a seed do not
-change; keys of another implementation (``rbg``, ``unsafe_rbg``), non-float32 dtypes and
+change; keys of another implementation (``rbg``, ``unsafe_rbg``) and
 ``jax_threefry_partitionable=False`` fall back to ``jax.random`` itself.
+
+Random numbers are float32 numbers whatever the working precision: asked for float64,
+these functions draw float32 and cast (:data:`DRAW_DTYPE`). A float64 run (``x64``) thus
+computes the same paths as a float32 run of the same seed, with less rounding, which is
+what lets the estimator rerun a trajectory that float32 merged as *that* trajectory in
+float64 (``on_merged="auto"``); an independent float64 path, selected because float32
+merged it, would bias the estimate.
 """
 
 import math
@@ -22,6 +29,15 @@ _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 _PARITY = np.uint32(0x1BD11BDA)
 #: The largest float32 above −1: ``jax.random.normal`` draws its uniform on [this, 1).
 _LOW = np.nextafter(np.float32(-1), np.float32(0))
+#: The precision of every random number (see the module docstring).
+DRAW_DTYPE = jnp.float32
+
+
+def wider(dtype) -> bool:
+    """Whether ``dtype`` is a float other than :data:`DRAW_DTYPE`: numbers for it are drawn
+    as float32 and cast."""
+    dtype = jnp.dtype(dtype)
+    return bool(jnp.issubdtype(dtype, jnp.floating)) and dtype != jnp.dtype(DRAW_DTYPE)
 
 
 def _rotate_left(v: Array, r: int) -> Array:
@@ -81,6 +97,8 @@ def uniform(
     key: PRNGKeyArray, shape: tuple[int, ...], dtype=jnp.float32, minval=0.0, maxval=1.0
 ) -> Array:
     """``jax.random.uniform(key, shape, dtype, minval, maxval)`` (Python-number bounds)."""
+    if wider(dtype):
+        return uniform(key, shape, DRAW_DTYPE, minval, maxval).astype(dtype)
     if not _fast(key, dtype):
         return jax.random.uniform(key, shape, dtype, minval=minval, maxval=maxval)
     return uniform_from_words(bits(key, shape), minval, maxval)
@@ -94,6 +112,8 @@ def symmetric_uniform(key: PRNGKeyArray, shape: tuple[int, ...], dtype=jnp.float
 
 def rademacher(key: PRNGKeyArray, shape: tuple[int, ...], dtype=jnp.float32) -> Array:
     """``jax.random.rademacher(key, shape, dtype)``: ±1 from ``uniform < ½``."""
+    if wider(dtype):
+        return rademacher(key, shape, DRAW_DTYPE).astype(dtype)
     if not _fast(key, dtype):
         return jax.random.rademacher(key, shape, dtype)
     heads = uniform(key, shape) < np.float32(0.5)
@@ -121,6 +141,8 @@ def symmetric_from_words(words: Array) -> Array:
 
 def normal(key: PRNGKeyArray, shape: tuple[int, ...], dtype=jnp.float32) -> Array:
     """``jax.random.normal(key, shape, dtype)``: √2·erfinv of :func:`symmetric_uniform`."""
+    if wider(dtype):
+        return normal(key, shape, DRAW_DTYPE).astype(dtype)
     if not _fast(key, dtype):
         return jax.random.normal(key, shape, dtype)
     return np.float32(math.sqrt(2)) * jax.lax.erf_inv(symmetric_uniform(key, shape, dtype))

@@ -35,7 +35,9 @@ def uniform_sphere(
     it runs as one program instead of op by op; inside the estimator's program the call
     is inlined, with the same numbers. The Gaussians are ``jax.random.normal``'s: the
     unrolled :func:`.random.normal`, bit-exact alone, fuses differently with the
-    normalisation and moves the starts by a rounding."""
+    normalisation and moves the starts by a rounding. They are float32 numbers whatever
+    ``dtype`` (cast, then normalised in ``dtype``): a float64 start is the float32 start of
+    the same key, to rounding (see :mod:`attndyn._core.random`)."""
     check_int("n_tokens", n_tokens, lower=1)
     check_int("dim", dim, lower=1)
     # Python ints and a dtype are static under filter_jit (a NumPy integer would be traced).
@@ -44,7 +46,7 @@ def uniform_sphere(
 
 @eqx.filter_jit
 def _uniform_sphere(key: PRNGKeyArray, n_tokens: int, dim: int, dtype) -> Array:
-    return normalize(jax.random.normal(key, (n_tokens, dim), dtype))
+    return normalize(jax.random.normal(key, (n_tokens, dim), jnp.float32).astype(dtype))
 
 
 def sphere_drift(x: Float[Array, "*batch d"]) -> Float[Array, ""]:

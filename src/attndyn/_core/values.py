@@ -46,8 +46,9 @@ def sample_entries(
         return random.uniform(key, shape, dtype, minval=-s, maxval=s)
     if distribution == "rademacher":
         return random.rademacher(key, shape, dtype)
-    z = jax.random.truncated_normal(key, -TRUNCATION, TRUNCATION, shape, dtype)
-    return z / _TRUNCNORMAL_STD
+    # Drawn in float32 whatever ``dtype`` (see attndyn._core.random: x64 keeps the path).
+    z = jax.random.truncated_normal(key, -TRUNCATION, TRUNCATION, shape, random.DRAW_DTYPE)
+    return (z / _TRUNCNORMAL_STD).astype(dtype)
 
 
 class AbstractValues(eqx.Module):
@@ -91,6 +92,12 @@ class AbstractValues(eqx.Module):
     def noise(self) -> str:
         """``"none"``, ``"matrix"`` or ``"scalar"``."""
 
+    def limit_coefficients(self) -> tuple[float, float, float] | None:
+        """(a, σ, ε) of the operator's diffusion limit, V_n = a·I/L + σΞ_n/√L (full noise)
+        or (I/L)(1 + εv_n√L) (scalar noise), as numbers; ``None`` when it has none known
+        (what :mod:`attndyn._models.merging` needs to bound a merged pair)."""
+        return None
+
     def multiplier_atoms(self, depth: int | float) -> tuple[float, ...]:
         """The multipliers s with ``V_n = s·I`` taken with positive probability (float64),
         for a depth-``depth`` stack: none unless the operator is a multiple of the identity
@@ -129,6 +136,9 @@ class DeterministicValues(AbstractScalarValues):
 
     def multiplier_atoms(self, depth):
         return (1.0 / depth,)
+
+    def limit_coefficients(self):
+        return 1.0, 0.0, 0.0
 
     @property
     def noise(self) -> str:
@@ -180,6 +190,10 @@ class MatrixValues(AbstractValues):
     def noise(self) -> str:
         return "matrix"
 
+    def limit_coefficients(self):
+        # Every law of unit variance has the same limit (003 Thm 1).
+        return float(self.drift), float(self.sigma), 0.0
+
 
 @final
 class ScalarValues(AbstractScalarValues):
@@ -219,3 +233,6 @@ class ScalarValues(AbstractScalarValues):
     @property
     def noise(self) -> str:
         return "scalar"
+
+    def limit_coefficients(self):
+        return 1.0, 0.0, float(self.eps)

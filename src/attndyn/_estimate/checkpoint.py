@@ -106,6 +106,10 @@ def study_record(
         "save_times": plan.save_times.tolist(),
         "process": list(process),
         "x64": plan.x64,
+        # "auto" tallies float64 reruns of merged trajectories; the other choices tally
+        # the arithmetic as it ran and share their checkpoints (on_merged decides only
+        # how the dataset reads them).
+        "merges": "auto" if plan.on_merged == "auto" else "as computed",
         # What is tallied (pair densities, span dimensions and merges joined in 0.2).
         "tallies": list(Tallies.FIELDS),
         "points": [
@@ -144,6 +148,7 @@ def write_checkpoint(
     dims = {"counts": ("point", "time", "outcome"), "n_valid": ("point",)}
     dims.update(merged_counts=("point", "time", "outcome"))
     dims.update(n_nonfinite=("point",), n_done=("point",))
+    dims.update(n_rerun=("point",), n_unbounded=("point",))
     study = np.frombuffer(_json(record).encode(), dtype=np.uint8)
     ds = xr.Dataset(
         {
@@ -314,6 +319,7 @@ def _name(where: list, record: dict[str, Any]) -> str:
         "key": "the PRNG key (seed)",
         "prng_impl": "the PRNG implementation",
         "x64": "the precision, x64 (CLI: --x64),",
+        "merges": "the treatment of merged tokens, on_merged (CLI: --on-merged),",
     }
     if where and where[0] in names:
         return names[where[0]]

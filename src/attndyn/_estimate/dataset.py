@@ -21,6 +21,9 @@ from .metadata import describe, history_line
 from .stats import wilson_interval
 from .tallies import MEANS, Tallies
 
+#: ``merge_bound`` is tallied in units of 2⁻³² (:data:`.merges.BOUND_UNIT`).
+MERGE_UNIT = 2.0**32
+
 
 def package_version() -> str:
     """The version of the running source (never the install's metadata, which an editable
@@ -117,20 +120,30 @@ def mean_and_se(total: np.ndarray, total_sq: np.ndarray, n: np.ndarray):
     return mean, se
 
 
-def merge_robust_interval(tallies: Tallies) -> tuple[np.ndarray, np.ndarray]:
-    """A 95 % interval for each outcome's probability that holds whatever class the
-    numerically merged trajectories would have had without the rounding, (point, time,
-    outcome).
+def merge_robust_interval(tallies: Tallies, on_merged: str) -> tuple[np.ndarray, np.ndarray]:
+    """A 95 % interval for each outcome's probability that holds however the numerically
+    merged trajectories' classes were fixed, (point, time, outcome).
 
-    Of the n_valid trajectories, c are unmerged and in the outcome; the m merged ones add
-    an unknown 0 … m. Wilson's bounds grow with the count, so [lower(c), upper(c + m)]
-    over n_valid contains the Wilson interval of every possible true count: where nothing
-    merged it is the Wilson interval itself. Neither ``on_merged`` choice gives this:
-    ``count`` takes the arithmetic's classes, ``exclude`` conditions on not merging.
+    Under ``"auto"`` each counted merge is bounded (``merge_bound`` sums the chances that
+    one is in the wrong class): by Markov's inequality more than m of them are wrong with
+    probability at most ``merge_bound``/(m + 1), so with m the least count for which that is
+    ≤ 10⁻³, Wilson's bounds of the count ∓ m hold with 95 % less at most 0.1 %; where the
+    bound is below 10⁻³ (the common case) m = 0 and this is Wilson's interval. Under the
+    other choices the merged trajectories' classes are unknown: of the n_valid
+    trajectories, c are unmerged and in the outcome and the m merged ones add an unknown
+    0 … m, and Wilson's bounds grow with the count, so [lower(c), upper(c + m)] over
+    n_valid contains the Wilson interval of every possible true count (Wilson's interval
+    where nothing merged); neither ``count`` nor ``exclude`` gives this by itself.
     """
+    n = np.broadcast_to(tallies.n_valid[:, None, None], tallies.counts.shape)
+    if on_merged == "auto":
+        expected = tallies.merge_bound / MERGE_UNIT
+        wrong = np.maximum(np.ceil(expected * 1e3) - 1, 0).astype(np.int64)[..., None]
+        lower, _ = wilson_interval(np.maximum(tallies.counts - wrong, 0), n)
+        _, upper = wilson_interval(np.minimum(tallies.counts + wrong, n), n)
+        return lower, upper
     unmerged = tallies.counts - tallies.merged_counts
     merged = np.broadcast_to(tallies.n_merged[..., None], unmerged.shape)
-    n = np.broadcast_to(tallies.n_valid[:, None, None], unmerged.shape)
     lower, _ = wilson_interval(unmerged, n)
     _, upper = wilson_interval(unmerged + merged, n)
     return lower, upper
@@ -141,11 +154,13 @@ def probabilities_dataset(
     points: Sequence[Mapping[str, Any]],
     save_times: np.ndarray,
     *,
-    exclude_merged: bool = False,
+    on_merged: str = "auto",
 ) -> xr.Dataset:
     """Counts, probabilities, Wilson 95 % bounds over (point, time, outcome), and the mean
     cosine, pair density and span dimension (with standard errors) over (point, time),
-    over the valid trajectories, less those whose tokens merged with ``exclude_merged``."""
+    over the valid trajectories, less those whose tokens merged with ``on_merged`` set to
+    ``"exclude"``."""
+    exclude_merged = on_merged == "exclude"
     counts = tallies.counts
     n_counted = np.broadcast_to(tallies.n_valid[:, None], tallies.n_merged.shape)
     if exclude_merged:
@@ -159,7 +174,12 @@ def probabilities_dataset(
         means[name] = (("point", "time"), mean)
         means[f"{name}_se"] = (("point", "time"), se)
     lower, upper = wilson_interval(counts, n)
-    merge_lower, merge_upper = merge_robust_interval(tallies)
+    merge_lower, merge_upper = merge_robust_interval(tallies, on_merged)
+    # The summed bound of the counted merges ("auto"); unknown (NaN) where merged
+    # trajectories were counted or excluded unbounded.
+    bound = tallies.merge_bound / MERGE_UNIT
+    if on_merged != "auto":
+        bound = np.where(tallies.n_merged > 0, np.nan, 0.0)
     dims3 = ("point", "time", "outcome")
     ds = xr.Dataset(
         {
@@ -174,6 +194,8 @@ def probabilities_dataset(
             **means,
             "n_merged": (("point", "time"), tallies.n_merged),
             "n_counted": (("point", "time"), np.array(n_counted)),
+            "merge_bound": (("point", "time"), bound),
+            "n_rerun": ("point", tallies.n_rerun),
         },
         coords={
             "point": np.arange(len(points)),

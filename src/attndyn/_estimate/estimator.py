@@ -1,6 +1,8 @@
 """``estimate_probabilities``: the stages of :mod:`attndyn._estimate` put together."""
 
 import contextlib
+import dataclasses
+import functools
 import os
 import sys
 import time
@@ -25,6 +27,7 @@ from .._core.errors import (
     check_bool,
 )
 from .._models.base import AbstractModel
+from .._models.merging import resolution_gap
 from . import interrupts
 from .checkpoint import load_checkpoint, signature, study_record, write_checkpoint
 from .dataset import attach_provenance, probabilities_dataset, provenance_record
@@ -32,9 +35,19 @@ from .diagnose import overflow_message
 from .distributed import gather_tallies, process_block, process_layout
 from .files import Lock, LockBusy, writable_folder
 from .keys import Point, check_key, point_key
-from .plan import Plan, PointPlan, make_plan
+from .merges import (
+    BOUND_UNIT,
+    MERGE_BOUND,
+    RERUN_TILE,
+    Resolution,
+    Trajectories,
+    resolve,
+    tallies_of,
+)
+from .plan import Plan, PointPlan, make_plan, to_float64
 from .runner import (
     Blocks,
+    TileResults,
     chunk_indices,
     chunk_statistics,
     default_chunk_size,
@@ -67,6 +80,7 @@ ESTIMATOR_FIELDS = (
     "compile_seconds",
     "on_nonfinite",
     "on_merged",
+    "merges",
     "model",
     "signature",
     "runs",
@@ -89,7 +103,7 @@ def estimate_probabilities(
     route: str = "auto",
     early_absorption: bool | float | Literal["auto"] = False,
     x64: bool = False,
-    on_merged: Literal["raise", "exclude", "count"] = "raise",
+    on_merged: Literal["auto", "raise", "exclude", "count"] = "auto",
 ) -> xr.Dataset:
     """Estimate the probability of each clustering class at each save time, per point.
 
@@ -142,13 +156,20 @@ def estimate_probabilities(
             provenance as ``dtype``; a bool (a truthy string is refused).
         on_merged: what to do when a trajectory's tokens merge numerically (the float type
             cannot resolve their gap, so the arithmetic, not the dynamics, would fix its
-            class; see :func:`attndyn.numerically_merged`): ``"raise"`` a
-            :class:`NumericalMergeError` at the end of the first chunk where it happens
-            (the checkpoint is saved first, and serves a rerun with another choice);
-            ``"exclude"`` such trajectories from the probabilities and means at each save
-            time where they are merged (``n_counted`` = ``n_valid`` − ``n_merged``), or
-            ``"count"`` them in the class the arithmetic fixed. Either of the last two
-            warns (:class:`NumericalMergeWarning`), and ``n_merged`` says how many.
+            class; see :func:`attndyn.numerically_merged`). ``"auto"`` (the default):
+            bound the chance that each merged pair would have come apart (the model's
+            merge law, :mod:`attndyn._models.merging`), rerun in float64, from the same
+            random numbers, the float32 trajectories whose bound exceeds 10⁻⁷ or which
+            have none, count the merged ones in their class with the summed bound in
+            ``merge_bound`` and ``merge_ci``, and stop with a :class:`NumericalMergeError`
+            only where a merge stays unbounded (see :mod:`attndyn._estimate.merges`).
+            Explicit choices: ``"raise"`` at the end of the first chunk with a merge (the
+            checkpoint is saved first, and serves a rerun with ``"exclude"`` or
+            ``"count"``); ``"exclude"`` such trajectories from the probabilities and means
+            at each save time where they are merged (``n_counted`` = ``n_valid`` −
+            ``n_merged``), or ``"count"`` them in the class the arithmetic fixed; either of
+            these two warns (:class:`NumericalMergeWarning`). ``n_merged`` says how many,
+            always.
 
     With several processes (``jax.distributed``, see :func:`attndyn.initialize_distributed`),
     each process runs its block of tiles of every point (:func:`.distributed.process_block`)
@@ -158,11 +179,11 @@ def estimate_probabilities(
     Returns:
         An ``xarray.Dataset`` over ``(point, time, outcome)`` with ``count``,
         ``probability``, Wilson 95 % bounds ``ci_lower``/``ci_upper``, ``n_valid``,
-        ``n_nonfinite``, ``n_merged``, ``n_counted`` (the denominators),
-        ``merge_ci_lower``/``merge_ci_upper`` (95 % whatever class the merged
-        trajectories truly have), the mean
-        pairwise cosine with its standard error, one coordinate per parameter along
-        ``point``, and full provenance in ``attrs``.
+        ``n_nonfinite``, ``n_merged``, ``n_counted`` (the denominators), ``n_rerun``,
+        ``merge_bound``, ``merge_ci_lower``/``merge_ci_upper`` (95 % however the merged
+        trajectories' classes were fixed), the mean pairwise cosine with its standard
+        error, one coordinate per parameter along ``point``, and full provenance in
+        ``attrs``.
     """
     key = check_key(key)
     check_bool("x64", x64)
@@ -184,12 +205,18 @@ def estimate_probabilities(
         finally:  # the lock released, also after a Ctrl-C just after it was taken
             if study is not None:
                 study.close()
+    assert study is not None  # the study ran (pyright cannot tell after the finally)
+    return _results(plan, study, tallies, metadata)
+
+
+def _results(
+    plan: Plan, study: "_Study", tallies: Tallies, metadata: Mapping[str, Any] | None
+) -> xr.Dataset:
+    """The finished study's dataset, with its provenance (and the merge warning)."""
     record = _provenance(plan, study, tallies, metadata)
     warn_merged(plan, tallies)
     points = [p.point for p in plan.points]
-    ds = probabilities_dataset(
-        tallies, points, plan.save_times, exclude_merged=plan.on_merged == "exclude"
-    )
+    ds = probabilities_dataset(tallies, points, plan.save_times, on_merged=plan.on_merged)
     return attach_provenance(ds, record)
 
 
@@ -269,9 +296,10 @@ def merge_message(plan: Plan, tallies: Tallies, index: int) -> str:
 
 def warn_merged(plan: Plan, tallies: Tallies) -> None:
     """Tell the user where tokens merged numerically (``on_merged`` "count" or "exclude":
-    "raise" stopped at the first merge); ``n_merged`` says how many."""
+    "raise" stopped at the first merge, and "auto" bounded them); ``n_merged`` says how
+    many."""
     points = [i for i, n in enumerate(tallies.n_merged.max(axis=1)) if n > 0]
-    if not points:
+    if not points or plan.on_merged == "auto":
         return
     done = "counted in their class" if plan.on_merged == "count" else "excluded"
     warnings.warn(
@@ -280,6 +308,52 @@ def warn_merged(plan: Plan, tallies: Tallies) -> None:
         f"{plan.on_merged!r}); n_merged says how many at each point and save time.",
         NumericalMergeWarning,
         stacklevel=3,
+    )
+
+
+def host_trajectories(results: TileResults, saves: np.ndarray) -> Trajectories:
+    """A call's per-trajectory results on the host (with ``saves`` for its states)."""
+    _, _, _, cosines, densities, spans, merged, _ = results.tallied
+    return Trajectories(
+        np.asarray(results.classes),
+        np.asarray(results.valid),
+        np.asarray(cosines),
+        np.asarray(densities),
+        np.asarray(spans),
+        np.asarray(merged),
+        saves,
+    )
+
+
+def merged_states(saves: jax.Array, rows: np.ndarray) -> np.ndarray:
+    """The saved states of the trajectories ``rows`` on the host. A CPU's arrays are host
+    memory already; an accelerator sends only those rows, gathered in a batch padded to a
+    power of two (a handful of compiled shapes, not one per count)."""
+    if all(d.platform == "cpu" for d in saves.devices()):
+        return np.asarray(saves)[rows]
+    size = 1 << max(0, int(rows.size - 1).bit_length())
+    padded = np.resize(rows, size)
+    return np.asarray(jnp.take(saves, jnp.asarray(padded), axis=0))[: rows.size]
+
+
+def unbounded_message(plan: Plan, tallies: Tallies, index: int) -> str:
+    """Why ``on_merged="auto"`` stops at point ``index``, and what to pass instead."""
+    point = plan.points[index]
+    law = point.model.merge_law(point.dim)
+    why = (
+        f"no law of a merged pair's gap is derived for {type(point.user_model).__name__} "
+        "with these options"
+        if law is None
+        else "their gap can grow back there (e.g. the hybrid model above ε_c, where +1 "
+        "repels), so no bound on a changed class holds"
+    )
+    precision = "" if plan.x64 or not point.model.same_path_in_float64 else " in float64"
+    return (
+        f"tokens stayed merged numerically{precision} in {int(tallies.n_unbounded[index])} "
+        f"of {int(tallies.n_valid[index])} trajectories at {point.point} and {why}: the "
+        "arithmetic, not the dynamics, would fix their class. Pass on_merged='count' "
+        "(CLI: --on-merged count, with --fresh) to count them in that class, or 'exclude' "
+        "to drop them; n_merged and merge_ci report them either way."
     )
 
 
@@ -387,6 +461,8 @@ class _Study:
         self.started_at = datetime.now(UTC).isoformat(timespec="seconds")
         self.last_save = self.started
         self.chunks: list[int] = []
+        # Float64 models for reruns, by point, with the blocks their steps run in.
+        self.models64: dict[int, tuple[AbstractModel, Blocks]] = {}
 
     def _lock(self) -> Lock | None:
         if self.checkpoint is None:
@@ -522,7 +598,7 @@ class _Study:
                 # dispatches asynchronously; add_chunk waits for its results).
                 if pending is not None:
                     self.add(index, *pending, bar)
-                pending = results, min(group, stop - tile_start)
+                pending = results, min(group, stop - tile_start), (key, tile_start, stop)
             if pending is not None:
                 self.add(index, *pending, bar)
             if self.alone:
@@ -530,14 +606,77 @@ class _Study:
             if time.perf_counter() - self.last_save > CHECKPOINT_EVERY:
                 self.save()
 
-    def add(self, index: int, results, done: int, bar) -> None:
-        """Add one call's results (``done`` trajectories of point ``index``) to the tallies,
-        whole (a Ctrl-C meanwhile is raised after)."""
+    def add(self, index: int, results: TileResults, done: int, where: tuple, bar) -> None:
+        """Add one call's results (``done`` trajectories of point ``index``; ``where``: the
+        point's key, the call's first index and the point's end) to the tallies, whole (a
+        Ctrl-C meanwhile is raised after); with ``on_merged="auto"`` its merges resolved
+        first (a Ctrl-C there leaves the tallies as they were: the call is redone)."""
         results = jax.block_until_ready(results)
+        tallied, resolution = results.tallied, None
+        if self.plan.on_merged == "auto" and np.asarray(tallied[6]).any():
+            tallied, resolution = self.resolve_merges(index, results, *where)
         with interrupts.deferred():
-            self.tallies.add_chunk(index, *results)
+            if resolution is not None:
+                self.tallies.add_resolution(
+                    index, resolution.n_rerun, resolution.n_unbounded, resolution.bound_units
+                )
+            self.tallies.add_chunk(index, *tallied)
             self.tallies.n_done[index] += done
         bar.update(done)
+
+    def resolve_merges(
+        self, index: int, results: TileResults, key: PRNGKeyArray, first: int, stop: int
+    ) -> tuple[tuple, Resolution]:
+        """The call's tallies after bounding, rerunning and counting its merged
+        trajectories (:func:`.merges.resolve`), and what that did (for the tallies)."""
+        plan, point = self.plan, self.plan.points[index]
+        tallied = results.tallied
+        saves = results.saves
+        merged = np.asarray(tallied[6])
+        rows = np.flatnonzero(merged.any(axis=1))
+        saves_host = np.zeros((merged.shape[0], *saves.shape[1:]), saves.dtype)
+        saves_host[rows] = merged_states(saves, rows)
+        trajectories = host_trajectories(results, saves_host)
+        tile = self.tiles[index]
+        tiles = [np.arange(i, min(i + tile, merged.shape[0])) for i in range(0, len(merged), tile)]
+        rerun = None
+        if not plan.x64 and point.model.same_path_in_float64:
+            rerun = functools.partial(self.rerun_float64, index, key, first=first, stop=stop)
+
+        resolution = resolve(
+            trajectories, tiles, law=point.model.merge_law(point.dim), tol=plan.tol, rerun=rerun
+        )
+        in_range = first + np.arange(merged.shape[0]) < stop
+        return tallies_of(resolution.trajectories, in_range), resolution
+
+    def rerun_float64(
+        self, index: int, key, positions: np.ndarray, *, first: int, stop: int
+    ) -> Trajectories:
+        """The trajectories at ``positions`` of the call starting at index ``first`` of
+        point ``index``, in float64 from the same random numbers (at most
+        :data:`.merges.RERUN_TILE` of them, run as one tile on one device), its steps in
+        blocks with a check for Ctrl-C after each (the same numbers whatever the blocks)."""
+        plan, point = self.plan, self.plan.points[index]
+        indices = first + positions
+        padded = np.resize(indices, RERUN_TILE)  # repeats: their rows are dropped below
+        with jax.enable_x64(True):
+            if index not in self.models64:
+                model64 = to_float64(point.model)
+                self.models64[index] = model64, Blocks(model64.stepping()[1])
+            model64, blocks = self.models64[index]
+            results = chunk_statistics(
+                model64,
+                key,
+                jnp.asarray(padded, jnp.int32),
+                jnp.asarray(stop, jnp.int32),
+                jnp.asarray(plan.tol, jnp.float64),
+                jnp.asarray(plan.radius, jnp.float64),
+                point.n_tokens,
+                point.dim,
+                blocks=blocks,
+            )
+            rows = host_trajectories(results, np.asarray(results.saves))
+            return Trajectories(*(a[: indices.size] for a in rows))
 
     @property
     def alone(self) -> bool:
@@ -549,9 +688,12 @@ class _Study:
 
     def check_merged(self, index: int, tallies: Tallies | None = None) -> None:
         """Under ``on_merged="raise"``, stop at the end of the first chunk in which tokens
-        merged, once the checkpoint holds it: a rerun with another ``on_merged`` resumes
-        there (the choice is not part of the study record: the tallies serve both)."""
+        merged, once the checkpoint holds it: a rerun with ``"exclude"`` or ``"count"``
+        resumes there (their tallies are the same). Under ``"auto"``, stop at the end of
+        the first chunk with a merge that no bound covers."""
         tallies = self.tallies if tallies is None else tallies
+        if self.plan.on_merged == "auto" and tallies.n_unbounded[index]:
+            raise NumericalMergeError(unbounded_message(self.plan, tallies, index))
         if self.plan.on_merged != "raise" or not tallies.n_merged[index].any():
             return
         self.save()
@@ -598,6 +740,35 @@ class _Study:
             self.check_merged(index, tallies)
 
 
+def merge_provenance(plan: Plan, tallies: Tallies) -> dict[str, Any] | None:
+    """What ``on_merged="auto"`` did and assumed (``None`` under the other choices): the
+    bound it rests on, and per point the trajectories rerun in float64, the largest summed
+    bound over save times and the merge law (``None`` where the model has none)."""
+    if plan.on_merged != "auto":
+        return None
+    laws = [p.model.merge_law(p.dim) for p in plan.points]
+    return {
+        "bound": (
+            "a merged pair's gap returns to tol with probability <= 2 (delta/tol)^kappa, "
+            "kappa the least exponent of its gap's diffusion (worst over the gap's "
+            "direction) at the save times since it merged, delta the float's resolution"
+        ),
+        "assumes": (
+            "the diffusion limit of the model (finite L close to it), and an exponent "
+            "between save times no smaller than at them"
+        ),
+        "rerun_above": MERGE_BOUND,
+        "resolution_gap": {
+            "float32": resolution_gap(np.float32, 1),
+            "float64": resolution_gap(np.float64, 1),
+            "per": "coordinate",
+        },
+        "n_rerun": tallies.n_rerun.tolist(),
+        "merge_bound_max": (tallies.merge_bound.max(axis=1) / BOUND_UNIT).tolist(),
+        "laws": [None if law is None else dataclasses.asdict(law) for law in laws],
+    }
+
+
 def _provenance(
     plan: Plan, study: _Study, tallies: Tallies, metadata: Mapping[str, Any] | None
 ) -> dict[str, Any]:
@@ -626,6 +797,7 @@ def _provenance(
         compile_seconds=compile_seconds() - study.compile_before,
         on_nonfinite=plan.on_nonfinite,
         on_merged=plan.on_merged,
+        merges=merge_provenance(plan, tallies),
         model=repr(plan.points[0].user_model),
         signature=study.signature,
         runs=tallies.runs,

@@ -52,8 +52,11 @@ class Variable:
 _PROB = "estimated probability of the class at the save time, over n_counted trajectories"
 _WILSON = "Wilson score 95 % confidence bound of probability"
 _MERGE = (
-    "95 % bound whatever class the n_merged trajectories truly have: Wilson bound of the "
-    "unmerged count (lower), of it plus n_merged (upper), over n_valid"
+    "95 % bound however the n_merged trajectories' classes were fixed: with "
+    "on_merged='auto', Wilson's bounds of the count -/+ m, m the merged trajectories "
+    "possibly in the wrong class except with probability <= 1e-3 (from merge_bound; "
+    "usually 0); otherwise the Wilson bound of the unmerged count (lower), of it plus "
+    "n_merged (upper), over n_valid (Wilson's interval where nothing merged)"
 )
 
 #: Every variable and coordinate attndyn's studies write, by name.
@@ -106,6 +109,18 @@ VARIABLES: dict[str, Variable] = {
         "counted trajectories",
         "trajectories in the probabilities and means at t: n_valid, less n_merged where "
         "merged trajectories are excluded (provenance on_merged)",
+    ),
+    "merge_bound": Variable(
+        "bound on merged trajectories in a wrong class",
+        "upper bound on the expected number of merged trajectories counted in a class "
+        "they would have left without the rounding (on_merged='auto': the sum of their "
+        "scale-function bounds; NaN where merged trajectories were counted or excluded "
+        "without a bound)",
+    ),
+    "n_rerun": Variable(
+        "trajectories rerun in float64",
+        "trajectories rerun in float64 from the same random numbers because float32 "
+        "merged their tokens with a bound above 1e-7 or none (on_merged='auto')",
     ),
     "mean_cosine": Variable(
         "mean pairwise cosine",

@@ -26,8 +26,9 @@ from .diagnose import overflow_refusal
 from .keys import Point, numeric_identity, point_id
 
 NONFINITE_POLICIES = ("raise", "exclude")
-#: What to do with trajectories whose tokens merged numerically (see ``on_merged``).
-MERGE_POLICIES = ("raise", "exclude", "count")
+#: What to do with trajectories whose tokens merged numerically (see ``on_merged``; the
+#: first is the default).
+MERGE_POLICIES = ("auto", "raise", "exclude", "count")
 #: Trajectories per point: their indices (plus one chunk of padding) stay in int32.
 MAX_TRAJECTORIES = 2**30
 #: Largest token dimension d and token count N (far beyond any device's memory already).
@@ -76,7 +77,7 @@ class Plan:
     on_nonfinite: str
     save_times: np.ndarray
     x64: bool = False
-    on_merged: str = "raise"
+    on_merged: str = "auto"
 
     @property
     def routes(self) -> list[str]:
@@ -96,7 +97,7 @@ def absorption_bound_of(early_absorption: bool | float | str) -> float | None:
 
 
 def check_options(
-    *, n_trajectories, tol, radius, on_nonfinite, chunk_size, route, on_merged="raise"
+    *, n_trajectories, tol, radius, on_nonfinite, chunk_size, route, on_merged="auto"
 ) -> None:
     """The estimator's own arguments."""
     check_int("n_trajectories", n_trajectories, lower=1, upper=MAX_TRAJECTORIES)
@@ -238,7 +239,7 @@ def make_plan(
     early_absorption: bool | float | str,
     on_nonfinite: str,
     x64: bool = False,
-    on_merged: str = "raise",
+    on_merged: str = "auto",
 ) -> Plan:
     """Check the arguments and build every point's model; refuse anything inconsistent."""
     check_options(

@@ -7,6 +7,7 @@ model and never trigger recompilation. The kernel sees models only through
 """
 
 import time
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
@@ -136,8 +137,9 @@ def begin_tile(model: AbstractModel, point_key, indices, radius, n_tokens, dim):
 
 
 def finish_tile(model: AbstractModel, state, tol, mesh=None):
-    """Per-trajectory classes, mean cosines, pair densities, span dimensions, merges and
-    soundness (:func:`observe`) of a batch whose steps are done.
+    """Per-trajectory classes, mean cosines, pair densities, span dimensions, merges,
+    soundness (:func:`observe`) and the saved states of a batch whose steps are done (the
+    states are read back only for trajectories whose tokens merged, to bound them).
 
     The span dimensions take one Gram matrix at a time (:func:`span_dimensions`): the same
     arithmetic on one device or several. ``mesh``: the devices GSPMD shards the batch
@@ -148,7 +150,7 @@ def finish_tile(model: AbstractModel, state, tol, mesh=None):
         spans = _span_dimensions_per_device(saves, mesh)
     else:
         spans = span_dimensions(saves)
-    return classes, cosines, densities, spans, merged, finite
+    return classes, cosines, densities, spans, merged, finite, saves
 
 
 #: How far a saved row's squared norm may be from 1, and a mean cosine outside [−1, 1],
@@ -190,6 +192,17 @@ def _span_dimensions_per_device(saves: Array, mesh: jax.sharding.Mesh) -> Array:
         out_specs=batch,
         check_vma=False,
     )(saves)
+
+
+class TileResults(NamedTuple):
+    """What one call returns: the tallies of its trajectories (:func:`tally`, what
+    :meth:`Tallies.add_chunk` takes) and, per trajectory, what the host needs to redo them
+    where tokens merged (``on_merged="auto"``): classes, validity and the saved states."""
+
+    tallied: tuple
+    classes: Array  # (batch, S, 4)
+    valid: Array  # (batch,)
+    saves: Array  # (batch, S, N, k)
 
 
 def tally(classes, cosines, densities, spans, merged, finite, indices, n_total):
@@ -256,7 +269,8 @@ def chunk_statistics(
     *,
     blocks: Blocks | None = None,
 ):
-    """Tallies of one tile per device (:func:`tile_size`): the starts and the model's state
+    """Tallies of one tile per device (:func:`tile_size`), with what the host needs to redo
+    merged trajectories (:class:`TileResults`): the starts and the model's state
     (:func:`begin_tile`), its steps a block at a time (:meth:`AbstractModel.advance`), each
     block about :data:`BLOCK_SECONDS` long (``blocks``; without it, one block) and followed
     by a check for Ctrl-C (:func:`.interrupts.check`), then the observables and their
@@ -343,7 +357,7 @@ def _finish(model, state, indices, n_total, tol, mesh):
     with jax.default_matmul_precision("highest"):
         inner, _ = state
         if not _per_device(model, mesh):
-            return tally(*finish_tile(model, inner, tol, mesh), indices, n_total)
+            return _results(finish_tile(model, inner, tol, mesh), indices, n_total)
         dynamic, static = eqx.partition(model, eqx.is_array)
 
         def local(dynamic, inner, tol):
@@ -356,7 +370,13 @@ def _finish(model, state, indices, n_total, tol, mesh):
             out_specs=BATCH,
             check_vma=False,
         )(dynamic, inner, tol)
-        return tally(*simulated, indices, n_total)
+        return _results(simulated, indices, n_total)
+
+
+def _results(simulated, indices, n_total) -> TileResults:
+    classes, cosines, densities, spans, merged, finite, saves = simulated
+    tallied = tally(classes, cosines, densities, spans, merged, finite, indices, n_total)
+    return TileResults(tallied, classes, (indices < n_total) & finite, saves)
 
 
 def chunk_indices(start: int, chunk: int, sharding) -> Array:

@@ -75,6 +75,12 @@ class Tallies:
     merged_pair_density_sumsq: np.ndarray
     merged_span_dim_sum: np.ndarray
     merged_span_dim_sumsq: np.ndarray
+    # on_merged="auto" (see .merges): trajectories rerun in float64, those left with a
+    # merge that no bound covers (the study then stops), and the summed per-trajectory
+    # bounds of the counted merges, in units of 2⁻³² (each rounded up).
+    n_rerun: np.ndarray  # (P,)
+    n_unbounded: np.ndarray  # (P,)
+    merge_bound: np.ndarray  # (P, S)
     seconds: float = 0.0
     # One record per process run that added trajectories (a study resumed from a
     # checkpoint, possibly on another machine, lists each), written by the estimator
@@ -100,6 +106,9 @@ class Tallies:
         "merged_pair_density_sumsq",
         "merged_span_dim_sum",
         "merged_span_dim_sumsq",
+        "n_rerun",
+        "n_unbounded",
+        "merge_bound",
     )
 
     @classmethod
@@ -107,7 +116,7 @@ class Tallies:
         per_point: tuple[int, ...] = (n_points,)
         per_outcome: tuple[int, ...] = (n_points, n_saves, len(OUTCOMES))
         shapes: dict[str, tuple[int, ...]] = dict.fromkeys(
-            ("n_valid", "n_nonfinite", "n_done"), per_point
+            ("n_valid", "n_nonfinite", "n_done", "n_rerun", "n_unbounded"), per_point
         )
         shapes.update(dict.fromkeys(("counts", "merged_counts"), per_outcome))
         arrays = {
@@ -133,6 +142,12 @@ class Tallies:
             merged_first, merged_second = self.fixed_point(name, merged=True)
             first, second = first - merged_first, second - merged_second
         return first / MEANS[name], second / MEANS[name]
+
+    def add_resolution(self, p: int, n_rerun: int, n_unbounded: int, bound_units) -> None:
+        """Add what ``on_merged="auto"`` did with one call's merges at point ``p``."""
+        self.n_rerun[p] += int(n_rerun)
+        self.n_unbounded[p] += int(n_unbounded)
+        self.merge_bound[p] += np.asarray(bound_units, np.int64)
 
     def add_chunk(
         self,

@@ -14,7 +14,7 @@ class, only from these abstract ones.
 import abc
 import math
 from collections.abc import Callable
-from typing import ClassVar, NamedTuple
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 import equinox as eqx
 import jax
@@ -23,6 +23,9 @@ import numpy as np
 from jaxtyping import Array, Float, Key, PRNGKeyArray, PyTree
 
 from .._core.errors import ParameterError, check_start
+
+if TYPE_CHECKING:
+    from .merging import MergeLaw
 
 States = Float[Array, "batch n_saves N k"]
 
@@ -63,6 +66,14 @@ class AbstractModel(eqx.Module):
     #: whose map makes tokens meet (a jump, a projection) sets it True: its coincidences
     #: are dynamics, and are not counted.
     tokens_can_meet: ClassVar[bool] = False
+    #: Whether a float64 run of this model computes the same paths as its float32 run of
+    #: the same keys, with less rounding (every random number drawn in float32 from keys
+    #: that do not depend on the precision, :mod:`attndyn._core.random`): only then may
+    #: the estimator rerun a trajectory that float32 merged in float64 *as that
+    #: trajectory* (an independent float64 path, chosen because float32 merged it, would
+    #: bias the estimate). False unless a model says so: diffrax's Brownian paths key
+    #: their increments by the float bits of the times, so the SDEs say no.
+    same_path_in_float64: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs):
         # The abstract/final pattern, enforced: a subclass of a concrete model could change
@@ -130,6 +141,15 @@ class AbstractModel(eqx.Module):
 
     def absorption_gaps(self) -> tuple[float, float] | None:
         """(δ₊, δ₋) when absorbing, for provenance; ``None`` otherwise."""
+        return None
+
+    def merge_law(self, dim: int) -> "MergeLaw | None":
+        """The diffusion law of a numerically merged pair's gap in this model at
+        dimension ``dim`` (:mod:`attndyn._models.merging`), from which the estimator bounds
+        the chance that the pair would have come apart; ``None`` where none is derived
+        (the default): merged pairs are then rerun in float64 where
+        :attr:`same_path_in_float64`, and refused where they stay merged."""
+        del dim
         return None
 
     def batched_lapack(self) -> bool:

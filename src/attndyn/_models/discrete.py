@@ -3,7 +3,7 @@
 import math
 import sys
 import warnings
-from typing import final
+from typing import ClassVar, final
 
 import equinox as eqx
 import jax
@@ -287,6 +287,24 @@ class DiscreteTransformer(AbstractTrajectoryModel):
             "law for v_n"
             for s in singular
         ]
+
+    same_path_in_float64: ClassVar[bool] = True
+
+    def merge_law(self, dim: int):
+        """The law of a merged pair's gap (:mod:`.merging`): Post-LN with an RMS norm or a
+        centred LayerNorm without gain or bias (noise in d − 1 dimensions), plain attention,
+        no random weights, values with a known diffusion limit; ``None`` otherwise."""
+        from .merging import law_of
+
+        norm = self.scheme.norm
+        coefficients = self.values.limit_coefficients()
+        if not isinstance(self.scheme, PostLN) or norm.affine or self.weights is not None:
+            return None
+        if coefficients is None:
+            return None
+        drift, sigma, eps = coefficients
+        space = norm.effective_dim(dim)
+        return law_of(self.attention, space, drift=drift, sigma=sigma, eps=eps)
 
     def reduction(self, n_tokens: int, dim: int) -> Reduction:
         # Imported here: the reduced route is built on this model, not the other way round.

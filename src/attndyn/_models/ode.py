@@ -79,8 +79,22 @@ class NormalizedAttentionODE(AbstractTrajectoryModel):
     saveat: SaveAt = SaveAt(1.0)
     integrator: ODEIntegrator = ODEIntegrator()
 
+    #: Deterministic: a float64 solve from the float32 start of the same key is the same
+    #: path (to the solver's tolerance), so merged trajectories may be rerun in float64.
+    same_path_in_float64: ClassVar[bool] = True
+
     def batched_lapack(self) -> bool:
         return self.integrator.implicit
+
+    def merge_law(self, dim: int):
+        """The law of a merged pair's gap (:mod:`.merging`) for Post-LN (speed 1: the
+        attention flow itself); ``None`` for the other schemes, whose speed depends on the
+        token (its radius or |A_i|) and so on the gap."""
+        from .merging import law_of
+
+        if not isinstance(self.scheme, PostLN):
+            return None
+        return law_of(self.attention, self.scheme.norm.effective_dim(dim), drift=1.0)
 
     @property
     def save_times(self) -> np.ndarray:

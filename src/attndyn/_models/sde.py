@@ -277,6 +277,12 @@ class TransformerSDE(AbstractSphereSDE):
         """For two tokens: the overlap diffusion (003 Lemma 4), exact in law."""
         return self._overlap_reduction(n_tokens, dim, noise="full", sigma=self.sigma)
 
+    def merge_law(self, dim: int):
+        """The law of a merged pair's gap (:mod:`.merging`)."""
+        from .merging import law_of
+
+        return law_of(self.attention, dim, sigma=float(self.sigma))
+
     def ito_drift(self, y):
         dim = y.shape[-1]
         attn = self.attention(normalize(y))
@@ -325,6 +331,12 @@ class HybridSDE(AbstractSphereSDE):
     def reduction(self, n_tokens: int, dim: int) -> Reduction:
         """For two tokens: the overlap diffusion (spec §3.4), exact in law."""
         return self._overlap_reduction(n_tokens, dim, noise="hybrid", eps=self.eps)
+
+    def merge_law(self, dim: int):
+        """The law of a merged pair's gap (:mod:`.merging`)."""
+        from .merging import law_of
+
+        return law_of(self.attention, dim, drift=1.0, eps=float(self.eps))
 
     def ito_drift(self, y):
         theta = normalize(y)

@@ -363,14 +363,16 @@ def scale_options(func: Callable) -> Callable:
         ),
         click.option(
             "--on-merged",
-            type=click.Choice(["raise", "exclude", "count"]),
-            default="raise",
+            type=click.Choice(["auto", "raise", "exclude", "count"]),
+            default="auto",
             show_default=True,
-            help="Trajectories whose tokens merged numerically (the arithmetic, not the "
-            "dynamics, fixed their class): raise stops with an error (a rerun with another "
-            "choice resumes from the checkpoint); exclude drops them from the estimates at "
-            "each save time (n_counted); count keeps them in that class. n_merged counts "
-            "them either way.",
+            help="Trajectories whose tokens merged numerically (float precision, not the "
+            "dynamics, fixed their class): auto bounds the chance that each merged pair "
+            "would have come apart, reruns in float64 (same random numbers) those whose "
+            "bound exceeds 1e-7, counts the rest with the summed bound in merge_bound and "
+            "merge_ci, and stops only where no bound holds; raise stops at the first merge; "
+            "exclude drops them at each save time (n_counted); count keeps them in the "
+            "arithmetic's class. n_merged counts them always.",
         ),
         click.option(
             "--exclude-nonfinite",
@@ -385,10 +387,18 @@ def scale_options(func: Callable) -> Callable:
             help="HOST:PORT of process 0 for a multi-host run (jax.distributed).",
         ),
         click.option(
-            "--process-count", envvar="ATTNDYN_PROCESS_COUNT", type=EnvironmentInt(), default=None
+            "--process-count",
+            envvar="ATTNDYN_PROCESS_COUNT",
+            type=EnvironmentInt(),
+            default=None,
+            help="Processes in a multi-host run (with --coordinator; each host runs one).",
         ),
         click.option(
-            "--process-id", envvar="ATTNDYN_PROCESS_ID", type=EnvironmentInt(), default=None
+            "--process-id",
+            envvar="ATTNDYN_PROCESS_ID",
+            type=EnvironmentInt(),
+            default=None,
+            help="This process's index, 0 to --process-count − 1 (0 writes the outputs).",
         ),
         click.option(
             "--coordinator-timeout",
@@ -538,7 +548,7 @@ def monte_carlo(options: dict[str, Any]) -> MonteCarlo:
         early_absorption=options.get("early_absorption"),
         exclude_nonfinite=options.get("exclude_nonfinite", False),
         x64=options.get("x64", False),
-        on_merged=options.get("on_merged", "raise"),
+        on_merged=options.get("on_merged", "auto"),
     )
 
 
@@ -671,10 +681,14 @@ def finish(
 
 def warn_merged(ds) -> None:
     """One line on stderr per point whose tokens merged numerically (the run went on, with
-    --on-merged exclude or count)."""
+    --on-merged exclude or count); under auto, one line saying what it did, where it
+    did something."""
     if "n_merged" not in ds:
         return
     record = json.loads(ds.attrs.get("provenance", "{}"))
+    if record.get("on_merged", "auto") == "auto":
+        say_resolved(ds)
+        return
     done = "counted in their class" if record.get("on_merged") == "count" else "excluded"
     most = ds["n_merged"].max("time").values
     dtype = record.get("dtype", "float32")
@@ -691,3 +705,21 @@ def warn_merged(ds) -> None:
             f"arithmetic fixed their class); they are {done} (n_merged). {way_out} resolves "
             "far smaller gaps."
         )
+
+
+def say_resolved(ds) -> None:
+    """Under --on-merged auto: one line on stderr where trajectories were rerun in float64
+    or merged tokens were counted with a bound (nothing where nothing merged)."""
+    if "n_rerun" not in ds or "merge_bound" not in ds:
+        return
+    rerun = int(ds["n_rerun"].sum())
+    merged = int(ds["n_merged"].max("time").sum())
+    if not rerun and not merged:
+        return
+    bound = float(ds["merge_bound"].max())
+    say(
+        f"note: tokens merged numerically in float32 in some trajectories: {rerun} rerun in "
+        f"float64 from the same random numbers; {merged} left merged, counted in their class "
+        f"with a summed bound of {bound:.2g} on those in a wrong class (merge_bound, "
+        "merge_ci)."
+    )

@@ -6,7 +6,13 @@ import time
 import click
 
 from .._core.names import ATTENTION_KINDS
-from ..studies._names import DEFAULT_ATTENTION, KINDS
+from ..studies._names import (
+    DEFAULT_ATTENTION,
+    DEFAULT_BETAS,
+    DEFAULT_DEPTH,
+    DEFAULT_HORIZON,
+    KINDS,
+)
 from ._common import (
     check_engine_flags,
     cli_errors,
@@ -47,18 +53,28 @@ __getattr__ = lazy_names(
     help="beta-d: P(antipodal) over (β, d), Fig. 3; beta-eps: hybrid (β, ε) diagram, Fig. 4; "
     "beta-n: P(has an antipodal pair) over (β, N), Fig. 6.",
 )
-@click.option("--beta", default="0:4:0.5", show_default=True, help="β values: a:b:step or a,b,c.")
+@click.option(
+    "--beta",
+    default=DEFAULT_BETAS,
+    show_default=True,
+    help="β values: a:b:step or a,b,c [default: both sides of β_c(d) for d = 4, 6, 8, none "
+    "within 0.15 of one, where a finite horizon cannot settle].",
+)
 @click.option("--dim", default="4,6,8", show_default=True, help="Dimensions d ≥ 2.")
 @click.option("--tokens", default="2", show_default=True, help="Numbers of tokens N ≥ 1.")
 @click.option(
     "--depth",
-    default=50,
+    default=DEFAULT_DEPTH,
     show_default=True,
     type=int,
     help="L: layers per unit time (discrete engine; not with --step).",
 )
 @click.option(
-    "--horizon", default=60.0, show_default=True, type=float, help="T: time horizon (L·T layers)."
+    "--horizon",
+    default=DEFAULT_HORIZON,
+    show_default=True,
+    type=float,
+    help="T: time horizon (L·T layers).",
 )
 @click.option(
     "--attention",

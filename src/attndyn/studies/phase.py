@@ -57,7 +57,14 @@ from ..theory import (
     p_antipodal_uniform,
 )
 from ..theory._hybrid import STEP_WARNING
-from ._names import DEFAULT_ATTENTION as DEFAULT_ATTENTION, ENGINES as ENGINES, KINDS as KINDS
+from ._names import (
+    DEFAULT_ATTENTION as DEFAULT_ATTENTION,
+    DEFAULT_BETAS as DEFAULT_BETAS,
+    DEFAULT_DEPTH as DEFAULT_DEPTH,
+    DEFAULT_HORIZON as DEFAULT_HORIZON,
+    ENGINES as ENGINES,
+    KINDS as KINDS,
+)
 
 #: The value noise each kind is defined for (as the CLI pairs them): the exact curves of
 #: ``beta-d`` and ``beta-eps`` hold for these models only.
@@ -154,8 +161,8 @@ class ModelSpec:
     attention: str = "softmax"
     values: str | None = None
     sigma: float = 1.0
-    depth: int = 50
-    horizon: float = 60.0
+    depth: int = DEFAULT_DEPTH
+    horizon: float = DEFAULT_HORIZON
     solver: str = "euler"
     dt: float = 0.01
     save_at: tuple[float | int, ...] | None = None
@@ -243,8 +250,10 @@ class MonteCarlo:
     early_absorption: float | Literal["auto"] | None = None
     exclude_nonfinite: bool = False
     x64: bool = False
-    #: Trajectories whose tokens merged numerically: "raise" (stop), "exclude" or "count".
-    on_merged: str = "raise"
+    #: Trajectories whose tokens merged numerically: "auto" (bound, rerun in float64 where
+    #: the bound is weak, count), or "raise", "exclude", "count" (see
+    #: :func:`attndyn.estimate_probabilities`).
+    on_merged: str = "auto"
 
     def __post_init__(self):
         check_int("trajectories", self.trajectories, lower=1, upper=MAX_TRAJECTORIES)

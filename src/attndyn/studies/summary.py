@@ -46,9 +46,13 @@ def json_points(ds: xr.Dataset) -> list[dict[str, Any]]:
                 plain(float(row["ci_upper"].sel(outcome="antipodal"))),
             ],
         )
+        if "n_rerun" in row and int(row["n_rerun"]):
+            record["n_rerun"] = int(row["n_rerun"])  # rerun in float64 (on_merged auto)
         if record["n_merged"] and "merge_ci_lower" in row:
-            # Whatever class the merged trajectories truly have (the dataset's
-            # merge_ci_lower/upper): the interval to quote when merges are not negligible.
+            # However the merged trajectories' classes were fixed (the dataset's
+            # merge_ci_lower/upper), and the bound on those in a wrong class where known.
+            if "merge_bound" in row:
+                record["merge_bound"] = plain(float(row["merge_bound"]))
             record["merge_ci_antipodal"] = [
                 plain(float(row["merge_ci_lower"].sel(outcome="antipodal"))),
                 plain(float(row["merge_ci_upper"].sel(outcome="antipodal"))),

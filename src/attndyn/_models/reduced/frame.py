@@ -6,6 +6,24 @@ from jaxtyping import Array, Float
 
 from ..._core.attention import Attention
 from ..._core.linalg import lq as lq
+from ..._core.norms import AbstractNorm
+
+
+def fits_frame(n_tokens: int, dim: int) -> bool:
+    """Whether N tokens of R^d have a reduced frame route: N < d, or N = d = 2 (two tokens
+    of the plane: the value noise has no complement, and the frame is the plane itself,
+    so the route is exact in law and carries the angle between them, which on the full
+    route float32 merges)."""
+    return n_tokens < dim or n_tokens == dim == 2
+
+
+def start_frame(x0: Float[Array, "N d"], start: AbstractNorm) -> Float[Array, "N N"]:
+    """A start's coordinates in an orthonormal frame of its span: of ``x0`` itself under
+    an RMS norm, of its unit centred rows under a centred LayerNorm (what the model's first
+    layer starts from; they lie in the mean-zero hyperplane, where the route runs)."""
+    if start.codimension == 0:
+        return lq(x0)
+    return lq(start.direction(x0))
 
 
 def pair_gaps(c: Float[Array, "N k"]) -> tuple[Float[Array, "N N"], Float[Array, "N N"]]:

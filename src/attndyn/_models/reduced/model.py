@@ -34,7 +34,7 @@ applies (:func:`reduce_discrete`); the estimator only ever sees an ``AbstractMod
 
 import dataclasses
 import math
-from typing import final
+from typing import ClassVar, final
 
 import equinox as eqx
 import jax
@@ -45,13 +45,22 @@ from jaxtyping import Array, Float, Key, PRNGKeyArray
 from ..._core.attention import Attention
 from ..._core.errors import ParameterError, check_int, check_single_key, check_start
 from ..._core.linalg import matmul
-from ..._core.random import fold_in
+from ..._core.norms import AbstractNorm, RMSNorm
+from ..._core.random import DRAW_DTYPE, fold_in
 from ..._core.schemes import PostLN, attention_update
 from ..._core.values import AbstractScalarValues, MatrixValues
 from ..base import AbstractModel, Reduction, advance_saves, begin_saves
 from ..discrete import DiscreteTransformer
 from .absorption import absorb_tile, absorption_applies, absorption_gaps
-from .frame import held_sine, lq, pair_gaps, two_token_attention, two_token_frame
+from .frame import (
+    fits_frame,
+    held_sine,
+    lq,
+    pair_gaps,
+    start_frame,
+    two_token_attention,
+    two_token_frame,
+)
 from .samplers import LAYER_BLOCK, normals_uniforms, two_token_block, variates
 
 #: Up to this many complement dimensions d − N, Y_⊥ is drawn directly (N·(d − N) Gaussians);
@@ -62,8 +71,17 @@ DIRECT_COMPLEMENT_MAX = 6
 
 def reduction_blocker(model: DiscreteTransformer, n_tokens: int, dim: int) -> str | None:
     """Why no reduced route applies to ``model`` at (N, d), or ``None`` if one does."""
-    if not n_tokens < dim:
-        return f"N = {n_tokens} is not below d = {dim}"
+    norm = model.scheme.norm
+    if not (norm.rotation_invariant or centred_post_ln(model)):
+        return (
+            f"the {norm.name} norm centres the tokens (not rotation-invariant; under Post-LN "
+            "without gain or bias its law is the RMS model in d − 1 dimensions, which the "
+            "reduced route then simulates)"
+        )
+    space = norm.effective_dim(dim)
+    if not fits_frame(n_tokens, space):
+        where = f"d = {dim}" if space == dim else f"d − 1 = {space} (LayerNorm's hyperplane)"
+        return f"N = {n_tokens} is not below {where}"
     att = model.attention
     if att.query is not None or att.key_matrix is not None:
         return "Q or K is not the identity"
@@ -73,11 +91,6 @@ def reduction_blocker(model: DiscreteTransformer, n_tokens: int, dim: int) -> st
         return "W_V or W_O is not the identity (not rotation-invariant)"
     if model.weights is not None:
         return "random weights Q, K, V are not rotation-invariant once drawn"
-    if not model.scheme.norm.rotation_invariant:
-        return (
-            f"the {model.scheme.norm.name} norm centres the tokens (not rotation-invariant; "
-            "without gain or bias its law is the RMS model in d − 1 dimensions)"
-        )
     values = model.values
     gaussian = isinstance(values, MatrixValues) and values.distribution == "gaussian"
     if not (gaussian or isinstance(values, AbstractScalarValues)):
@@ -87,17 +100,34 @@ def reduction_blocker(model: DiscreteTransformer, n_tokens: int, dim: int) -> st
     return None
 
 
+def centred_post_ln(model: DiscreteTransformer) -> bool:
+    """Post-LN with a centred LayerNorm without gain or bias: *(derived, spec §0)* in law
+    for Gaussian value matrices (exactly for multiples of I) the RMS model in d − 1
+    dimensions, the tokens being unit vectors of the mean-zero hyperplane."""
+    norm = model.scheme.norm
+    return isinstance(model.scheme, PostLN) and norm.codimension == 1 and not norm.affine
+
+
 def reduce_discrete(model: DiscreteTransformer, n_tokens: int, dim: int) -> Reduction:
     """The reduced form of ``model`` at (N, d), or why it has none: the span route for
-    values that are multiples of I, the frame route for Gaussian value matrices."""
+    values that are multiples of I, the frame route for Gaussian value matrices.
+
+    Centred LayerNorm (Post-LN) runs as the RMS model in d − 1 dimensions, its start
+    centred and normalised first (as the model's first layer does): a uniform start on
+    S^{d−1} becomes uniform on the unit sphere of the hyperplane, whose law is the RMS
+    model's start in d − 1 dimensions."""
     blocker = reduction_blocker(model, n_tokens, dim)
     if blocker is not None:
         return Reduction(None, blocker)
+    start = model.scheme.norm
+    space = start.effective_dim(dim)
+    if space != dim:
+        model = eqx.tree_at(lambda m: m.scheme.norm, model, RMSNorm())
     if isinstance(model.values, AbstractScalarValues):
         from .span import SpanTransformer
 
-        return Reduction(SpanTransformer(model, n_tokens, dim), "")
-    return Reduction(ReducedTransformer(model, n_tokens, dim), "")
+        return Reduction(SpanTransformer(model, n_tokens, space, start=start), "")
+    return Reduction(ReducedTransformer(model, n_tokens, space, start=start), "")
 
 
 @final
@@ -125,13 +155,26 @@ class ReducedTransformer(AbstractModel):
     absorb_gap: Float[Array, "2"] | None = None
     absorb_every: int = eqx.field(static=True, default=50)
     absorb_tile: int = eqx.field(static=True, default=512)
+    #: The norm of the model the route stands for, which maps its starts in R^d to the
+    #: tokens' space (:func:`.frame.start_frame`): RMS, or a centred LayerNorm whose model
+    #: this route runs as the RMS model in ``dim`` = d − 1 dimensions.
+    start: AbstractNorm = eqx.field(default_factory=RMSNorm, kw_only=True)
+
+    same_path_in_float64: ClassVar[bool] = True
+
+    def merge_law(self, dim: int):
+        """The law of the model it stands for, in the route's own dimension (d − 1 for a
+        LayerNorm model, whose noise acts in the hyperplane)."""
+        del dim
+        return self.model.merge_law(self.dim)
 
     def __check_init__(self):
         check_int("n_tokens", self.n_tokens, lower=1)
         check_int("dim", self.dim, lower=2)
-        if self.n_tokens >= self.dim:
+        if not fits_frame(self.n_tokens, self.dim):
             raise ParameterError(
-                f"the reduced route needs N < d; got N = {self.n_tokens}, d = {self.dim}."
+                f"the reduced route needs N < d (or N = d = 2); got N = {self.n_tokens}, "
+                f"d = {self.dim}."
             )
 
     @property
@@ -145,18 +188,20 @@ class ReducedTransformer(AbstractModel):
         return n_tokens, False
 
     def _noise(self, key: PRNGKeyArray, n_tokens: int, dtype) -> Float[Array, "N w"]:
-        """``[B | L_W]``: the layer's value noise seen from the tokens' frame (N × (N + m))."""
+        """``[B | L_W]``: the layer's value noise seen from the tokens' frame (N × (N + m)),
+        drawn in float32 whatever ``dtype`` and cast (x64 keeps the path: see
+        :mod:`attndyn._core.random`)."""
         width, direct = self._complement_width(n_tokens)
         if direct:
-            z, _ = normals_uniforms(key, n_tokens * (n_tokens + width), dtype)
-            return z.reshape(n_tokens, n_tokens + width)
+            z, _ = normals_uniforms(key, n_tokens * (n_tokens + width), DRAW_DTYPE)
+            return z.reshape(n_tokens, n_tokens + width).astype(dtype)
         n_low = n_tokens * (n_tokens - 1) // 2
         dofs = tuple(self.dim - n_tokens - i for i in range(n_tokens))
-        z, chi = variates(key, n_tokens * n_tokens + n_low, dofs, dtype)
+        z, chi = variates(key, n_tokens * n_tokens + n_low, dofs, DRAW_DTYPE)
         b = z[: n_tokens * n_tokens].reshape(n_tokens, n_tokens)
         rows, cols = np.tril_indices(n_tokens, -1)
         bartlett = jnp.diag(chi).at[rows, cols].set(z[n_tokens * n_tokens :])
-        return jnp.concatenate([b, bartlett], axis=1)
+        return jnp.concatenate([b, bartlett], axis=1).astype(dtype)
 
     @property
     def _two_token_post_ln(self) -> bool:
@@ -271,8 +316,9 @@ class ReducedTransformer(AbstractModel):
         return self.model.keeps_unit_rows()
 
     def reduce(self, x0: Float[Array, "N d"]) -> Float[Array, "N N"]:
-        """The start's coordinates in an orthonormal frame of its span."""
-        return lq(x0)
+        """The start's coordinates in an orthonormal frame of its span (centred and
+        normalised first for a LayerNorm model)."""
+        return start_frame(x0, self.start)
 
     def trajectory(self, x0: Float[Array, "N d"], *, key: PRNGKeyArray) -> Float[Array, "S N N"]:
         """One trajectory (a batch of one of :meth:`simulate`)."""
@@ -296,7 +342,9 @@ class ReducedTransformer(AbstractModel):
 
     def begin(self, x0, keys):
         c0 = jax.vmap(self.reduce)(x0)
-        return c0, begin_saves(self.model.save_layers, c0)
+        # A save before the first layer is the start itself (as on the full route).
+        raw = c0 if self.start.codimension == 0 else jax.vmap(lq)(x0)
+        return c0, begin_saves(self.model.save_layers, raw)
 
     def advance(self, state, keys, start, stop):
         def run(c, lo, hi, anchor):
@@ -424,7 +472,9 @@ class ReducedTransformer(AbstractModel):
         blocker = absorption_applies(self.model, self.n_tokens)
         if blocker is not None:
             raise ParameterError(f"early_absorption does not apply: {blocker}.")
-        gaps = absorption_gaps(float(self.model.attention.beta), dim, tol, bound)
+        # The route's own dimension: d − 1 for a LayerNorm model (its RMS law).
+        del dim
+        gaps = absorption_gaps(float(self.model.attention.beta), self.dim, tol, bound)
         # The order in which live trajectories run changes no number, so the compaction
         # tile may follow the backend.
         return dataclasses.replace(

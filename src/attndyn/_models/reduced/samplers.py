@@ -226,14 +226,24 @@ def two_token_block(
     ``jax.random.normal``; χ²_k for k ≤ CHAIN_SMALL_DOF_MAX as −2 Σ log U (+ Z² for odd
     k); larger k as twice a Gamma(k/2) from :func:`gamma_slots` (one word per variate,
     plus the rare fix-up). The variates are float32 numbers (cast to ``dtype``).
+
+    At d = 2 the complement is empty (Wishart_2(0) = 0): the Bartlett entry and both chi
+    variates are 0, and only B's 4 Gaussians are drawn.
     """
+    batch = keys.shape[0]
+    if dim == 2:
+        words = random_words(keys, n_layers * 4).reshape(n_layers, 4, batch)
+        gauss = math.sqrt(2) * jax.lax.erf_inv(symmetric_words(words))
+        zeros = jnp.zeros((n_layers, 1, batch), jnp.float32)
+        return jnp.concatenate([gauss, zeros], axis=1).astype(dtype), jnp.zeros(
+            (n_layers, 2, batch), dtype
+        )
     dofs = (dim - 2, dim - 3)
     small = [k for k in dofs if k <= CHAIN_SMALL_DOF_MAX]
     large = [k for k in dofs if k > CHAIN_SMALL_DOF_MAX]
     n_gauss = 5 + sum(k % 2 for k in small)
     n_log = sum(k // 2 for k in small)
     width = n_gauss + len(large) + n_log
-    batch = keys.shape[0]
     words = random_words(keys, n_layers * width).reshape(n_layers, width, batch)
     gauss = math.sqrt(2) * jax.lax.erf_inv(symmetric_words(words[:, :n_gauss]))
     logs = jnp.log1p(symmetric_words(words[:, n_gauss + len(large) :])) - math.log(2)

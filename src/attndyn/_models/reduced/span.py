@@ -15,7 +15,7 @@ down to float32's smallest normal numbers: two tokens never merge numerically, w
 float32 coordinates merge once they agree to ~10⁻⁷ (the numerical coalescence of issue 10).
 """
 
-from typing import final
+from typing import ClassVar, final
 
 import equinox as eqx
 import jax
@@ -24,12 +24,13 @@ import numpy as np
 from jaxtyping import Array, Float, Key
 
 from ..._core.errors import ParameterError, check_int
+from ..._core.norms import AbstractNorm, RMSNorm
 from ..._core.random import fold_in
 from ..._core.schemes import PostLN
 from ..._core.values import AbstractScalarValues
 from ..base import AbstractModel, advance_saves, begin_saves
 from ..discrete import DiscreteTransformer
-from .frame import held_sine, lq, two_token_attention, two_token_frame
+from .frame import fits_frame, held_sine, lq, start_frame, two_token_attention, two_token_frame
 
 
 @final
@@ -41,13 +42,24 @@ class SpanTransformer(AbstractModel):
     model: DiscreteTransformer
     n_tokens: int = eqx.field(static=True)
     dim: int = eqx.field(static=True)
+    #: The norm of the model the route stands for (see ``ReducedTransformer.start``).
+    start: AbstractNorm = eqx.field(default_factory=RMSNorm, kw_only=True)
+
+    same_path_in_float64: ClassVar[bool] = True
+
+    def merge_law(self, dim: int):
+        """The law of the model it stands for, in the route's own dimension (d − 1 for a
+        LayerNorm model, whose noise acts in the hyperplane)."""
+        del dim
+        return self.model.merge_law(self.dim)
 
     def __check_init__(self):
         check_int("n_tokens", self.n_tokens, lower=1)
         check_int("dim", self.dim, lower=2)
-        if self.n_tokens >= self.dim:
+        if not fits_frame(self.n_tokens, self.dim):
             raise ParameterError(
-                f"the span route needs N < d; got N = {self.n_tokens}, d = {self.dim}."
+                f"the span route needs N < d (or N = d = 2); got N = {self.n_tokens}, "
+                f"d = {self.dim}."
             )
         if not isinstance(self.model.values, AbstractScalarValues):
             raise ParameterError("the span route needs values that are multiples of I.")
@@ -76,11 +88,17 @@ class SpanTransformer(AbstractModel):
         return self.model.stepping()
 
     def begin(self, x0, keys):
-        c0 = jax.vmap(lq)(x0)
+        """The route's state and, under a centred LayerNorm, the start's own frame
+        coordinates: a save before the first layer is the start itself (as on the full
+        route), not the frame of its centred rows that the route runs from."""
+        c0 = jax.vmap(lambda x: start_frame(x, self.start))(x0)
         if not self._chain:
             # The layer maps themselves, on the frame coordinates (same keys, same s_n).
-            return self.model.begin(c0, keys)
-        return self._chain_state(c0[:, 1, 0], jnp.log(c0[:, 1, 1]))
+            inner = self.model.begin(c0, keys)
+        else:
+            inner = self._chain_state(c0[:, 1, 0], jnp.log(c0[:, 1, 1]))
+        raw = None if self.start.codimension == 0 else jax.vmap(lq)(x0)
+        return inner, raw
 
     def _chain_state(self, cz: Array, log_sz: Array):
         """The two-token chain's state at (cos φ, log sin φ), before its first layer."""
@@ -91,10 +109,22 @@ class SpanTransformer(AbstractModel):
         """The two-token chain from (cos φ, log sin φ) themselves: a start closer to ±1 than
         float32 coordinates can hold (sin φ = 10⁻²⁰)."""
         stop = jnp.asarray(self.stepping()[0], jnp.int32)
-        state = self.advance(self._chain_state(cz, log_sz), keys, jnp.zeros((), jnp.int32), stop)
-        return self.finish(state)
+        state = self._chain_state(cz, log_sz)
+        return self._finish(self._advance(state, keys, jnp.zeros((), jnp.int32), stop))
 
     def advance(self, state, keys, start, stop):
+        inner, raw = state
+        return self._advance(inner, keys, start, stop), raw
+
+    def finish(self, state):
+        inner, raw = state
+        saves = self._finish(inner)
+        if raw is None:
+            return saves
+        first = np.asarray(self.model.save_layers) == 0
+        return jnp.where(first[None, :, None, None], raw[:, None], saves)
+
+    def _advance(self, state, keys, start, stop):
         if not self._chain:
             return self.model.advance(state, keys, start, stop)
 
@@ -111,7 +141,7 @@ class SpanTransformer(AbstractModel):
         view = lambda y: jax.vmap(_frame_view)(*y)  # noqa: E731
         return advance_saves(self.model.save_layers, chain, saves, start, stop, run, view)
 
-    def finish(self, state):
+    def _finish(self, state):
         if not self._chain:
             return self.model.finish(state)
         return jnp.swapaxes(state[1], 0, 1)
