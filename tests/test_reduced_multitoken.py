@@ -148,8 +148,9 @@ LONG_CASES = [
 
 @pytest.mark.parametrize(("beta", "dim", "n_tokens", "n"), LONG_CASES)
 def test_reduced_and_full_routes_agree_after_clustering(beta, dim, n_tokens, n):
-    # L = 20, T = 20 (400 layers), n vs n trajectories (2,000 in the slow set): class probabilities by the
-    # two-sample criterion above, and the law of the mean pairwise cosine by KS at a 1e-5
+    # L = 20, T = 20 (400 layers), n vs n trajectories (2,000 in the slow set): class
+    # probabilities by the two-sample criterion above, and the law of the mean pairwise
+    # cosine by KS at a 1e-5
     # resolution (float32 coordinates of the full route cannot resolve finer gaps; p < 1e-3
     # fails equal laws once in a thousand).
     model = ad.DiscreteTransformer(ad.Attention(beta), depth=20, saveat=ad.SaveAt(20.0))
