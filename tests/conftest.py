@@ -22,6 +22,16 @@ import pytest
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 # No implicit rank promotion: every broadcast in attndyn is written out.
 jax.config.update("jax_numpy_rank_promotion", "raise")
+# Most of the suite's CPU time is XLA compiling. Every test keeps its compiled programs in
+# the persistent cache from its first compile (what `enable_compilation_cache` does for the
+# CLI, and did before only once a worker had run a CLI test): a rerun of unchanged code
+# loads them. The same HLO gives the same executable, so the programs tested are the ones
+# users run; ATTNDYN_CACHE=0 times a cold suite.
+if os.environ.get("ATTNDYN_CACHE", "1") != "0":
+    os.makedirs(os.environ["ATTNDYN_CACHE_DIR"], exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", os.environ["ATTNDYN_CACHE_DIR"])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 @pytest.fixture
