@@ -400,6 +400,8 @@ def test_a_rounded_horizon_is_warned_as_recorded(depth, horizon):
     with pytest.warns(UserWarning, match="not a multiple of the layer step") as caught:
         model = ad.DiscreteTransformer(ad.Attention(1.0), depth=depth, saveat=ad.SaveAt(horizon))
     text = str(caught[0].message)
-    layers, time = re.search(r"running (\d+) layers?, to t = ([0-9.e+-]+)\.", text).groups()
+    found = re.search(r"running (\d+) layers?, to t = ([0-9.e+-]+)\.", text)
+    assert found is not None, text
+    layers, time = found.groups()
     assert int(layers) == model.n_layers == int(model.save_layers[-1])
     assert float(time) == pytest.approx(float(model.save_times[-1]), rel=1e-5)

@@ -62,6 +62,14 @@ def _post_ln(values, *, scheme=None, kind="softmax", beta=2.0):
 
 _LN = ad.PostLN(norm="layernorm")
 
+
+def _reduced(model, n_tokens, dim):
+    """The reduced route's model at (N, d), which these cases know exists."""
+    reduced = model.reduction(n_tokens, dim).model
+    assert reduced is not None
+    return reduced
+
+
 MODELS = {
     # (model, N, d): the full route, the reduced frame route (N = 3), the two-token chain
     # with early absorption (checks at multiples of absorb_every: blocks end there), the
@@ -69,9 +77,9 @@ MODELS = {
     "full": (_post_ln(ad.MatrixValues(1.0), scheme=ad.PreLN()), 3, 4),
     "frame": (_post_ln(ad.MatrixValues(1.0)).reduction(3, 5).model, 3, 5),
     "chain absorbing": (
-        _post_ln(ad.MatrixValues(1.0), beta=3.0)
-        .reduction(2, 4)
-        .model.with_absorption(tol=1e-3, bound=0.5, dim=4),
+        _reduced(_post_ln(ad.MatrixValues(1.0), beta=3.0), 2, 4).with_absorption(
+            tol=1e-3, bound=0.5, dim=4
+        ),
         2,
         4,
     ),

@@ -8,6 +8,7 @@ or written; a failed run exits with status 1 and one line. Only the checkpoint t
 """
 
 import warnings
+from pathlib import Path
 
 import jax
 import pytest
@@ -307,7 +308,7 @@ def test_the_merge_warning_under_x64_does_not_advise_x64(capsys):
 @pytest.mark.parametrize("where", ["file", "proc"])
 def test_a_cache_folder_that_cannot_be_written_is_refused(tmp_path, no_study, monkeypatch, where):
     # It was ignored silently: JAX skips every write to an unusable cache (audit).
-    target = tmp_path / "a-file" if where == "file" else "/proc/attndyn-cache"
+    target = tmp_path / "a-file" if where == "file" else Path("/proc/attndyn-cache")
     if where == "file":
         target.write_text("not a folder")
     _refused([*PHASE, "--cache-dir", str(target)], tmp_path, "--cache-dir", str(target))

@@ -29,6 +29,9 @@ import xarray as xr
 import attndyn as ad
 from attndyn._models.base import advance_saves, begin_saves
 
+#: The main thread, whose ident is set (pthread_kill needs an int).
+_MAIN_THREAD = threading.main_thread().ident or 0
+
 STUDY = ["phase-diagram", "--beta", "0.5,1,1.5,2,2.5,3", "--dim", "4", "--trajectories", "3000"]
 STUDY += ["--depth", "20", "--horizon", "10", "--route", "full", "--no-progress"]
 # The float32 N × d route merges a few pairs by T = 10 (11 of 1,504 at β = 0.5): counted,
@@ -269,7 +272,7 @@ class _InterruptAfter:
         with self.lock:
             if self.running:
                 self.sent = True
-                signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+                signal.pthread_kill(_MAIN_THREAD, signal.SIGINT)
 
     def __enter__(self):
         self.timer.start()
@@ -288,8 +291,9 @@ def _interrupted_walk(checkpoint, *, chunk_size, delay):
     """Run the walk study, Ctrl-C'd ``delay`` s in; whether it was, and how long it took to
     stop after the signal."""
     started = time.monotonic()
+    interrupt = _InterruptAfter(delay)
     try:
-        with _InterruptAfter(delay) as interrupt:
+        with interrupt:
             _walk(checkpoint, chunk_size=chunk_size)
     except KeyboardInterrupt:
         assert interrupt.sent
@@ -376,7 +380,7 @@ def test_an_interrupt_during_a_checkpoint_write_waits_for_the_write(
     def interrupt_when_writing():
         if writing.wait(60):
             time.sleep(0.05)
-            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+            signal.pthread_kill(_MAIN_THREAD, signal.SIGINT)
 
     helper = threading.Thread(target=interrupt_when_writing)
     helper.start()
@@ -586,10 +590,11 @@ def test_a_ctrl_c_that_python_swallows_is_raised_again(capfd):
     def collected(phase, info):
         if phase == "start" and not fired:
             fired.append(True)
-            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+            signal.pthread_kill(_MAIN_THREAD, signal.SIGINT)
             sum(range(100))  # the handler runs here, inside the callback
 
     fired = []
+    swallowed = False
     gc.callbacks.append(collected)
     try:
         with pytest.raises(KeyboardInterrupt), interrupts.watching():

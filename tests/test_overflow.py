@@ -66,6 +66,7 @@ def test_the_two_token_chain_agrees_with_the_frame_layer_in_float64():
     # array leaf: one compilation serves every β.)
     for beta in BETAS:
         reduced = _usa(beta).reduction(2, 4).model
+        assert reduced is not None
         assert type(reduced).__name__ == "ReducedTransformer"
         cz, sz, z, chi = _states(64, seed=int(beta))
         f32 = jnp.float32
