@@ -202,8 +202,12 @@ def _sde_solutions(model) -> Arrays:
 
 
 def _integrator(solver: str, **kw):
-    # The integrator of each SDE case, built where the spelling of its solver may change.
-    return ad.SDEIntegrator(solver, **kw)
+    # The integrator of each SDE case, built where the spelling of its solver may change:
+    # a diffrax solver object since 0.5.0, a name before.
+    if isinstance(ad.SDEIntegrator().solver, str):
+        return ad.SDEIntegrator(solver, **kw)
+    obj = {"euler": _diffrax().Euler, "heun": _diffrax().Heun, "spark": _diffrax().SPaRK}
+    return ad.SDEIntegrator(obj[solver](), **kw)
 
 
 @case("solve.sde_solvers")
@@ -504,7 +508,7 @@ def compare_case(
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--record", type=Path, metavar="FILE")
     mode.add_argument("--compare", type=Path, metavar="FILE")

@@ -19,6 +19,7 @@ import json
 import time
 from pathlib import Path
 
+import diffrax
 import jax
 import jax.numpy as jnp
 import matplotlib
@@ -78,7 +79,7 @@ def discrete_overlaps(depth, distribution, n, seed):
     return run_batched(fn, n, seed)
 
 
-def reference_overlaps(n, seed, dt=1e-3, solver="heun"):
+def reference_overlaps(n, seed, dt=1e-3, solver=None):
     o = ad.OverlapSDE(
         beta=BETA,
         attention="softmax",
@@ -86,10 +87,10 @@ def reference_overlaps(n, seed, dt=1e-3, solver="heun"):
         sigma=SIGMA,
         dim=DIM,
         saveat=ad.SaveAt(max(TIMES), TIMES),
-        integrator=ad.SDEIntegrator(solver, dt),
+        integrator=ad.SDEIntegrator(solver or diffrax.Heun(), dt),
     )
     z0 = jnp.zeros((), jnp.float32)
-    fn = jax.jit(jax.vmap(lambda k: o.solve(z0, key=k)))
+    fn = jax.jit(jax.vmap(lambda k: o.solve(z0, key=k).z))
     return run_batched(fn, n, seed, chunk=50_000)
 
 

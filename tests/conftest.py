@@ -6,6 +6,7 @@ pyproject.toml).
 
 import json
 import os
+import resource
 import tempfile
 
 os.environ["XLA_FLAGS"] = (
@@ -21,6 +22,16 @@ import pytest
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 # No implicit rank promotion: every broadcast in attndyn is written out.
 jax.config.update("jax_numpy_rank_promotion", "raise")
+# Most of the suite's CPU time is XLA compiling. Every test keeps its compiled programs in
+# the persistent cache from its first compile (what `enable_compilation_cache` does for the
+# CLI, and did before only once a worker had run a CLI test): a rerun of unchanged code
+# loads them. The same HLO gives the same executable, so the programs tested are the ones
+# users run; ATTNDYN_CACHE=0 times a cold suite.
+if os.environ.get("ATTNDYN_CACHE", "1") != "0":
+    os.makedirs(os.environ["ATTNDYN_CACHE_DIR"], exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", os.environ["ATTNDYN_CACHE_DIR"])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 @pytest.fixture
@@ -47,7 +58,8 @@ def pytest_addoption(parser):
         "--compile-report",
         default=None,
         metavar="PATH",
-        help="write each test's XLA compile count and seconds as JSON (one file per worker)",
+        help="write each test's XLA compile count and seconds, and its CPU seconds (user + "
+        "sys, with the child processes it waited for), as JSON (one file per worker)",
     )
 
 
@@ -65,14 +77,29 @@ def pytest_configure(config):
         config._compile_rows = []  # pyright: ignore[reportAttributeAccessIssue]
 
 
+def _cpu_seconds() -> float:
+    """User + system CPU seconds of this process and of the children it has waited for
+    (the budget of the suite is CPU time: a subprocess's start-up counts)."""
+    own, children = (
+        resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     rows = getattr(item.config, "_compile_rows", None)
     _compiles.update(n=0, seconds=0.0)
+    cpu = _cpu_seconds()
     yield
     if rows is not None:
         rows.append(
-            {"test": item.nodeid, "compiles": _compiles["n"], "seconds": _compiles["seconds"]}
+            {
+                "test": item.nodeid,
+                "compiles": _compiles["n"],
+                "seconds": _compiles["seconds"],
+                "cpu": _cpu_seconds() - cpu,
+            }
         )
 
 
@@ -83,4 +110,4 @@ def pytest_sessionfinish(session):
         return
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     with open(f"{path}.{worker}.json", "w") as f:
-        json.dump(sorted(rows, key=lambda r: -r["seconds"]), f, indent=1)
+        json.dump(sorted(rows, key=lambda r: -r["cpu"]), f, indent=1)

@@ -285,11 +285,9 @@ def _class_tests(tree: ast.AST):
 
 
 #: Known exceptions, each with the work that removes it: the test fails once an entry is no
-#: longer needed, so that the list only shrinks.
-_PENDING = {
-    # Mix-LN's solve split by hand; replaced by diffrax jump_ts (issue 30 item 3).
-    ("attndyn._models.integrators", "MixLN"),
-}
+#: longer needed, so that the list only shrinks. (Issue 30 item 3 removed the last one,
+#: integrators.py's Mix-LN split.)
+_PENDING: set[tuple[str, str]] = set()
 
 
 def test_no_isinstance_on_a_concrete_scheme_model_value_or_norm():

@@ -112,7 +112,7 @@ def _models(implementation):
     return {
         "layers": ad.DiscreteTransformer(att, ad.MatrixValues(1.0), depth=100, saveat=saveat),
         "ode": ad.NormalizedAttentionODE(att, saveat=saveat),
-        "sde": ad.TransformerSDE(att, saveat=saveat, integrator=ad.SDEIntegrator("euler", 0.01)),
+        "sde": ad.TransformerSDE(att, saveat=saveat, integrator=ad.SDEIntegrator(dt=0.01)),
     }
 
 

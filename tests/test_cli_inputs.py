@@ -166,9 +166,9 @@ def test_options_that_apply_are_accepted(tmp_path, no_study, args):
 
 
 def test_a_bad_value_is_named_before_an_ignored_option(tmp_path, no_study):
-    # The model's own refusal is the more specific one: the solver, not --depth.
-    args = [*PHASE, "--engine", "sde", "--depth", "5", "--solver", "shark"]
-    line = _refused(args, tmp_path, "additive")
+    # The model's own refusal is the more specific one: the step, not --depth.
+    args = [*PHASE, "--engine", "sde", "--depth", "5", "--dt", "1000"]
+    line = _refused(args, tmp_path, "dt=1000")
     assert "--depth" not in line
 
 

@@ -134,7 +134,7 @@ def _split_overlaps(sizes, beta, attention, n, t_end):
         ad.Attention(beta, kind=attention),
         sigma=1.0,
         saveat=ad.SaveAt(t_end, (t_end / 2, t_end)),
-        integrator=ad.SDEIntegrator("euler", 1e-4),
+        integrator=ad.SDEIntegrator(dt=1e-4),
     )
     return _overlaps_from_split(model, sizes, n, seed=7)
 
@@ -337,7 +337,7 @@ def _sde_every_step(beta, dt):
         ad.Attention(beta),
         sigma=1.0,
         saveat=ad.SaveAt(1.0, steps),
-        integrator=ad.SDEIntegrator("euler", dt),
+        integrator=ad.SDEIntegrator(dt=dt),
     )
 
 

@@ -81,10 +81,10 @@ def test_processes_combined_give_the_single_process_numbers(monkeypatch, tile):
 
 _CHILD = textwrap.dedent(
     """
-    import json, jax, attndyn as ad
+    import json, sys, jax, attndyn as ad
     from tests.test_distributed import _run
     out = {}
-    for route, chunk in (("auto", 8), ("full", 90)):
+    for route, chunk in json.loads(sys.argv[1]):
         ds = _run(route=route, chunk_size=chunk)
         out[route] = [ds["count"].values.tolist(), ds["mean_cosine"].values.tolist(),
                       len(jax.devices()), ds["pair_density"].values.tolist(),
@@ -94,8 +94,17 @@ _CHILD = textwrap.dedent(
 )
 
 
+# Both routes in the slow run; the default run's smoke takes the full route only (the same
+# child, the same comparison, half the compilations: ~25 s CPU less).
 @two_cpu_devices
-def test_one_and_two_devices_and_any_chunk_give_identical_numbers():
+@pytest.mark.parametrize(
+    "routes",
+    [
+        pytest.param((("auto", 90), ("full", 8)), marks=pytest.mark.slow, id="both-routes"),
+        pytest.param((("full", 8),), id="full-route"),
+    ],
+)
+def test_one_and_two_devices_and_any_chunk_give_identical_numbers(routes):
     # This process has 2 CPU devices (conftest); the child has 1. Every number must agree
     # bit for bit, on both routes and across chunk sizes: each trajectory runs in the same
     # compiled tile program at the same place (XLA compiles each batch shape differently,
@@ -103,14 +112,20 @@ def test_one_and_two_devices_and_any_chunk_give_identical_numbers():
     env = dict(os.environ)
     env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=1"
     env["JAX_PLATFORMS"] = "cpu"
+    # The child runs each route with the other chunk size.
+    other = [[route, 90 if chunk == 8 else 8] for route, chunk in routes]
     child = subprocess.run(
-        [sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, check=True
+        [sys.executable, "-c", _CHILD, json.dumps(other)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     one_device = json.loads(child.stdout.strip().splitlines()[-1])
     assert len(jax.devices()) == 2
     # Each route runs here with the other chunk size: one comparison covers both the device
     # count and the chunking.
-    for route, chunk in (("auto", 90), ("full", 8)):
+    for route, chunk in routes:
         ds = _run(route=route, chunk_size=chunk)
         counts, cosines, n_dev, densities, spans = one_device[route]
         assert n_dev == 1
@@ -306,6 +321,7 @@ _MANY_TOKENS_CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # 512 trajectories of 32 tokens in a child; the smoke is below
 def test_many_tokens_on_two_devices_do_not_deadlock():
     # jaxlib 0.10's batched eigvalsh (the span dimension of N ≥ 3 tokens) splits its batch
     # over the intra-op thread pool and waits; with both devices inside it at once every
@@ -354,9 +370,55 @@ _IMPLICIT_CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # 96 Kvaerno3 trajectories in a child; the smoke is below
 def test_an_implicit_solver_on_two_devices_does_not_deadlock():
     # An implicit solver's Newton steps run lineax LU, a batched LAPACK getrf under vmap:
     # the same jaxlib 0.10 deadlock as the span dimension's eigvalsh (this run hung every
     # time on 2 devices). The estimator runs such models on one CPU device.
     # Every trajectory classified (one save).
     assert int(_on_two_devices(_IMPLICIT_CHILD, timeout=150)) == 96
+
+
+_SMOKE_CHILD = textwrap.dedent(
+    """
+    import warnings
+    import diffrax, jax
+    import attndyn as ad
+
+    assert len(jax.devices()) == 2
+    span = ad.estimate_probabilities(
+        lambda beta, dim, tokens: ad.DiscreteTransformer(
+            ad.Attention(beta), ad.MatrixValues(1.0), depth=5, saveat=ad.SaveAt(1.0)
+        ),
+        [{"dim": 4, "tokens": 3, "beta": 1.0}],
+        key=jax.random.key(0), n_trajectories=64, progress=False,
+    )["span_dim"].values.ravel()[0]
+
+    def implicit(beta, dim, tokens):
+        del dim, tokens
+        integrator = ad.ODEIntegrator(diffrax.Kvaerno3(), rtol=1e-3, atol=1e-5)
+        return ad.NormalizedAttentionODE(
+            ad.Attention(beta), ad.PostLN(), saveat=ad.SaveAt(0.2), integrator=integrator
+        )
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ds = ad.estimate_probabilities(
+            implicit, [dict(dim=3, tokens=3, beta=1.0)], key=jax.random.key(0),
+            n_trajectories=16, progress=False,
+        )
+    assert any("runs on 1 of the 2 CPU devices" in str(w.message) for w in caught)
+    print(float(span), int(ds["count"].values.sum()))
+    """
+)
+
+
+def test_eigvalsh_and_an_implicit_solver_on_two_devices_smoke():
+    # Smoke of the two deadlock tests above (slow), in one child process: the span
+    # dimension of N = 3 tokens (batched eigvalsh) on both devices, and an implicit solver
+    # (batched LU) sent to one device with its warning. A hang fails at the timeout (the
+    # child took 25 s CPU, 119 s wall at a load of 15 on 2 cores: the two slow tests' 120 +
+    # 150 s, with room).
+    span, count = _on_two_devices(_SMOKE_CHILD, timeout=400).split()
+    assert 1.0 <= float(span) <= 3.0  # three tokens span at most R^3
+    assert int(count) == 16

@@ -271,7 +271,7 @@ def test_models_build_or_refuse(horizon, ts, depth, dt):
         ad.DiscreteTransformer(ad.Attention(1.0), depth=depth, saveat=ad.SaveAt(horizon, ts))
 
     def sde():
-        integrator = ad.SDEIntegrator("euler", dt)
+        integrator = ad.SDEIntegrator(dt=dt)
         ad.TransformerSDE(ad.Attention(1.0), saveat=ad.SaveAt(horizon, ts), integrator=integrator)
 
     _builds_or_refuses(discrete)

@@ -7,6 +7,7 @@ tokens, by an unbounded law of v_n, or by a missing reference.
 import math
 import warnings
 
+import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -103,12 +104,13 @@ def test_the_sdes_reduce_to_the_overlap_diffusion_for_two_tokens():
     for sde in (ad.TransformerSDE(att), ad.HybridSDE(att, eps=0.5)):
         assert isinstance(sde.reduction(2, 4).model, ad.OverlapSDE)
         assert sde.reduction(3, 4).model is None
-    spark = ad.HybridSDE(att, eps=0.5, integrator=ad.SDEIntegrator("spark"))
-    assert "spark" in spark.reduction(2, 4).reason
+    spark = ad.HybridSDE(att, eps=0.5, integrator=ad.SDEIntegrator(diffrax.SPaRK()))
+    assert "SPaRK" in spark.reduction(2, 4).reason
     causal = ad.HybridSDE(ad.Attention(1.0, causal=True), eps=0.5)
     assert causal.reduction(2, 4).model is None
 
 
+@pytest.mark.slow  # 2 × 500 trajectories of 5,000 steps; the auto-route smoke follows
 def test_overlap_route_beats_full_route_coalescence():
     # Issue 10's example: HybridSDE, USA, β = 2, ε = 1.1 ε_c, d = 3, T = 50, dt = 0.01.
     # +1 repels, so every "single" is a pair the float32 N × d route merged (1.6 % in the
@@ -133,6 +135,27 @@ def test_overlap_route_beats_full_route_coalescence():
     merged = int(last_full["n_merged"])
     assert merged > 0
     assert int(last_full["count"].sel(outcome="single")) <= merged
+
+
+def test_overlap_route_has_no_coalescence_smoke():
+    # Smoke of the test above (slow): the same model and automatic route on 64 trajectories
+    # (the full route's merges need the 500: too rare to show in 64).
+    eps = 1.1 * ad.theory.eps_critical(2.0)
+
+    def make(beta, dim, tokens):
+        del dim, tokens
+        return ad.HybridSDE(
+            ad.Attention(beta, kind="unnormalized"), eps=eps, saveat=ad.SaveAt(50.0)
+        )
+
+    auto = ad.estimate_probabilities(
+        make, [{"beta": 2.0, "dim": 3, "tokens": 2}], key=jax.random.key(0),
+        n_trajectories=64, progress=False,
+    )  # fmt: skip
+    assert ad.provenance(auto)["simulated"] == ["OverlapSDE"]
+    last = auto.isel(time=-1, point=0)
+    assert int(last["n_merged"]) == 0
+    assert int(last["count"].sel(outcome="single")) == 0
 
 
 def test_float64_is_offered_and_recorded():
@@ -236,7 +259,11 @@ def test_closed_form_scale_function_matches_direct_quadrature(beta, eps, z0):
 
 @pytest.mark.parametrize(
     ("beta", "eps", "n"),
-    [(1.0, 1.24, 1500), pytest.param(0.5, 1.29, 6000, marks=pytest.mark.slow)],
+    [
+        (1.0, 1.24, 300),  # the default run's smoke: SE ≤ 0.029, the same 4.5 SE
+        pytest.param(1.0, 1.24, 1500, marks=pytest.mark.slow),
+        pytest.param(0.5, 1.29, 6000, marks=pytest.mark.slow),
+    ],
 )
 def test_softmax_probability_matches_long_monte_carlo(beta, eps, n):
     # The overlap diffusion at T = 200 (dt = 0.01) against the exact t = ∞ value: with

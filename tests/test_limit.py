@@ -1,5 +1,6 @@
 """Discrete → continuous (003 Theorem 1): eq. 4 at depth L converges in law to eq. 6."""
 
+import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -42,10 +43,10 @@ def reference():
         noise="full",
         dim=DIM,
         saveat=ad.SaveAt(T),
-        integrator=ad.SDEIntegrator(solver="heun", dt=2e-3),
+        integrator=ad.SDEIntegrator(diffrax.Heun(), dt=2e-3),
     )
     keys = jax.random.split(jax.random.key(0), 50_000)
-    z = jax.jit(jax.vmap(lambda k: o.solve(jnp.zeros((), jnp.float32), key=k)[-1]))(keys)
+    z = jax.jit(jax.vmap(lambda k: o.solve(jnp.zeros((), jnp.float32), key=k).z[-1]))(keys)
     return _stats(z)
 
 

@@ -5,6 +5,7 @@ precision rounds float32 dot operands to TF32. CI has no GPU, so these tests che
 programs: every dot asks for ``Precision.HIGHEST``.
 """
 
+import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -41,7 +42,7 @@ MODELS = {
         ad.TransformerSDE(
             ad.Attention(1.0),
             saveat=ad.SaveAt(0.2),
-            integrator=ad.SDEIntegrator(solver="spark", dt=0.1),
+            integrator=ad.SDEIntegrator(diffrax.SPaRK(), dt=0.1),
         ),
         8,
         16,

@@ -1,6 +1,7 @@
 """Process set-up for speed: every core, the persistent compilation cache, compile timing,
 and the CLI's report of numerically merged tokens."""
 
+import json
 import subprocess
 import sys
 
@@ -71,6 +72,9 @@ def test_merged_tokens_are_reported_on_stderr(capsys):
             "n_valid": ("point", np.array([10, 10])),
         },
         coords={"beta": ("point", [1.0, 2.0]), "dim": ("point", [3, 3])},
+        # Counted as the arithmetic left them (on_merged="count"); "auto" reports what it
+        # resolved instead (its own test).
+        attrs={"provenance": json.dumps({"on_merged": "count"})},
     )
     warn_merged(ds)
     err = capsys.readouterr().err.strip().splitlines()

@@ -126,6 +126,7 @@ if TYPE_CHECKING:
     )
     from ._models.integrators import (
         SDE_SOLVERS as SDE_SOLVERS,
+        AbstractItoSDE as AbstractItoSDE,
         ODEIntegrator as ODEIntegrator,
         ProjectedSolver as ProjectedSolver,
         SDEIntegrator as SDEIntegrator,
@@ -134,7 +135,11 @@ if TYPE_CHECKING:
         NormalizedAttentionODE as NormalizedAttentionODE,
         ODESolution as ODESolution,
     )
-    from ._models.overlap import AbstractOverlapSDE as AbstractOverlapSDE, OverlapSDE as OverlapSDE
+    from ._models.overlap import (
+        AbstractOverlapSDE as AbstractOverlapSDE,
+        OverlapSDE as OverlapSDE,
+        OverlapSolution as OverlapSolution,
+    )
     from ._models.reduced.frame_route import ReducedTransformer as ReducedTransformer
     from ._models.sde import (
         AbstractSphereSDE as AbstractSphereSDE,

@@ -1,11 +1,24 @@
 """Input validation that runs before anything is traced or compiled."""
 
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning (a deprecation) at the first frame outside
+    attndyn and equinox (model construction runs through equinox's ``__init__``
+    machinery)."""
+    level, frame = 1, sys._getframe(1)
+    while frame is not None and any(
+        part in frame.f_code.co_filename for part in ("/attndyn/", "/equinox/", "<frozen")
+    ):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 class ParameterError(ValueError):

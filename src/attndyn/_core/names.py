@@ -1,6 +1,6 @@
 """The names users pass as strings to the core (attention kinds, value laws, norms,
-schemes), in a module that imports nothing: the command line declares its options with
-them without importing JAX."""
+schemes, SDE solvers), in a module that imports nothing: the command line declares its
+options with them without importing JAX."""
 
 #: Attention normalizations: softmax (SA) or unnormalised (USA).
 ATTENTION_KINDS = ("softmax", "unnormalized")
@@ -13,3 +13,6 @@ SCHEME_NAMES = ("post-ln", "pre-ln", "mix-ln", "peri-ln", "ngpt", "sqrt-scaling"
 #: How attention is computed: chosen by N, the dense N × N matrix, blocks of queries, or
 #: ``jax.nn.dot_product_attention``.
 IMPLEMENTATIONS = ("auto", "dense", "blockwise", "library")
+#: The SDE solvers offered by name (the CLI's ``--solver``, the studies' ``solver=``); each
+#: name stands for one diffrax solver object (:func:`attndyn._models.integrators.sde_solver`).
+SDE_SOLVER_NAMES = ("euler", "heun", "spark")

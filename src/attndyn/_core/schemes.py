@@ -248,6 +248,24 @@ class AbstractScheme(eqx.Module):
         del t, r, attn_norm
         return jnp.zeros_like(radial)
 
+    @property
+    def switch_time(self) -> Float[Array, ""] | None:
+        """A time where :meth:`speed` and :meth:`radial_rate` jump (Mix-LN's τ), which an
+        ODE solver must not step across; ``None`` (the default) where they are continuous.
+        The factors at the switch time itself are those after it."""
+        return None
+
+    def phases(self) -> tuple["AbstractScheme", ...]:
+        """The schemes in force before and after :attr:`switch_time` (each with continuous
+        factors, which the ODE solves on its own side of the switch); ``(self,)`` for a
+        scheme without one."""
+        return (self,)
+
+    def start_radius(self, r0: Float[Array, "*N"]) -> Float[Array, "*N"]:
+        """The magnitudes the ODE starts from, given the start's ``r0``: ``r0`` for the
+        schemes that keep magnitudes, 1 for those whose first layer normalises them away."""
+        return r0 if self.keeps_radius else jnp.ones_like(r0)
+
 
 @final
 class PostLN(AbstractScheme):
@@ -310,9 +328,9 @@ class MixLN(AbstractScheme):
     """Post-LN for the first ⌈τL⌉ layers, Pre-LN after (``tau`` is an array leaf).
 
     The Post-LN phase leaves unit rows, so the Pre-LN phase starts from r = 1 (for τ > 0;
-    τ = 0 is plain Pre-LN from the start radius). The ODE solver does not integrate across
-    the switch with these (discontinuous) factors: it splits the solve at τ (see
-    :class:`attndyn.NormalizedAttentionODE`).
+    τ = 0 is plain Pre-LN from the start radius). The speed factors jump at τ
+    (:attr:`switch_time`): the ODE is solved up to τ with Post-LN's factors and on from τ
+    with Pre-LN's (:meth:`phases`; see :class:`attndyn.NormalizedAttentionODE`).
     """
 
     tau: Float[Array, ""] = eqx.field(converter=float_leaf("tau"), default=0.5)
@@ -345,11 +363,11 @@ class MixLN(AbstractScheme):
         return MixLN(tau=self.tau * factor, norm=self.norm)
 
     def speed_laws(self):
-        """Post-LN's s = 1 up to τ, Pre-LN's s = r from τ on (from r = 1, which the Post-LN
-        stretch leaves); Pre-LN's alone for τ = 0."""
+        """Its :meth:`phases`' laws: Post-LN's s = 1 up to τ, Pre-LN's s = r from τ on (from
+        r = 1, which the Post-LN stretch leaves); Pre-LN's alone for τ = 0."""
         tau = float(self.tau)
-        pre = SpeedLaw(radius=True)
-        return ((0.0, pre),) if tau == 0 else ((0.0, SpeedLaw()), (tau, pre))
+        post, pre = (phase.speed_laws()[0][1] for phase in self.phases())  # type: ignore[index]
+        return ((0.0, pre),) if tau == 0 else ((0.0, post), (tau, pre))
 
     def speed(self, t, r, attn_norm):
         """s = 1 for t < τ, r after."""
@@ -358,6 +376,19 @@ class MixLN(AbstractScheme):
     def radial_rate(self, t, r, radial, attn_norm):
         """ρ = 0 for t < τ, ⟨θ, A⟩ after."""
         return jnp.where(t < self.tau, jnp.zeros_like(radial), radial)
+
+    @property
+    def switch_time(self) -> Float[Array, ""]:
+        """τ: Post-LN's factors before it, Pre-LN's from it on."""
+        return self.tau
+
+    def phases(self) -> tuple[AbstractScheme, ...]:
+        """Post-LN, then Pre-LN (with this scheme's norm)."""
+        return (PostLN(norm=self.norm), PreLN(norm=self.norm))
+
+    def start_radius(self, r0):
+        """1 when a Post-LN phase comes first (τ > 0), ``r0`` for plain Pre-LN (τ = 0)."""
+        return jnp.where(self.tau > 0, jnp.ones_like(r0), r0)
 
 
 @final

@@ -200,7 +200,7 @@ class AbstractTrajectoryModel(AbstractModel):
         return self._simulate(x0, keys)
 
     @eqx.filter_jit
-    def _simulate(self, x0, keys):
+    def _simulate(self, x0: Float[Array, "batch N d"], keys: Key[Array, " batch"]) -> States:
         # Compiled whole where a user calls it outside jit (inside the estimator's program
         # the call is inlined).
         return jax.vmap(lambda x, k: self.trajectory(x, key=k))(x0, keys)

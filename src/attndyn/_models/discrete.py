@@ -1,7 +1,6 @@
 """Discrete layer maps: deep transformers at initialization (spec §2), run with ``lax.scan``."""
 
 import math
-import sys
 import warnings
 from typing import ClassVar, final
 
@@ -20,6 +19,7 @@ from .._core.errors import (
     check_int,
     check_single_key,
     check_start,
+    user_stacklevel,
 )
 from .._core.linalg import matmul
 from .._core.norms import AbstractNorm
@@ -33,17 +33,6 @@ from .reduced.reduction import reduce_discrete
 
 #: The depth L when neither ``depth`` nor ``step`` is given.
 DEFAULT_DEPTH = 100
-
-
-def _user_stacklevel() -> int:
-    """The ``stacklevel`` that points a warning at the first frame outside attndyn and
-    equinox (model construction runs through equinox's ``__init__`` machinery)."""
-    level, frame = 1, sys._getframe(1)
-    while frame is not None and any(
-        part in frame.f_code.co_filename for part in ("/attndyn/", "/equinox/", "<frozen")
-    ):
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 def _optional_python_float(value) -> float | None:
@@ -133,7 +122,7 @@ class DiscreteTransformer(AbstractTrajectoryModel):
                 f"horizon={self.saveat.horizon:g} is not a multiple of the layer step "
                 f"{self.step_size:g}: running {layers} layer{'s' if layers != 1 else ''}, to t = "
                 f"{layers * self.step_size:g}.",
-                stacklevel=_user_stacklevel(),
+                stacklevel=user_stacklevel(),
             )
 
     @property

@@ -2,11 +2,23 @@
 
 An integrator holds the solver, the step (or the adaptive tolerances) and whether each step
 is projected back onto the sphere; a model holds its equation and its :class:`SaveAt`. The
-one call to ``diffrax.diffeqsolve`` of each family is here, and so is the solve split at a
-switch time that Mix-LN needs (:func:`solve_with_switch`).
+one call to ``diffrax.diffeqsolve`` of each family is here.
+
+- The solver carries its calculus, as in diffrax: an SDE model states its equation once, in
+  Itô form (:class:`AbstractItoSDE`), and :class:`SDEIntegrator` asks its solver's type
+  (``diffrax.AbstractItoSolver`` or ``diffrax.AbstractStratonovichSolver``) whether to
+  solve that drift or its Stratonovich form (:func:`stratonovich_drift`). Either way the
+  solution converges to the same Itô solution; no model asks which solver runs it.
+- A field with a known discontinuity in time (Mix-LN's switch τ) is solved by
+  :meth:`ODEIntegrator.solve` with ``jump_ts``, piece by piece between the jumps, so that
+  no step straddles one.
 """
 
+import abc
+import dataclasses
+import functools
 import math
+import warnings
 from collections.abc import Callable
 from typing import Any, final
 
@@ -14,17 +26,32 @@ import diffrax as dfx
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, PRNGKeyArray, PyTree
+import lineax as lx
+from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
-from .._core.errors import INT32_MAX, ParameterError, check_bound, check_choice, check_int
-from .._core.schemes import AbstractScheme, MixLN, PostLN, PreLN
+from .._core.errors import (
+    INT32_MAX,
+    ParameterError,
+    check_bound,
+    check_choice,
+    check_int,
+    user_stacklevel,
+)
+from .._core.names import SDE_SOLVER_NAMES
+from .._core.schemes import AbstractScheme
 from .._core.sphere import normalize
 
-#: Solvers offered for the SDEs (Itô Euler–Maruyama; Heun and SPaRK on the Stratonovich form).
-SDE_SOLVERS = ("euler", "heun", "spark")
-#: diffrax solvers that assume additive noise: refused with an explanation.
-ADDITIVE_NOISE_SOLVERS = ("sra1", "shark", "sea")
+#: The SDE solvers offered by name (the CLI's ``--solver``): see :func:`sde_solver`.
+SDE_SOLVERS = SDE_SOLVER_NAMES
 BROWNIAN_KINDS = ("unsafe", "virtual")
+#: How a deprecated solver name is now spelled (the objects of :func:`sde_solver`).
+_SPELLED = {
+    "euler": "diffrax.Euler()",
+    "heun": "diffrax.Heun()",
+    "spark": "diffrax.SPaRK()",
+}
+#: What to pass instead, named in every refusal of an SDE solver.
+_OFFERED = "e.g. diffrax.Euler() (Itô), diffrax.Heun() or diffrax.SPaRK() (Stratonovich)"
 
 
 def _project_rows(y: Array) -> Array:
@@ -92,9 +119,9 @@ class ODEIntegrator(eqx.Module):
         rtol, atol: tolerances of the adaptive PID step controller.
         dt0: initial step (``None`` lets diffrax choose; required when ``adaptive=False``).
         adaptive: ``False`` takes constant steps ``dt0``.
-        max_steps: the solver's step budget per solve (per segment when split). A solve
-            that fails (budget used up, step size driven to zero) returns NaN states: the
-            estimator reports them like any non-finite trajectory.
+        max_steps: the solver's step budget per solve. A solve that fails (budget used up,
+            step size driven to zero) returns NaN states: the estimator reports them like
+            any non-finite trajectory.
     """
 
     solver: dfx.AbstractSolver = dfx.Tsit5()
@@ -125,8 +152,26 @@ class ODEIntegrator(eqx.Module):
         """Whether the solver is implicit (its Newton steps factorise matrices: LAPACK)."""
         return isinstance(self.solver, dfx.AbstractImplicitSolver)
 
-    def solve(self, field: Callable, t0, t1, y0: PyTree, args: Any, ts: Array):
-        """``(ys at ts, accepted steps)`` of ``dy/dt = field(t, y, args)`` on [t0, t1]."""
+    def solve(
+        self,
+        field: Callable,
+        t0: Array,
+        t1: Array,
+        y0: PyTree,
+        args: Any,
+        ts: Array,
+        *,
+        jump_ts: Float[Array, " jumps"] | None = None,
+    ) -> tuple[PyTree, Array]:
+        """``(ys at ts, accepted steps)`` of ``dy/dt = field(t, y, args)`` on [t0, t1].
+
+        ``jump_ts``: non-decreasing times where the field jumps (array leaves: a sweep over
+        them does not recompile). ``args`` is then a sequence of ``len(jump_ts) + 1``
+        arguments, the field's on each piece between them, and no step straddles a jump
+        (:meth:`_solve_pieces`).
+        """
+        if jump_ts is not None:
+            return self._solve_pieces(field, t0, t1, y0, args, ts, jump_ts)
         controller = (
             dfx.PIDController(rtol=self.rtol, atol=self.atol)
             if self.adaptive
@@ -156,30 +201,251 @@ class ODEIntegrator(eqx.Module):
         ys = jax.tree.map(lambda y: jnp.where(failed, jnp.nan, y), sol.ys)
         return ys, sol.stats["num_accepted_steps"]
 
+    def solve_scheme(
+        self, field: Callable, model: Any, t0: Array, t1: Array, y0: PyTree, ts: Array
+    ) -> tuple[PyTree, Array]:
+        """:meth:`solve` of ``field(t, y, (model, scheme))`` for ``model.scheme``: where the
+        scheme switches (Mix-LN's τ, :attr:`AbstractScheme.switch_time`), each of its
+        :meth:`~AbstractScheme.phases` on its own side of the switch."""
+        scheme: AbstractScheme = model.scheme
+        switch = scheme.switch_time
+        if switch is None:
+            return self.solve(field, t0, t1, y0, (model, scheme), ts)
+        phases = [(model, phase) for phase in scheme.phases()]
+        return self.solve(field, t0, t1, y0, phases, ts, jump_ts=switch[None])
+
+    def _solve_pieces(self, field, t0, t1, y0, pieces, ts, jump_ts):
+        """One solve per piece [t0, j₁], [j₁, j₂], …, [j_k, t1] between the jumps (clipped
+        to [t0, t1]; a piece may be empty), each with its own ``args`` and from the state
+        where the last one ended: the state is continuous, its field is not.
+
+        Why not diffrax's ``ClipStepSizeController(jump_ts=…)``, which does this in one
+        solve (one compiled loop instead of one per piece): it ends the step before a jump
+        at the float below it and carries the step size across, so every number after the
+        first jump moves by rounding (up to 3e-6 in float32, within the tolerances;
+        measured in benchmarks/README.md), where attndyn keeps its numbers bit-identical
+        from one release to the next; and it does not wrap constant steps.
+        """
+        if len(pieces) != jump_ts.shape[0] + 1:
+            raise ValueError(f"{jump_ts.shape[0]} jumps need {jump_ts.shape[0] + 1} args.")
+        jumps = jnp.clip(jump_ts.astype(ts.dtype), t0, t1)
+        starts = jnp.concatenate([t0[None], jumps])
+        ends = jnp.concatenate([jumps, t1[None]])
+        # A save at a jump is read where the piece before it ends.
+        piece = jnp.searchsorted(jumps, ts, side="left")
+        y, saved, steps = y0, None, jnp.zeros((), jnp.int32)
+        for i, args in enumerate(pieces):
+            # The piece's own saves, then its end: where the next piece starts.
+            grid = jnp.concatenate([jnp.clip(ts, starts[i], ends[i]), ends[i][None]])
+            ys, n = self.solve(field, starts[i], ends[i], y, args, grid)
+            y = jax.tree.map(lambda a: a[-1], ys)
+            here = jax.tree.map(lambda a: a[:-1], ys)
+            saved = (
+                here
+                if saved is None
+                else jax.tree.map(functools.partial(_where_rows, piece == i), here, saved)
+            )
+            steps = steps + n
+        return saved, steps
+
+
+def _where_rows(mask: Array, a: Array, b: Array) -> Array:
+    """``a`` where ``mask`` (one entry per leading row), ``b`` elsewhere."""
+    return jnp.where(mask.reshape(mask.shape + (1,) * (a.ndim - 1)), a, b)
+
+
+class AbstractItoSDE(eqx.Module):
+    """An SDE ``dy = b(y) dt + g(y) dW`` in Itô form, as :class:`SDEIntegrator` solves it.
+
+    A model gives the Itô drift ``b``, the diffusion ``g`` applied to an increment of
+    ``W`` (linear in it) and the shape of ``W``; it never asks which solver runs it. The
+    integrator hands a Stratonovich solver the drift :func:`stratonovich_drift` instead,
+    so every solver converges to the same (Itô) solution.
+    """
+
+    @abc.abstractmethod
+    def ito_drift(self, y: PyTree) -> PyTree:
+        """The Itô drift ``b(y)``."""
+
+    @abc.abstractmethod
+    def diffusion_apply(self, y: PyTree, dw: Array) -> PyTree:
+        """``g(y) dw``: the diffusion applied to one Brownian increment ``dw``."""
+
+    @abc.abstractmethod
+    def brownian_shape(self, y: PyTree) -> tuple[int, ...]:
+        """The shape of one trajectory's Brownian motion ``W`` for the state ``y``."""
+
+    def diffusion_vf(self, y: PyTree) -> lx.AbstractLinearOperator | PyTree:
+        """The diffusion as the vector field of diffrax's ``ControlTerm``: by default a
+        ``lineax.FunctionLinearOperator`` of :meth:`diffusion_apply` (the increment's
+        image, never the ``(state, noise)`` tensor). A model may return an array that
+        diffrax contracts with the increment instead (scalar noise)."""
+        dtype = jax.tree.leaves(y)[0].dtype
+        return lx.FunctionLinearOperator(
+            lambda dw: self.diffusion_apply(y, dw),
+            jax.ShapeDtypeStruct(self.brownian_shape(y), dtype),
+        )
+
+
+# Compiled (as the models' ``solve`` are): called outside jit, the autodiff correction ran
+# as ~180 separate operations, 3.5 s the first time against 0.3 s. Inlined inside a solve.
+@eqx.filter_jit
+def stratonovich_drift(sde: AbstractItoSDE, y: PyTree) -> PyTree:
+    """``b_S = b − ½ Σ_c Dg_c(y)[g_c(y)]`` over the unit Brownian channels ``c``: the drift
+    whose Stratonovich solution is the Itô solution of ``sde`` (forward-mode autodiff of
+    the diffusion, one JVP per channel)."""
+    shape = sde.brownian_shape(y)
+    size = math.prod(shape)
+    dtype = jax.tree.leaves(y)[0].dtype
+    basis = jnp.eye(size, dtype=dtype).reshape((size, *shape))
+
+    def channel(e):
+        def g(z):
+            return sde.diffusion_apply(z, e)
+
+        _, dg = jax.jvp(g, (y,), (g(y),))
+        return dg
+
+    correction = jax.tree.map(lambda c: jnp.sum(c, axis=0), jax.vmap(channel)(basis))
+    return jax.tree.map(lambda b, c: b - 0.5 * c, sde.ito_drift(y), correction)
+
+
+def _ito_drift(t, y, sde: AbstractItoSDE):
+    del t
+    return sde.ito_drift(y)
+
+
+def _stratonovich_drift(t, y, sde: AbstractItoSDE):
+    del t
+    return stratonovich_drift(sde, y)
+
+
+def _diffusion(t, y, sde: AbstractItoSDE):
+    del t
+    return sde.diffusion_vf(y)
+
+
+def sde_solver(name: str) -> dfx.AbstractSolver:
+    """The diffrax solver that the name ``name`` stands for (one of :data:`SDE_SOLVERS`):
+    ``"euler"`` is ``diffrax.Euler()``, ``"heun"`` ``diffrax.Heun()``, ``"spark"``
+    ``diffrax.SPaRK()``. The one place that maps the CLI's and the studies' names to
+    solvers."""
+    check_choice("solver", name, SDE_SOLVERS)
+    solvers: dict[str, Callable[[], dfx.AbstractSolver]] = {
+        "euler": dfx.Euler,
+        "heun": dfx.Heun,
+        "spark": dfx.SPaRK,
+    }
+    return solvers[name]()
+
+
+def _as_sde_solver(solver: Any) -> Any:
+    """Converter of :attr:`SDEIntegrator.solver`: a name (deprecated in 0.5.0, removed in
+    0.6) becomes its solver object, with a DeprecationWarning; a Runge–Kutta solver left
+    to diffrax's default stage loop (``scan_kind=None``: checkpointed, for reverse-mode
+    gradients) runs a plain one (``"lax"``), which the forward-mode solves here need."""
+    if isinstance(solver, str):
+        if solver not in _SPELLED:
+            raise ParameterError(
+                f"solver={solver!r} is not a solver; pass a diffrax SDE solver, {_OFFERED} "
+                f"(the names {', '.join(map(repr, SDE_SOLVERS))} still work until 0.6)."
+            )
+        warnings.warn(
+            f"SDEIntegrator(solver={solver!r}) is deprecated and will be removed in attndyn "
+            f"0.6; pass the diffrax solver instead: solver={_SPELLED[solver]}.",
+            DeprecationWarning,
+            stacklevel=user_stacklevel(),
+        )
+        solver = sde_solver(solver)
+    if isinstance(solver, eqx.Module) and getattr(solver, "scan_kind", "") is None:
+        solver = dataclasses.replace(solver, scan_kind="lax")
+    return solver
+
+
+#: The Brownian increments diffrax's paths give: plain, or with space-time (-time) Lévy area.
+LevyArea = (
+    type[dfx.BrownianIncrement] | type[dfx.SpaceTimeLevyArea] | type[dfx.SpaceTimeTimeLevyArea]
+)
+
+
+def _levy_area(solver: dfx.AbstractSolver) -> LevyArea:
+    """The cheapest Brownian increment the solver accepts: plain increments, or the
+    space-time (-time) Lévy area an SRK asks for (``minimal_levy_area``)."""
+    needed = getattr(solver, "minimal_levy_area", dfx.AbstractBrownianIncrement)
+    for kind in (dfx.BrownianIncrement, dfx.SpaceTimeLevyArea, dfx.SpaceTimeTimeLevyArea):
+        if issubclass(kind, needed):
+            return kind
+    raise ParameterError(f"no Brownian path of attndyn gives the {needed.__name__} it needs.")
+
 
 @final
 class SDEIntegrator(eqx.Module):
     """Fixed-step stochastic integration: the solver, the step and the sphere projection.
 
     Args:
-        solver: ``"euler"`` (Euler–Maruyama on the Itô form, the default), ``"heun"`` or
-            ``"spark"`` (on the Stratonovich form). Additive-noise solvers and Milstein are
-            refused by the models, which know their noise.
+        solver: a diffrax SDE solver object: an Itô solver (``diffrax.Euler()``,
+            Euler–Maruyama, the default) solves the model's Itô drift, a Stratonovich one
+            (``diffrax.Heun()``, ``diffrax.SPaRK()``, ``diffrax.EulerHeun()``, …) its
+            Stratonovich form (:func:`stratonovich_drift`): the solver's type decides,
+            and every one converges to the same solution. Additive-noise solvers (SRA1,
+            ShARK, SEA) and Milstein are refused by the models, which know their noise.
+            The names ``"euler"``, ``"heun"``, ``"spark"`` are deprecated (a
+            DeprecationWarning; removed in 0.6). A Runge–Kutta solver left to diffrax's
+            default stage loop runs a plain one (``scan_kind="lax"``; these solves are
+            forward-mode and need no checkpoints).
         dt: the step, in (0, T]; the step actually taken is ``T / ceil(T / dt)``.
         project: renormalise the rows after each step (default True; a retraction that
             keeps the weak order).
         brownian: ``"unsafe"`` (fast, one increment per step) or ``"virtual"`` (a
-            ``VirtualBrownianTree``: the same path at every step size).
+            ``VirtualBrownianTree``: the same path at every step size). Either gives the
+            Lévy area the solver needs (``minimal_levy_area``).
     """
 
-    solver: str = eqx.field(static=True, default="euler")
+    solver: dfx.AbstractSolver = eqx.field(default=dfx.Euler(), converter=_as_sde_solver)
     dt: float = eqx.field(static=True, default=0.01)
     project: bool = eqx.field(static=True, default=True)
     brownian: str = eqx.field(static=True, default="unsafe")
 
     def __check_init__(self):
+        if not isinstance(self.solver, dfx.AbstractSolver) or not isinstance(
+            self.solver, dfx.AbstractItoSolver | dfx.AbstractStratonovichSolver
+        ):
+            raise ParameterError(
+                "solver must be a diffrax SDE solver (an AbstractItoSolver or "
+                f"AbstractStratonovichSolver), {_OFFERED}; got {self.solver!r:.60}."
+            )
+        _levy_area(self.solver)  # refuses a solver that needs Lévy area no path gives
         check_bound("dt", self.dt, lower=0.0, lower_open=True)
         check_choice("brownian", self.brownian, BROWNIAN_KINDS)
+
+    @property
+    def stratonovich(self) -> bool:
+        """Whether the solver converges to the Stratonovich solution (so it is given the
+        Stratonovich drift): asked of the solver's type, as diffrax does."""
+        return isinstance(self.solver, dfx.AbstractStratonovichSolver)
+
+    @property
+    def levy_area(self) -> LevyArea:
+        """What the Brownian path gives the solver on each step."""
+        return _levy_area(self.solver)
+
+    def check_noise(self, *, commutative: bool) -> None:
+        """Refuse a solver that cannot solve the model's multiplicative noise: an SRK built
+        for additive noise, or Milstein (for commutative noise only, and not offered for
+        it either: Heun has the same strong order 1 there)."""
+        name = f"diffrax.{type(self.solver).__name__}()"
+        if isinstance(self.solver, dfx.AbstractSRK) and self.solver.tableau.is_additive_noise():
+            raise ParameterError(
+                f"solver={name} handles additive noise only, but this SDE's noise is "
+                f"multiplicative; use {_OFFERED}."
+            )
+        if isinstance(self.solver, dfx.ItoMilstein | dfx.StratonovichMilstein):
+            why = (
+                "is not offered: for this SDE's commutative noise Heun has the same strong order 1"
+                if commutative
+                else "needs commutative noise, and this SDE's noise is not commutative"
+            )
+            raise ParameterError(f"solver={name} {why}; use {_OFFERED}.")
 
     def n_steps(self, horizon: float) -> int:
         return max(1, math.ceil(horizon / self.dt - 1e-9))
@@ -203,17 +469,12 @@ class SDEIntegrator(eqx.Module):
     def diffrax_solver(self, project: bool = True) -> dfx.AbstractSolver:
         """The diffrax solver, wrapped in the projection when ``self.project`` and
         ``project`` (a state that is not rows on spheres, like an overlap, passes False)."""
-        inner: dfx.AbstractSolver = {
-            "euler": dfx.Euler(),
-            "heun": dfx.Heun(scan_kind="lax"),
-            "spark": dfx.SPaRK(scan_kind="lax"),
-        }[self.solver]
-        return ProjectedSolver(inner) if self.project and project else inner
+        return ProjectedSolver(self.solver) if self.project and project else self.solver
 
     def brownian_path(
         self, key: PRNGKeyArray, shape: jax.ShapeDtypeStruct, horizon: float
     ) -> dfx.AbstractBrownianPath:
-        levy = dfx.SpaceTimeLevyArea if self.solver == "spark" else dfx.BrownianIncrement
+        levy = self.levy_area
         if self.brownian == "virtual":
             tol = self.step_size(horizon) / 8
             return dfx.VirtualBrownianTree(
@@ -222,10 +483,22 @@ class SDEIntegrator(eqx.Module):
         return dfx.UnsafeBrownianPath(shape=shape, key=key, levy_area=levy)
 
     def solve(
-        self, terms, y0: PyTree, args: Any, ts: Array, horizon: float, *, project: bool = True
-    ):
-        """``(ys at ts, successful)`` of the SDE ``terms`` on [0, horizon]."""
+        self,
+        sde: AbstractItoSDE,
+        y0: PyTree,
+        ts: Array,
+        horizon: float,
+        *,
+        key: PRNGKeyArray,
+        project: bool = True,
+    ) -> tuple[PyTree, Array]:
+        """``(ys at ts, successful)`` of ``sde`` on [0, horizon] from ``y0``, its Brownian
+        motion built from ``key``; the drift is the one the solver's calculus needs."""
         dtype = ts.dtype
+        shape = jax.ShapeDtypeStruct(sde.brownian_shape(y0), dtype)
+        path = self.brownian_path(key, shape, horizon)
+        drift = _stratonovich_drift if self.stratonovich else _ito_drift
+        terms = dfx.MultiTerm(dfx.ODETerm(drift), dfx.ControlTerm(_diffusion, path))
         sol = dfx.diffeqsolve(
             terms,
             self.diffrax_solver(project),
@@ -233,7 +506,7 @@ class SDEIntegrator(eqx.Module):
             jnp.asarray(horizon, dtype),
             jnp.asarray(self.step_size(horizon), dtype),
             y0,
-            args,
+            sde,
             saveat=dfx.SaveAt(ts=ts),
             stepsize_controller=dfx.ConstantStepSize(),
             max_steps=self.n_steps(horizon) + 2,
@@ -243,38 +516,3 @@ class SDEIntegrator(eqx.Module):
         )
         assert sol.ys is not None
         return sol.ys, sol.result == dfx.RESULTS.successful
-
-
-def solve_with_switch(
-    segment: Callable[[AbstractScheme, Array, Array, Any, Array], tuple[Any, Array]],
-    scheme: AbstractScheme,
-    t_end: Array,
-    y0: tuple[Array, Array],
-    ts: Array,
-) -> tuple[tuple[Array, Array], Array]:
-    """Solve ``(state, radius)`` on [0, T] with ``segment``, split at Mix-LN's switch τ.
-
-    ``segment(scheme, t0, t1, y0, ts)`` returns ``((state, radius) at ts, steps)``. For
-    Mix-LN the speed factors jump at τ: Post-LN factors on [0, τ] (from r = 1, which
-    Post-LN's normalisation leaves, when τ > 0), Pre-LN factors on [τ, T], so an adaptive
-    stepper never integrates across the jump. τ stays an array leaf (both segments always
-    run; one may be empty). Other schemes are one segment.
-    """
-    t0 = jnp.zeros((), ts.dtype)
-    if not isinstance(scheme, MixLN):
-        return segment(scheme, t0, t_end, y0, ts)
-    tau = jnp.clip(scheme.tau.astype(ts.dtype), 0.0, t_end)
-    state0, r0 = y0
-    y0 = (state0, jnp.where(tau > 0, jnp.ones_like(r0), r0))
-    ts1 = jnp.concatenate([jnp.minimum(ts, tau), tau[None]])
-    (s1, r1), n1 = segment(PostLN(norm=scheme.norm), t0, tau, y0, ts1)
-    (s2, r2), n2 = segment(
-        PreLN(norm=scheme.norm), tau, t_end, (s1[-1], r1[-1]), jnp.maximum(ts, tau)
-    )
-    first = ts <= tau
-
-    def pick(a, b):
-        mask = first.reshape(first.shape + (1,) * (a.ndim - 1))
-        return jnp.where(mask, a[:-1], b)
-
-    return (pick(s1, s2), pick(r1, r2)), n1 + n2

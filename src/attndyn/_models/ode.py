@@ -21,7 +21,7 @@ from .._core.saveat import SaveAt
 from .._core.schemes import AbstractScheme, PostLN
 from .._core.sphere import tangent_project
 from .base import AbstractTrajectoryModel
-from .integrators import ODEIntegrator, solve_with_switch
+from .integrators import ODEIntegrator
 
 State = tuple[Float[Array, "N d"], Float[Array, " N"]]
 
@@ -32,7 +32,7 @@ class ODESolution(eqx.Module):
 
     ``theta`` is normalised at every save (the solver's own drift off the sphere is in
     ``sphere_drift``, max over tokens of ``| |θ_i| − 1 |`` before normalising); ``r`` are
-    the magnitudes; ``num_steps`` counts accepted steps over all solve segments.
+    the magnitudes; ``num_steps`` counts the solver's accepted steps.
     """
 
     ts: Float[Array, " S"]
@@ -57,8 +57,11 @@ class NormalizedAttentionODE(AbstractTrajectoryModel):
     hidden, and θ is renormalised only in the output.
 
     Schemes that keep rows on the sphere (Post-LN, nGPT, sqrt-scaling) run at r = 1 from
-    any start, as their first discrete layer normalises it away. Mix-LN is solved in two
-    segments split exactly at τ (:func:`solve_with_switch`).
+    any start, as their first discrete layer normalises it away
+    (:meth:`AbstractScheme.start_radius`). Mix-LN's speed factors jump at τ
+    (:attr:`AbstractScheme.switch_time`): the solve runs up to τ with Post-LN's factors
+    and on from there with Pre-LN's (:meth:`AbstractScheme.phases`), so no step straddles
+    the switch.
 
     With a scheme whose ``norm`` is :class:`LayerNorm` (no gain or bias) the start is
     centred, θ = (x0 − x̄0)/|x0 − x̄0| and r = |x0 − x̄0|, and the flow stays on the unit
@@ -107,8 +110,9 @@ class NormalizedAttentionODE(AbstractTrajectoryModel):
                 "sphere); use the discrete layer maps for an affine LayerNorm."
             )
 
-    def vector_field(self, t, state: State, scheme: AbstractScheme) -> State:
-        """(dθ/dt, dr/dt) for ``scheme`` (Mix-LN is solved segment by segment)."""
+    def vector_field(self, t, state: State, scheme: AbstractScheme | None = None) -> State:
+        """(dθ/dt, dr/dt) at time ``t``, for :attr:`scheme` (or another ``scheme``)."""
+        scheme = self.scheme if scheme is None else scheme
         theta, r = state
         # Using the normalised rows makes d|θ|²/dt = 0 exactly for the continuous flow.
         unit = scheme.norm.direction(theta)
@@ -120,11 +124,10 @@ class NormalizedAttentionODE(AbstractTrajectoryModel):
         dtheta = tangent_project(unit, attn) / s[:, None]
         return dtheta, scheme.radial_rate(t, r, radial, attn_norm)
 
-    def _segment(self, scheme, t0, t1, y0: State, ts: Array):
-        return self.integrator.solve(_field, t0, t1, y0, (self, scheme), ts)
-
-    def solve(self, x0: Float[Array, "N d"]) -> ODESolution:
-        """Solve from ``x0`` (θ = x0/|x0|, r = |x0|) and return the saves."""
+    def solve(self, x0: Float[Array, "N d"], *, key: PRNGKeyArray | None = None) -> ODESolution:
+        """Solve from ``x0`` (θ = x0/|x0|, r = |x0|) and return the saves. The flow is
+        deterministic: ``key`` is accepted (one signature for every model) and unused."""
+        del key
         check_start("x0", x0)  # before tracing: jit refuses some types first
         return self._solve(x0)
 
@@ -134,23 +137,21 @@ class NormalizedAttentionODE(AbstractTrajectoryModel):
         ts = jnp.asarray(self.save_times, dtype)
         centred = self.scheme.norm.centre(x0)
         r0 = jnp.linalg.norm(centred, axis=-1)
-        y0 = (centred / r0[:, None], r0)
-        if not self.scheme.keeps_radius:
-            # Post-LN, nGPT and sqrt-scaling keep rows on the sphere: r = 1 throughout,
-            # as after the first discrete layer.
-            y0 = (y0[0], jnp.ones_like(r0))
+        # Post-LN, nGPT, sqrt-scaling (and Mix-LN before τ > 0) keep rows on the sphere:
+        # r = 1 throughout, as after the first discrete layer.
+        y0 = (centred / r0[:, None], self.scheme.start_radius(r0))
         t_end = jnp.asarray(self.saveat.horizon, dtype)
-        (theta, r), steps = solve_with_switch(self._segment, self.scheme, t_end, y0, ts)
+        t0 = jnp.zeros((), dtype)
+        (theta, r), steps = self.integrator.solve_scheme(_field, self, t0, t_end, y0, ts)
         norms = jnp.linalg.norm(theta, axis=-1)
         drift = jnp.max(jnp.abs(norms - 1), axis=-1)
         return ODESolution(ts, theta / norms[..., None], r, drift, steps)
 
     def trajectory(self, x0, *, key: PRNGKeyArray | None = None):
         """The states r_i θ_i at :attr:`save_times` (deterministic: ``key`` is unused)."""
-        del key
-        return self.solve(x0).x
+        return self.solve(x0, key=key).x
 
 
-def _field(t, y, args):
+def _field(t, y, args: tuple[NormalizedAttentionODE, AbstractScheme]):
     model, scheme = args
     return model.vector_field(t, y, scheme)

@@ -21,6 +21,7 @@ never overflows.
 
 import abc
 import math
+import warnings
 from typing import TYPE_CHECKING, ClassVar, final
 
 import diffrax as dfx
@@ -31,17 +32,73 @@ import numpy as np
 from jaxtyping import Array, Float, Key, PRNGKeyArray
 
 from .._core.attention import ATTENTION_KINDS, float_leaf
-from .._core.errors import ParameterError, check_bound, check_choice, check_int, check_scalar
+from .._core.errors import (
+    ParameterError,
+    check_bound,
+    check_choice,
+    check_int,
+    check_scalar,
+    user_stacklevel,
+)
 from .._core.saveat import SaveAt
-from .base import OVERFLOW_MARGIN, AbstractModel, States, exp_square_threshold
-from .integrators import SDEIntegrator
+from .base import OVERFLOW_MARGIN, AbstractModel, exp_square_threshold
+from .integrators import AbstractItoSDE, SDEIntegrator
 from .reduced.frame import held_sine, two_token_frame
 
 OVERLAP_NOISES = ("full", "hybrid")
-OVERLAP_SOLVERS = ("euler", "heun")
 
 
-class AbstractOverlapSDE(AbstractModel):
+def overlap_solver_blocker(integrator: SDEIntegrator) -> str | None:
+    """Why ``integrator``'s solver is not offered for the overlap diffusion, if it is not.
+
+    The overlap is solved with plain Brownian increments (Euler, Heun, EulerHeun, …): a
+    solver that asks for Lévy area (SPaRK) runs the full route instead, as it always has,
+    so that a study's route and numbers do not depend on this choice of solver."""
+    if integrator.levy_area is dfx.BrownianIncrement:
+        return None
+    return (
+        f"the overlap diffusion is solved with Brownian increments only, and "
+        f"{type(integrator.solver).__name__} asks for {integrator.levy_area.__name__}"
+    )
+
+
+@final
+class OverlapSolution(eqx.Module):
+    """One trajectory of an overlap diffusion at the save times.
+
+    ``artanh_z`` is X = artanh Z, the state the solver integrates (NaN when the solve
+    failed, ``ok`` False): exact where Z itself rounds to ±1. :attr:`z` is the overlap,
+    :attr:`x` the two tokens as frame rows (what :meth:`AbstractOverlapSDE.simulate`
+    returns).
+    """
+
+    ts: Float[Array, " S"]
+    artanh_z: Float[Array, " S"]
+    ok: Array
+
+    @property
+    def z(self) -> Float[Array, " S"]:
+        """The overlap Z = ⟨Y_1, Y_2⟩ = tanh X."""
+        return jnp.tanh(self.artanh_z)
+
+    @property
+    def x(self) -> Float[Array, "S 2 2"]:
+        """The tokens (1, 0) and (Z, √(1 − Z²)), both computed from X."""
+        return jax.vmap(_overlap_frame)(self.artanh_z)
+
+    def __getitem__(self, index):
+        # Until 0.5.0 ``solve`` returned the array of Z: indexing still reads it, for a
+        # release.
+        warnings.warn(
+            "OverlapSDE.solve now returns an OverlapSolution; index its .z instead (indexing "
+            "the solution is removed in attndyn 0.6).",
+            DeprecationWarning,
+            stacklevel=user_stacklevel(),
+        )
+        return self.z[index]
+
+
+class AbstractOverlapSDE(AbstractModel, AbstractItoSDE):
     """The machinery of a two-token overlap diffusion ``dZ = (1−Z²)[m(Z) dt + s(Z) dB]``:
     subclasses give :meth:`rates`, a :class:`SaveAt` and an :class:`SDEIntegrator`.
     :class:`OverlapSDE` is the one of seed 003; a variant (say, a misprinted formula to be
@@ -90,46 +147,70 @@ class AbstractOverlapSDE(AbstractModel):
         """The diffusion coefficient of Z."""
         return (1 - z**2) * self.rates(z)[1]
 
-    def _x_drift(self, x):
-        z = jnp.tanh(x)
+    # The Itô SDE of X = artanh Z that the integrator solves (AbstractItoSDE).
+    def ito_drift(self, y: Float[Array, "*b"]) -> Float[Array, "*b"]:
+        """The Itô drift of X = artanh Z at ``y`` = X: ``m(Z) + Z s(Z)²``."""
+        z = jnp.tanh(y)
         m, s = self.rates(z)
-        ito = m + z * s**2
-        if self.integrator.solver == "euler":
-            return ito
-        # Stratonovich drift for Heun: subtract ½ s·ds/dx.
-        _, ds = jax.jvp(lambda u: self.rates(jnp.tanh(u))[1], (x,), (s,))
-        return ito - 0.5 * ds
+        return m + z * s**2
+
+    def diffusion_apply(self, y: Float[Array, "*b"], dw: Array) -> Float[Array, "*b"]:
+        """``s(Z) dB``: the diffusion of X applied to the increment ``dw``."""
+        return self.rates(jnp.tanh(y))[1] * dw
+
+    def brownian_shape(self, y: Float[Array, "*b"]) -> tuple[int, ...]:
+        return ()
+
+    def diffusion_vf(self, y: Float[Array, "*b"]) -> Float[Array, "*b"]:
+        """``s(Z)`` itself, which diffrax multiplies by the scalar increment: inside
+        ``shard_map`` (:attr:`per_device`) lineax's closure-converted operator rejects the
+        per-device arrays."""
+        return self.rates(jnp.tanh(y))[1]
 
     def solve_artanh(self, z0: Float[Array, ""], *, key: PRNGKeyArray) -> Float[Array, " S"]:
         """X = artanh Z at :attr:`save_times`, from ``z0`` in (−1, 1) (NaN if the solve
         fails)."""
+        return self._solve(z0, key=key).artanh_z
+
+    def _solve(self, z0: Float[Array, ""], *, key: PRNGKeyArray) -> OverlapSolution:
         dtype = jnp.result_type(z0, jnp.float32)
         # Keep the start strictly inside (−1, 1) so artanh is finite.
         tiny = jnp.asarray(1e-6, dtype)
         x0 = jnp.arctanh(jnp.clip(jnp.asarray(z0, dtype), -1 + tiny, 1 - tiny))
-        horizon = self.saveat.horizon
-        path = self.integrator.brownian_path(key, jax.ShapeDtypeStruct((), dtype), horizon)
-        terms = dfx.MultiTerm(
-            dfx.ODETerm(lambda t, x, m: m._x_drift(x)),
-            dfx.ControlTerm(lambda t, x, m: m.rates(jnp.tanh(x))[1], path),
-        )
         ts = jnp.asarray(self.save_times, dtype)
-        xs, ok = self.integrator.solve(terms, x0, self, ts, horizon, project=False)
-        return jnp.where(ok, xs, jnp.nan)
+        xs, ok = self.integrator.solve(self, x0, ts, self.saveat.horizon, key=key, project=False)
+        return OverlapSolution(ts, jnp.where(ok, xs, jnp.nan), ok)
 
     @eqx.filter_jit
-    def solve(self, z0: Float[Array, ""], *, key: PRNGKeyArray) -> Float[Array, " S"]:
-        """Z at :attr:`save_times`, from ``z0`` in (−1, 1) (NaN if the solve fails)."""
-        return jnp.tanh(self.solve_artanh(z0, key=key))
+    def solve(
+        self, x0: Float[Array, ""] | Float[Array, "2 d"], *, key: PRNGKeyArray
+    ) -> OverlapSolution:
+        """Solve from ``x0``: two tokens ``(2, d)`` (their overlap is the start) or the
+        overlap ``z0`` itself, a scalar in (−1, 1); NaN where the solve fails."""
+        x0 = jnp.asarray(x0)
+        if x0.ndim == 2:
+            self._check_tokens(x0[None])
+            theta = x0 / jnp.linalg.norm(x0, axis=-1, keepdims=True)
+            x0 = jnp.sum(theta[0] * theta[1], axis=-1)
+        elif x0.ndim != 0:
+            raise ParameterError(
+                f"x0 must be two tokens (2, d) or their overlap (a scalar); got shape {x0.shape}."
+            )
+        return self._solve(x0, key=key)
 
     def keeps_unit_rows(self) -> bool:
         return True  # the frame rows (1, 0) and (tanh X, 1/cosh X)
 
-    def simulate(self, x0: Float[Array, "batch N d"], keys: Key[Array, " batch"]) -> States:
+    def _check_tokens(self, x0: Float[Array, "batch N d"]) -> None:
         if x0.shape[1] != 2:
             raise ParameterError(
                 f"an overlap diffusion has two tokens; the points ask for tokens={x0.shape[1]}."
             )
+
+    def simulate(
+        self, x0: Float[Array, "batch N d"], keys: Key[Array, " batch"]
+    ) -> Float[Array, "batch S 2 2"]:
+        self._check_tokens(x0)
         theta = x0 / jnp.linalg.norm(x0, axis=-1, keepdims=True)
         z0 = jnp.sum(theta[:, 0] * theta[:, 1], axis=-1)
         xs = jax.vmap(lambda z, k: self.solve_artanh(z, key=k))(z0, keys)
@@ -147,9 +228,9 @@ class OverlapSDE(AbstractOverlapSDE):
         sigma: σ > 0 (full noise); eps: ε ≥ 0 (hybrid). Array leaves.
         dim: d ≥ 2 (full noise only; the hybrid overlap does not depend on d).
         saveat: the horizon T and the save times, rounded to the step grid.
-        integrator: ``SDEIntegrator`` with solver ``"euler"`` (Itô) or ``"heun"``
-            (Stratonovich form, strong order 1); its projection does not apply (the state is
-            X = artanh Z, on the whole line).
+        integrator: :class:`SDEIntegrator` with a solver on Brownian increments,
+            ``diffrax.Euler()`` (Itô) or ``diffrax.Heun()`` (Stratonovich, strong order 1),
+            …; its projection does not apply (the state is X = artanh Z, on the whole line).
 
     As a model for the estimator (N = 2), :meth:`simulate` starts from the overlap of each
     start's two tokens and returns them as the frame rows (1, 0), (Z, √(1 − Z²)), with
@@ -169,7 +250,10 @@ class OverlapSDE(AbstractOverlapSDE):
     def __check_init__(self):
         check_choice("attention", self.attention, ATTENTION_KINDS)
         check_choice("noise", self.noise, OVERLAP_NOISES)
-        check_choice("solver", self.integrator.solver, OVERLAP_SOLVERS)
+        blocker = overlap_solver_blocker(self.integrator)
+        if blocker is not None:
+            raise ParameterError(f"solver: {blocker}; use diffrax.Euler() or diffrax.Heun().")
+        self.integrator.check_noise(commutative=True)
         check_scalar("beta", self.beta)
         check_bound("beta", self.beta, lower=0.0)
         check_scalar("sigma", self.sigma)
@@ -214,12 +298,12 @@ class OverlapSDE(AbstractOverlapSDE):
             f"e^{{2β}} overflows; {x64}lower β or use attention='softmax'"
         ]
 
-    def simulate(self, x0: Float[Array, "batch N d"], keys: Key[Array, " batch"]) -> States:
+    def _check_tokens(self, x0: Float[Array, "batch N d"]) -> None:
+        super()._check_tokens(x0)
         if self.noise == "full" and x0.shape[2] != self.dim:
             raise ParameterError(
                 f"OverlapSDE has dim={self.dim}; the points ask for dim={x0.shape[2]}."
             )
-        return super().simulate(x0, keys)
 
 
 def _overlap_frame(x: Array) -> Float[Array, "2 2"]:

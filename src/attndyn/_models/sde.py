@@ -16,20 +16,22 @@ drift. On the sphere this is exactly eq. 6/8; off it, Itô's formula gives
 ``d|Y_i|² = ε²(|A_i|² − ⟨θ_i, A_i⟩²)(1 − |Y_i|) dt`` (eq. 8): a solver's error is pulled
 back toward the sphere instead of feeding on itself.
 
-Solvers (``solver=``):
+Both are stated once, in Itô form (:class:`AbstractItoSDE`); the solver's type decides what
+is solved (``integrator=SDEIntegrator(solver)``, :mod:`attndyn._models.integrators`):
 
-- ``"euler"``: Euler–Maruyama on the Itô form (weak order 1, strong order 1/2);
-- ``"heun"``: Heun's method on the Stratonovich form (strong order 1 for the scalar noise
-  of eq. 8, 1/2 for the matrix noise of eq. 6; weak order 1);
-- ``"spark"``: diffrax's SPaRK on the Stratonovich form, using space-time Lévy area
-  (strong order 1/2 for general noise with a smaller constant, 1 for commutative noise);
+- an Itô solver, ``diffrax.Euler()`` (Euler–Maruyama, the default: weak order 1, strong
+  order 1/2), takes the Itô drift;
+- a Stratonovich solver, ``diffrax.Heun()`` (strong order 1 for the scalar noise of eq. 8,
+  1/2 for the matrix noise of eq. 6; weak order 1) or ``diffrax.SPaRK()`` (space-time Lévy
+  area: strong order 1/2 for general noise with a smaller constant, 1 for commutative
+  noise), takes the Stratonovich drift ``b_S = b_I − ½ Σ_c Dg_c[g_c]`` over the noise
+  channels c, computed by forward-mode autodiff of the diffusion
+  (:func:`~attndyn._models.integrators.stratonovich_drift`: ``d²`` JVPs for eq. 6, so Heun
+  and SPaRK cost about ``d²`` times more per step than Euler there; one JVP for eq. 8).
 
-The Stratonovich drift is ``b_S = b_I − ½ Σ_c Dg_c[g_c]`` over the noise channels c,
-computed by forward-mode autodiff (``d²`` JVPs for eq. 6, so Heun and SPaRK cost about
-``d²`` times more per step than Euler there; one JVP for eq. 8). Additive-noise solvers
-(SRA1, ShARK, SEA) cannot handle this multiplicative noise and are refused; Milstein
-needs commutative noise, which eq. 6 lacks (for the scalar noise of eq. 8 Heun already
-has strong order 1).
+Additive-noise solvers (SRA1, ShARK, SEA) cannot handle this multiplicative noise and are
+refused; Milstein needs commutative noise, which eq. 6 lacks (for the scalar noise of
+eq. 8 Heun already has strong order 1).
 
 By default every step is followed by the projection ``Y_i ← Y_i/|Y_i|`` (``project=True``,
 :class:`ProjectedSolver`): a retraction that keeps the solution on the sphere to rounding
@@ -39,31 +41,20 @@ the sphere by O(√(T·dt)); the remaining drift is always measured and reported
 """
 
 import abc
-import math
 from typing import ClassVar, final
 
-import diffrax as dfx
 import equinox as eqx
-import jax
 import jax.numpy as jnp
-import lineax as lx
 import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._core.attention import Attention, float_leaf
-from .._core.errors import (
-    ParameterError,
-    check_bound,
-    check_choice,
-    check_scalar,
-    check_single_key,
-    check_start,
-)
+from .._core.errors import check_bound, check_scalar, check_single_key, check_start
 from .._core.linalg import matmul
 from .._core.saveat import SaveAt
 from .._core.sphere import normalize, tangent_project
 from .base import AbstractTrajectoryModel, Reduction
-from .integrators import ADDITIVE_NOISE_SOLVERS, SDE_SOLVERS, SDEIntegrator
+from .integrators import AbstractItoSDE, SDEIntegrator, stratonovich_drift
 
 
 @final
@@ -81,10 +72,11 @@ class SDESolution(eqx.Module):
     ok: Array
 
 
-class AbstractSphereSDE(AbstractTrajectoryModel):
+class AbstractSphereSDE(AbstractTrajectoryModel, AbstractItoSDE):
     """Shared machinery: fixed-step ``diffeqsolve`` of an Itô SDE on ``(S^{d−1})^N``.
 
-    Subclasses give the Itô drift, the diffusion operator and the Brownian shape.
+    Subclasses give the Itô drift, the diffusion operator and the Brownian shape
+    (:meth:`noise_shape`); the integrator's solver decides which form is solved.
     Save times are rounded to the step grid (like the discrete layers), so every save is
     an actual solver step. The step is ``horizon / ceil(horizon / dt)``, at most ``dt``.
     """
@@ -115,25 +107,11 @@ class AbstractSphereSDE(AbstractTrajectoryModel):
 
     # --- shared ---------------------------------------------------------------------
     def _check_common(self) -> None:
-        solver = self.integrator.solver
         self.integrator.check_horizon(self.saveat.horizon)
-        if solver in ADDITIVE_NOISE_SOLVERS:
-            raise ParameterError(
-                f"solver={solver!r} handles additive noise only, but this SDE's noise "
-                f"is multiplicative; choose one of {', '.join(map(repr, SDE_SOLVERS))}."
-            )
-        if solver == "milstein":
-            raise ParameterError(
-                "solver='milstein' needs commutative noise"
-                + (
-                    " and is not offered: for the scalar noise of eq. 8 'heun' has the "
-                    "same strong order 1"
-                    if self.commutative_noise
-                    else ", but the d×d matrix noise of eq. 6 is not commutative"
-                )
-                + f"; choose one of {', '.join(map(repr, SDE_SOLVERS))}."
-            )
-        check_choice("solver", solver, SDE_SOLVERS)
+        self.integrator.check_noise(commutative=self.commutative_noise)
+
+    def brownian_shape(self, y: Float[Array, "N d"]) -> tuple[int, ...]:
+        return self.noise_shape(y.shape[-1])
 
     @property
     def n_steps(self) -> int:
@@ -148,28 +126,11 @@ class AbstractSphereSDE(AbstractTrajectoryModel):
     def save_times(self) -> np.ndarray:
         return self.saveat.steps(self.step_size) * self.step_size
 
-    @property
-    def stratonovich(self) -> bool:
-        return self.integrator.solver in ("heun", "spark")
-
-    # Compiled (as ``solve`` is): called outside jit, the autodiff correction ran as ~180
-    # separate operations, 3.5 s the first time against 0.3 s. Inlined inside the solver.
-    @eqx.filter_jit
     def stratonovich_drift(self, y: Float[Array, "N d"]) -> Float[Array, "N d"]:
-        """``b_S = b_I − ½ Σ_c Dg_c(y)[g_c(y)]`` over unit Brownian channels ``c``."""
-        shape = self.noise_shape(y.shape[-1])
-        size = math.prod(shape)
-        basis = jnp.eye(size, dtype=y.dtype).reshape((size, *shape))
-
-        def channel(e):
-            def g(z):
-                return self.diffusion_apply(z, e)
-
-            _, dg = jax.jvp(g, (y,), (g(y),))
-            return dg
-
-        correction = jnp.sum(jax.vmap(channel)(basis), axis=0)
-        return self.ito_drift(y) - 0.5 * correction
+        """``b_S = b_I − ½ Σ_c Dg_c(y)[g_c(y)]`` over unit Brownian channels ``c``: the
+        drift a Stratonovich solver is given
+        (:func:`attndyn._models.integrators.stratonovich_drift`)."""
+        return stratonovich_drift(self, y)
 
     def solve(self, x0: Float[Array, "N d"], *, key: PRNGKeyArray) -> SDESolution:
         """Solve from the directions of ``x0``; the Brownian motion is built from ``key``."""
@@ -179,13 +140,8 @@ class AbstractSphereSDE(AbstractTrajectoryModel):
 
     @eqx.filter_jit
     def _solve(self, x0: Float[Array, "N d"], key: PRNGKeyArray) -> SDESolution:
-        dtype = x0.dtype
-        horizon = self.saveat.horizon
-        shape = jax.ShapeDtypeStruct(self.noise_shape(x0.shape[-1]), dtype)
-        path = self.integrator.brownian_path(key, shape, horizon)
-        terms = dfx.MultiTerm(dfx.ODETerm(_drift), dfx.ControlTerm(_diffusion, path))
-        ts = jnp.asarray(self.save_times, dtype)
-        ys, ok = self.integrator.solve(terms, normalize(x0), self, ts, horizon)
+        ts = jnp.asarray(self.save_times, x0.dtype)
+        ys, ok = self.integrator.solve(self, normalize(x0), ts, self.saveat.horizon, key=key)
         ys = jnp.where(ok, ys, jnp.nan)
         drift = jnp.max(jnp.abs(jnp.linalg.norm(ys, axis=-1) - 1), axis=-1)
         return SDESolution(ts, ys, drift, ok)
@@ -199,7 +155,7 @@ class AbstractSphereSDE(AbstractTrajectoryModel):
 
     def _overlap_blocker(self, n_tokens: int) -> str | None:
         """Why the two-token overlap diffusion is not this SDE's exact reduction."""
-        from .overlap import OVERLAP_SOLVERS
+        from .overlap import overlap_solver_blocker
 
         att = self.attention
         if n_tokens != 2:
@@ -208,9 +164,7 @@ class AbstractSphereSDE(AbstractTrajectoryModel):
             return "Q, K or the heads are not the identity"
         if att.laplacian or att.causal or att.n_laplacian_heads:
             return "Laplacian or causal attention changes the overlap diffusion"
-        if self.integrator.solver not in OVERLAP_SOLVERS:
-            return f"the overlap diffusion has no {self.integrator.solver!r} solver"
-        return None
+        return overlap_solver_blocker(self.integrator)
 
     def _overlap_reduction(self, n_tokens: int, dim: int, **noise) -> Reduction:
         """The two-token overlap diffusion of this SDE (``noise``: its noise fields)."""
@@ -230,19 +184,6 @@ class AbstractSphereSDE(AbstractTrajectoryModel):
         return Reduction(overlap, "")
 
 
-def _drift(t, y, model: AbstractSphereSDE):
-    del t
-    return model.stratonovich_drift(y) if model.stratonovich else model.ito_drift(y)
-
-
-def _diffusion(t, y, model: AbstractSphereSDE):
-    del t
-    shape = model.noise_shape(y.shape[-1])
-    return lx.FunctionLinearOperator(
-        lambda dw: model.diffusion_apply(y, dw), jax.ShapeDtypeStruct(shape, y.dtype)
-    )
-
-
 @final
 class TransformerSDE(AbstractSphereSDE):
     """003 eq. 6, the depth limit of Post-LN with full value noise (Theorem 1).
@@ -251,8 +192,8 @@ class TransformerSDE(AbstractSphereSDE):
         attention: the attention core (β, kind, Q, K, options).
         sigma: σ > 0, an array leaf.
         saveat: the horizon T and the save times (rounded to the step grid).
-        integrator: solver (``"euler"`` default, ``"heun"`` or ``"spark"``; ``"milstein"``
-            is refused: the matrix noise is not commutative), step ``dt``, projection and
+        integrator: the diffrax solver (``diffrax.Euler()`` by default; Milstein is
+            refused: the matrix noise is not commutative), step ``dt``, projection and
             Brownian path (:class:`SDEIntegrator`).
     """
 

@@ -18,21 +18,22 @@ e^β, with u = 1 − γ:
 which does not overflow at large β either.
 """
 
+import warnings
 from typing import ClassVar, final
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, Key
+from jaxtyping import Array, Float, Key, PRNGKeyArray
 
 from .._core.attention import float_leaf
 from .._core.errors import ParameterError, check_bound, check_int, check_scalar
 from .._core.saveat import SaveAt
 from .._core.schemes import AbstractScheme
 from ..theory._symmetric import symmetric_attention
-from .base import AbstractModel, States
-from .integrators import ODEIntegrator, solve_with_switch
+from .base import AbstractModel
+from .integrators import ODEIntegrator
 
 
 def symmetric_start(n_tokens: int, dim: int, r0: float = 1.0) -> Float[Array, "n_tokens dim"]:
@@ -82,8 +83,9 @@ class SymmetricODE(AbstractModel):
     """The reduced ODE (Thm 4.1) for one scheme from the symmetric orthogonal start.
 
     ``beta`` and ``r0`` are array leaves (vmap over them); ``n_tokens`` is static. Mix-LN
-    is split at τ exactly as in :class:`attndyn.NormalizedAttentionODE` (r = 1 after a
-    Post-LN phase). Softmax attention with Q = K = V = I only.
+    is solved up to τ with Post-LN's factors and on from there with Pre-LN's, as in
+    :class:`attndyn.NormalizedAttentionODE` (r = 1 after a Post-LN phase). Softmax
+    attention with Q = K = V = I only.
 
     As a model for the estimator, :meth:`simulate` ignores the starts it is given (the
     start is the symmetric one, and the flow is deterministic) and returns the n tokens as
@@ -113,7 +115,9 @@ class SymmetricODE(AbstractModel):
     def save_times(self) -> np.ndarray:
         return self.saveat.times
 
-    def vector_field(self, t, state, scheme: AbstractScheme):
+    def vector_field(self, t, state, scheme: AbstractScheme | None = None):
+        """(dℓ/dt, dr/dt) at time ``t``, for :attr:`scheme` (or another ``scheme``)."""
+        scheme = self.scheme if scheme is None else scheme
         log_gap, r = state
         log_rate, radial, attn_norm = _attention_terms(jnp.exp(log_gap), self.beta, self.n_tokens)
         one = r[None]
@@ -121,24 +125,41 @@ class SymmetricODE(AbstractModel):
         rho = scheme.radial_rate(t, one, radial[None], attn_norm[None])[0]
         return log_rate / s, rho
 
-    def _segment(self, scheme, t0, t1, y0, ts):
-        ys, steps = self.integrator.solve(_field, t0, t1, y0, (self, scheme), ts)
-        return ys, steps
+    def solve(
+        self, x0: Float[Array, "N d"] | None = None, *, key: PRNGKeyArray | None = None
+    ) -> SymmetricSolution:
+        """γ and r at :attr:`save_times`. The start is the model's own (the symmetric one,
+        radius ``r0``) and the flow is deterministic: ``x0`` only sets the dtype (JAX's
+        default float when ``None``), ``key`` is unused; both are accepted so that every
+        model's ``solve`` is called alike."""
+        del key
+        if x0 is None:
+            return self._solve(jnp.zeros(()).dtype)
+        if isinstance(x0, jax.Array | np.ndarray):
+            return self._solve(x0.dtype)
+        # Until 0.5.0 the argument was the dtype.
+        warnings.warn(
+            "SymmetricODE.solve(dtype) is deprecated (removed in attndyn 0.6): pass the "
+            "tokens, solve(x0), for their dtype, or solve() for JAX's default float.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self._solve(jnp.dtype(x0))
 
     @eqx.filter_jit
-    def solve(self, dtype=None) -> SymmetricSolution:
-        """γ and r at :attr:`save_times` (``dtype`` defaults to JAX's default float)."""
-        dtype = dtype or jnp.zeros(()).dtype
+    def _solve(self, dtype) -> SymmetricSolution:
         ts = jnp.asarray(self.save_times, dtype)
-        r0 = self.r0.astype(dtype)
-        if not self.scheme.keeps_radius:
-            r0 = jnp.ones_like(r0)  # the sphere schemes run at r = 1 (as in the full ODE)
-        y0 = (jnp.zeros((), dtype), r0)
+        # The sphere schemes run at r = 1 (as in the full ODE), as does Mix-LN after a
+        # Post-LN phase.
+        y0 = (jnp.zeros((), dtype), self.scheme.start_radius(self.r0.astype(dtype)))
         t_end = jnp.asarray(self.saveat.horizon, dtype)
-        (log_gap, r), _ = solve_with_switch(self._segment, self.scheme, t_end, y0, ts)
+        t0 = jnp.zeros((), dtype)
+        (log_gap, r), _ = self.integrator.solve_scheme(_field, self, t0, t_end, y0, ts)
         return SymmetricSolution(ts, log_gap, r)
 
-    def simulate(self, x0: Float[Array, "batch N d"], keys: Key[Array, " batch"]) -> States:
+    def simulate(
+        self, x0: Float[Array, "batch N d"], keys: Key[Array, " batch"]
+    ) -> Float[Array, "batch S N N+1"]:
         del keys
         if x0.shape[1] != self.n_tokens:
             raise ParameterError(
@@ -146,11 +167,11 @@ class SymmetricODE(AbstractModel):
                 f"tokens={x0.shape[1]}."
             )
         check_fits(self.n_tokens, x0.shape[2])
-        sol = self.solve(x0.dtype)
+        sol = self.solve(x0[0])
         frames = jax.vmap(self._frame)(sol.log_gap, sol.r)
         return jnp.broadcast_to(frames, (x0.shape[0], *frames.shape))
 
-    def _frame(self, log_gap: Array, r: Array) -> Float[Array, "n n+1"]:
+    def _frame(self, log_gap: Array, r: Array) -> Float[Array, "N N+1"]:
         """Rows r·(√γ, √(1 − γ) e_i): every pairwise cosine γ, the gap 1 − γ = e^ℓ kept
         with its relative precision."""
         n = self.n_tokens
@@ -160,6 +181,6 @@ class SymmetricODE(AbstractModel):
         return r * jnp.concatenate([jnp.full((n, 1), common, gap.dtype), own], axis=1)
 
 
-def _field(t, y, args):
+def _field(t, y, args: tuple[SymmetricODE, AbstractScheme]):
     model, scheme = args
     return model.vector_field(t, y, scheme)

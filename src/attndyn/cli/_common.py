@@ -19,7 +19,7 @@ from click.core import ParameterSource
 
 # Only modules that import nothing heavy at the top: `attndyn --help` and the options'
 # own errors never import JAX (each command imports what it runs when it runs).
-from .._core.names import DISTRIBUTIONS, NORM_NAMES
+from .._core.names import DISTRIBUTIONS, NORM_NAMES, SDE_SOLVER_NAMES
 from .._estimate.defaults import DEFAULT_COORDINATOR_TIMEOUT
 from ..studies._names import ENGINES
 
@@ -254,7 +254,9 @@ def study_options(func: Callable) -> Callable:
             "--solver",
             default="euler",
             show_default=True,
-            help="SDE engine: euler (projected Euler–Maruyama), heun or spark.",
+            type=click.Choice(SDE_SOLVER_NAMES),
+            help="SDE engine: euler (projected Euler–Maruyama, Itô), heun or spark "
+            "(diffrax's Heun and SPaRK, on the Stratonovich form).",
         ),
         click.option(
             "--dt", default=0.01, show_default=True, type=float, help="SDE engine: step in (0, T]."

@@ -9,7 +9,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .._core.names import ATTENTION_KINDS, DISTRIBUTIONS, IMPLEMENTATIONS, NORM_NAMES, SCHEME_NAMES
+from .._core.names import (
+    ATTENTION_KINDS,
+    DISTRIBUTIONS,
+    IMPLEMENTATIONS,
+    NORM_NAMES,
+    SCHEME_NAMES,
+    SDE_SOLVER_NAMES,
+)
 from ..studies._names import ENGINES, MODES_NOISES
 from ._common import (
     cli_errors,
@@ -86,7 +93,11 @@ NAME = "modes"
 @click.option("--horizon", default=12.0, show_default=True, type=float, help="T.")
 @click.option("--saves", default=121, show_default=True, type=int, help="Save times in [0, T].")
 @click.option(
-    "--solver", default="euler", show_default=True, help="SDE engine: euler, heun, spark."
+    "--solver",
+    default="euler",
+    show_default=True,
+    type=click.Choice(SDE_SOLVER_NAMES),
+    help="SDE engine: euler (Itô), heun or spark (Stratonovich): diffrax's Euler, Heun, SPaRK.",
 )
 @click.option("--dt", default=0.01, show_default=True, type=float, help="SDE engine: step.")
 @click.option(

@@ -55,7 +55,7 @@ from .._estimate.keys import point_key
 from .._estimate.plan import check_distinct
 from .._models.base import AbstractModel
 from .._models.discrete import DiscreteTransformer
-from .._models.integrators import SDEIntegrator
+from .._models.integrators import SDE_SOLVERS, SDEIntegrator, sde_solver
 from .._models.sde import HybridSDE
 from ._modes_analysis import analyse, attach_cf, modes_summary
 from ._names import ENGINES as STUDY_ENGINES, MODES_NOISES
@@ -143,6 +143,7 @@ class ModesSpec:
                 "step and values apply to engine='discrete'; the sde engine takes dt and "
                 "Brownian noise."
             )
+        check_choice("solver", self.solver, SDE_SOLVERS)
         check_bound("dt", self.dt, lower=0.0, lower_open=True, upper=self.horizon)
 
     @property
@@ -156,7 +157,7 @@ class ModesSpec:
         att = Attention(beta, kind=self.attention, implementation=self.implementation)  # type: ignore[arg-type]
         saveat = SaveAt(self.horizon, self.save_at)
         if self.engine == "sde":
-            integrator = SDEIntegrator(self.solver, self.dt)
+            integrator = SDEIntegrator(sde_solver(self.solver), self.dt)
             return HybridSDE(att, eps=level, saveat=saveat, integrator=integrator)
         if self.noise == "none" or (self.noise == "matrix" and level == 0):
             # σ = 0 is the flow itself (MatrixValues needs σ > 0).

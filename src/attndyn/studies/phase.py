@@ -46,7 +46,7 @@ from .._estimate.plan import (
 )
 from .._models.base import ROUTES, AbstractModel
 from .._models.discrete import DiscreteTransformer
-from .._models.integrators import SDEIntegrator
+from .._models.integrators import SDE_SOLVERS, SDEIntegrator, sde_solver
 from .._models.sde import HybridSDE, TransformerSDE
 from ..theory import (
     EXACT_BETA_MAX,
@@ -144,7 +144,7 @@ def phase_model(
             f"norm={norm!r} is defined for the discrete engine; its SDE limit is the RMS SDE "
             "in d − 1 dimensions (use engine='sde' with dim − 1)."
         )
-    integrator = SDEIntegrator(solver, dt)
+    integrator = SDEIntegrator(sde_solver(solver), dt)
     if noise == "full":
         return TransformerSDE(att, sigma=sigma, saveat=saveat, integrator=integrator)
     return HybridSDE(
@@ -198,6 +198,7 @@ class ModelSpec:
                         "discrete engine steps by 1/depth."
                     )
         if self.engine == "sde":
+            check_choice("solver", self.solver, SDE_SOLVERS)
             check_bound("dt", self.dt, lower=0.0, lower_open=True)
             if self.dt > self.horizon:
                 raise ParameterError(
