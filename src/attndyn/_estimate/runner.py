@@ -306,6 +306,23 @@ BATCH = jax.sharding.PartitionSpec("traj")
 REPLICATED = jax.sharding.PartitionSpec()
 
 
+def _on_each_device(mesh, work, model, in_specs: tuple, *args):
+    """``work(model, *args)`` with each device running its own tile in its own loops
+    (``shard_map``; ``in_specs``: how each argument is placed, batch or replicated)."""
+    dynamic, static = eqx.partition(model, eqx.is_array)
+
+    def local(dynamic, *args):
+        return work(eqx.combine(dynamic, static), *args)
+
+    return jax.shard_map(
+        local,
+        mesh=mesh,
+        in_specs=(REPLICATED, *in_specs),
+        out_specs=BATCH,
+        check_vma=False,
+    )(dynamic, *args)
+
+
 @eqx.filter_jit
 def _begin(model, point_key, indices, radius, n_tokens: int, dim: int, mesh):
     # Every program of a tile is traced with every dot in full precision: JAX's default
@@ -315,41 +332,23 @@ def _begin(model, point_key, indices, radius, n_tokens: int, dim: int, mesh):
     with jax.default_matmul_precision("highest"):
         if not _per_device(model, mesh):
             return begin_tile(model, point_key, indices, radius, n_tokens, dim)
-        dynamic, static = eqx.partition(model, eqx.is_array)
+        work = lambda m, k, i, r: begin_tile(m, k, i, r, n_tokens, dim)  # noqa: E731
+        specs = (REPLICATED, BATCH, REPLICATED)
+        return _on_each_device(mesh, work, model, specs, point_key, indices, radius)
 
-        def local(dynamic, point_key, indices, radius):
-            return begin_tile(
-                eqx.combine(dynamic, static), point_key, indices, radius, n_tokens, dim
-            )
 
-        return jax.shard_map(
-            local,
-            mesh=mesh,
-            in_specs=(REPLICATED, REPLICATED, BATCH, REPLICATED),
-            out_specs=BATCH,
-            check_vma=False,
-        )(dynamic, point_key, indices, radius)
+def _advance_state(model, state, start, stop):
+    inner, keys = state
+    return model.advance(inner, keys, start, stop), keys
 
 
 @eqx.filter_jit
 def _advance(model, state, start, stop, mesh):
     with jax.default_matmul_precision("highest"):
         if not _per_device(model, mesh):
-            inner, keys = state
-            return model.advance(inner, keys, start, stop), keys
-        dynamic, static = eqx.partition(model, eqx.is_array)
-
-        def local(dynamic, state, start, stop):
-            inner, keys = state
-            return eqx.combine(dynamic, static).advance(inner, keys, start, stop), keys
-
-        return jax.shard_map(
-            local,
-            mesh=mesh,
-            in_specs=(REPLICATED, BATCH, REPLICATED, REPLICATED),
-            out_specs=BATCH,
-            check_vma=False,
-        )(dynamic, state, start, stop)
+            return _advance_state(model, state, start, stop)
+        specs = (BATCH, REPLICATED, REPLICATED)
+        return _on_each_device(mesh, _advance_state, model, specs, state, start, stop)
 
 
 @eqx.filter_jit
@@ -358,18 +357,7 @@ def _finish(model, state, indices, n_total, tol, mesh):
         inner, _ = state
         if not _per_device(model, mesh):
             return _results(finish_tile(model, inner, tol, mesh), indices, n_total)
-        dynamic, static = eqx.partition(model, eqx.is_array)
-
-        def local(dynamic, inner, tol):
-            return finish_tile(eqx.combine(dynamic, static), inner, tol)
-
-        simulated = jax.shard_map(
-            local,
-            mesh=mesh,
-            in_specs=(REPLICATED, BATCH, REPLICATED),
-            out_specs=BATCH,
-            check_vma=False,
-        )(dynamic, inner, tol)
+        simulated = _on_each_device(mesh, finish_tile, model, (BATCH, REPLICATED), inner, tol)
         return _results(simulated, indices, n_total)
 
 
