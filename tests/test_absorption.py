@@ -67,6 +67,7 @@ def _model(beta, dim, tokens):
     )
 
 
+@pytest.mark.slow
 def test_early_absorption_changes_no_count():
     # Same keys, same trajectories up to absorption: a count can change only if an absorbed
     # trajectory would later have left its class, each with probability ≤ 1e-7 (diffusion
@@ -119,6 +120,7 @@ def test_early_absorption_is_refused_where_it_is_not_quantified():
         )
 
 
+@pytest.mark.slow
 def test_compaction_runs_only_the_live_trajectories_and_changes_nothing():
     # 600 trajectories in tiles of 64 (10 tiles, the last one partial) against one tile of
     # 600: each trajectory's numbers come from its key and the absolute layer index, so
@@ -148,6 +150,7 @@ def test_compaction_runs_only_the_live_trajectories_and_changes_nothing():
     assert final[:, 0].sum() > 100 and final[:, 1].sum() > 100
 
 
+@pytest.mark.slow
 def test_the_two_token_chain_holds_its_gap_instead_of_merging():
     # Without early absorption, 40 % of trajectories at β = 2, d = 4 reach 1 ∓ z < 10⁻⁷⁶ by
     # T = 60 (L = 100): sin φ underflowed to 0 there, a merge the arithmetic never leaves,

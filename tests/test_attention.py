@@ -22,6 +22,7 @@ def _naive(x, beta, kind, q=None, k=None, causal=False, laplacian=False):
     return out
 
 
+@pytest.mark.default_case("True-True-unnormalized")
 @pytest.mark.parametrize("kind", ["softmax", "unnormalized"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("laplacian", [False, True])

@@ -37,6 +37,7 @@ def _relative_gap(a, b):
     return float(jnp.max(jnp.abs(a - b)) / jnp.max(jnp.abs(b)))
 
 
+@pytest.mark.default_case("self-mask, shift")
 @pytest.mark.parametrize("case", list(CASES))
 def test_blockwise_equals_dense(case):
     # Both kinds and two β in one compiled function (β is an array leaf): the larger β

@@ -248,6 +248,7 @@ def test_schemes_names_its_random_weight_options(tmp_path, no_study, args, needl
 # --- the precision of a checkpoint ------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_checkpoint_of_the_other_precision_names_x64(tmp_path, monkeypatch):
     # The mismatch named "the model's attention.beta … is 1.0 there and 1.0 in this run"
     # (the dtypes differed, not the values): the checkpoint names the precision first.

@@ -64,6 +64,7 @@ def test_phase_diagram_round_trip(tmp_path):
     assert back.sel(beta=2.0, dim=4)["probability"].isel(time=-1).shape == (1, 4)
 
 
+@pytest.mark.slow
 def test_beta_n_sde_smoke(tmp_path):
     # Smoke of the test above (slow): the same CLI route (beta-n, SDE engine, merges
     # counted), at one N and 40 steps; the columns are there and consistent.
@@ -101,6 +102,7 @@ def test_bad_input_exits_nonzero_with_message(tmp_path, args, match):
     assert not (tmp_path / "phase_diagram.nc").exists()
 
 
+@pytest.mark.slow
 def test_beta_eps_round_trip(tmp_path):
     # Hybrid (β, ε) diagram, Fig. 4, tiny. Far below ε_c the pair clusters, far above it
     # splits (Prop. 1), and the JSON adds eps and the exact value to the points schema.
@@ -179,6 +181,7 @@ def test_new_flags_bad_input(tmp_path, args, match):
     assert not (tmp_path / "phase_diagram.nc").exists()
 
 
+@pytest.mark.slow
 def test_unnormalised_attention_at_beta_120_runs_or_is_refused_before_running(tmp_path):
     # β = 120 overflowed float32 (every trajectory NaN, status 1, or excluded). Post-LN now
     # takes the weights with their exponent apart and runs; the SDE engine needs them whole
@@ -195,6 +198,7 @@ def test_unnormalised_attention_at_beta_120_runs_or_is_refused_before_running(tm
     assert refused.output.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_a_numerical_merge_stops_the_cli_and_a_rerun_resumes_with_a_choice(tmp_path):
     # Post-LN with full value noise at β = 4 over T = 30 on the float32 N × d route: some
     # pairs come within float32's resolution. --on-merged raise stops (status 1, one line,

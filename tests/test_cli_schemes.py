@@ -27,6 +27,7 @@ SMALL = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "names",
     [

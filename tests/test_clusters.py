@@ -139,6 +139,7 @@ def _split_overlaps(sizes, beta, attention, n, t_end):
     return _overlaps_from_split(model, sizes, n, seed=7)
 
 
+@pytest.mark.default_case("sizes2-unnormalized")
 @pytest.mark.parametrize(
     ("sizes", "attention"), [((2, 1), "softmax"), ((3, 1), "softmax"), ((2, 1), "unnormalized")]
 )
@@ -155,6 +156,8 @@ def test_the_sde_leaves_an_uneven_antipodal_split_at_the_predicted_rate(sizes, a
     assert abs(slope.mean() - rate) < 4 * se + 0.02 * rate, (slope.mean(), rate, se)
 
 
+@pytest.mark.slow
+@pytest.mark.default_case("sizes1")
 @pytest.mark.parametrize("sizes", [(1, 1), (2, 2)])
 def test_the_sde_keeps_an_even_antipodal_split_antipodal(sizes):
     # Drift and noise both vanish at −1 for an even split: 1 + Z stays at float32 rounding
@@ -163,6 +166,7 @@ def test_the_sde_keeps_an_even_antipodal_split_antipodal(sizes):
     assert np.max(np.abs(y)) < 1e-6
 
 
+@pytest.mark.default_case("sizes1")
 @pytest.mark.parametrize("sizes", [(2, 1), (2, 2)])
 def test_the_layer_map_of_fig_6_pushes_the_same_way(sizes):
     # Fig. 6 runs the discrete Post-LN map (L = 100, Gaussian value matrices), not the SDE:
@@ -368,6 +372,7 @@ def _check_split_life(make_model, beta, tol, n, dt):
     _assert_mean(occupied, fraction * lifetime, 0.03)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "make_model",
     [pytest.param(_sde_every_step, marks=pytest.mark.slow), _layers_every_step],

@@ -11,6 +11,7 @@ def _run(model, n_tokens=3, dim=4, seed=0):
     return model.trajectory(x0, key=jax.random.key(seed + 1))
 
 
+@pytest.mark.default_case("unnormalized-uniform")
 @pytest.mark.parametrize("distribution", ad.DISTRIBUTIONS)
 @pytest.mark.parametrize("kind", ["softmax", "unnormalized"])
 def test_post_ln_tokens_stay_on_sphere(distribution, kind):
@@ -40,6 +41,7 @@ def test_save_times_and_first_save_is_start():
     np.testing.assert_array_equal(saves[0], x0)
 
 
+@pytest.mark.slow
 def test_eps_zero_two_tokens_collapse_to_one_cluster():
     # ε = 0 is the deterministic Post-LN flow: every non-antipodal start clusters.
     model = ad.DiscreteTransformer(

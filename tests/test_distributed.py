@@ -96,6 +96,7 @@ _CHILD = textwrap.dedent(
 
 # Both routes in the slow run; the default run's smoke takes the full route only (the same
 # child, the same comparison, half the compilations: ~25 s CPU less).
+@pytest.mark.slow
 @two_cpu_devices
 @pytest.mark.parametrize(
     "routes",
@@ -135,6 +136,7 @@ def test_one_and_two_devices_and_any_chunk_give_identical_numbers(routes):
         np.testing.assert_array_equal(ds["span_dim"].values, np.asarray(spans))
 
 
+@pytest.mark.slow
 def test_more_trajectories_keep_chunk_sized_device_work(monkeypatch, tile):
     tile(8)  # one tile of 8 per device: calls of 8 trajectories a device
     # Peak memory is set by what one tile per device holds: the compiled step only ever
@@ -252,6 +254,7 @@ def _two_processes(args: list[str], tmp_path) -> list[tuple[int, str, str]]:
     return [(p.returncode, out, err) for p, (out, err) in zip(procs, outputs)]
 
 
+@pytest.mark.slow
 def test_two_processes_on_localhost_with_jax_distributed(tmp_path):
     # A real two-process run through jax.distributed (CPU collectives over gloo) must give
     # exactly the single-process numbers, and only process 0 writes the outputs.
@@ -413,6 +416,7 @@ _SMOKE_CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_eigvalsh_and_an_implicit_solver_on_two_devices_smoke():
     # Smoke of the two deadlock tests above (slow), in one child process: the span
     # dimension of N = 3 tokens (batched eigvalsh) on both devices, and an implicit solver

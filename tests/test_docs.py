@@ -76,6 +76,7 @@ def test_every_page_with_python_is_collected():
     assert len(PYTHON_PAGES) >= 5
 
 
+@pytest.mark.default_case("docs/guides/estimating.md", "docs/guides/theory.md", "docs/results.md")
 @pytest.mark.parametrize("page", PYTHON_PAGES, ids=page_id)
 def test_python_examples_run(page: Path, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

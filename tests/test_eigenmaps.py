@@ -77,6 +77,7 @@ def test_eta_at_most_one_half_never_grows_a_row():
     np.testing.assert_allclose(np.linalg.norm(grown, axis=-1), abs(1 - 4 * eta), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_step_keeps_the_mean_zero_hyperplane_and_the_layernorm_only_rescales():
     x = _centred(7, 6, 4)
     out = _apply(ad.EigenmapsStep(0.4, KAPPA, shift=SHIFT, self_mask=True), x)
@@ -91,6 +92,7 @@ def test_step_keeps_the_mean_zero_hyperplane_and_the_layernorm_only_rescales():
     np.testing.assert_allclose(p.sum(-1), 1.0, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_the_transformer_is_the_iterated_step_and_layernorm():
     """Independent routes: eigenmaps_transformer (Laplacian attention, deterministic values,
     centred Post-LN, step 2η) against iterating LayerNorm(step(X)) by hand."""

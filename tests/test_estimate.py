@@ -32,6 +32,7 @@ def _estimate_small(points, **kwargs):
 POINTS = ad.grid(dim=[3, 4], tokens=[2], beta=[1.0, 3.0])
 
 
+@pytest.mark.slow
 def test_chunk_size_does_not_change_results():
     a = _estimate_small(POINTS, chunk_size=8)
     b = _estimate_small(POINTS, chunk_size=50)
@@ -43,6 +44,7 @@ def test_chunk_size_does_not_change_results():
         np.testing.assert_array_equal(a[name].values, c[name].values, name)
 
 
+@pytest.mark.slow
 def test_point_results_do_not_depend_on_the_rest_of_the_grid():
     full = _estimate_small(POINTS)
     alone = _estimate_small(POINTS[3:])
@@ -166,6 +168,7 @@ def test_phase_points_take_real_parameters_as_floats():
         ad.studies.evolution_points(["hybrid"], betas=[1.0], dims=[4], tokens=[2], eps=[0, 0.0])
 
 
+@pytest.mark.slow
 def test_below_threshold_no_antipodal():
     # d = 6: β_c = 1.03. At β = 0.2 the antipodal state repels, so every one of 400 trajectories
     # clusters (the interval of the zero count includes zero).
@@ -175,6 +178,7 @@ def test_below_threshold_no_antipodal():
     assert float(last["ci_lower"]) == 0.0
 
 
+@pytest.mark.default_case("auto")
 @pytest.mark.parametrize("route", ["auto", "full"])  # auto picks the reduced chain here
 def test_monte_carlo_matches_exact_quadrature_above_threshold(route):
     # L = 20, T = 40, 4000 trajectories per point. SE = sqrt(p(1-p)/4000) ≈ 0.0071; the
@@ -251,6 +255,7 @@ def test_overflow_is_reported_not_averaged():
     assert int(ds["count"].isel(point=0, time=-1).sum()) <= 2 * int(ds["n_valid"][0])
 
 
+@pytest.mark.slow
 @two_cpu_devices
 def test_interrupted_run_resumes_without_losing_work(tmp_path, monkeypatch, tile):
     tile(5)  # a tile of 5 on each of the 2 devices: one call per chunk of 10
@@ -320,6 +325,7 @@ def test_empty_grid_axis():
         ad.grid(beta=[], dim=[3])
 
 
+@pytest.mark.default_case("many tokens")
 @pytest.mark.parametrize(
     "family",
     ["many tokens", "two heads", "reduced three tokens", "ode", "sde"],

@@ -95,6 +95,7 @@ def test_every_estimating_script_passes_its_checkpoint_on():
             assert "checkpoint_of(" in source or "evolution_run(" in source, path.name
 
 
+@pytest.mark.slow
 def test_a_script_study_resumes_from_its_checkpoint(tmp_path):
     import attndyn as ad
 

@@ -32,6 +32,18 @@ from attndyn._models.base import advance_saves, begin_saves
 #: The main thread, whose ident is set (pthread_kill needs an int).
 _MAIN_THREAD = threading.main_thread().ident or 0
 
+
+@pytest.fixture(autouse=True)
+def sigint_raises():
+    """Ctrl-C as in a terminal: SIGINT raises KeyboardInterrupt. A suite started in the
+    background of a non-interactive shell (``pytest ... &``) inherits SIGINT ignored, which
+    attndyn leaves alone as the user's choice (:func:`attndyn._estimate.interrupts.watching`),
+    and these tests would then see no interrupt at all."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 STUDY = ["phase-diagram", "--beta", "0.5,1,1.5,2,2.5,3", "--dim", "4", "--trajectories", "3000"]
 STUDY += ["--depth", "20", "--horizon", "10", "--route", "full", "--no-progress"]
 # The float32 N × d route merges a few pairs by T = 10 (11 of 1,504 at β = 0.5): counted,

@@ -30,6 +30,7 @@ def _starts(n, n_tokens, dim, seed):
 _simulate = eqx.filter_jit(lambda m, x, k: m.simulate(x, k))
 
 
+@pytest.mark.default_case("values2-2-4-softmax")
 @pytest.mark.parametrize("kind", ["unnormalized", "softmax"])
 @pytest.mark.parametrize(
     ("values", "n_tokens", "dim"),
@@ -85,6 +86,7 @@ def test_span_chain_keeps_relative_precision_at_tiny_gaps():
     assert abs(double - math.log(1e-20)) > 1.0  # the gap did move
 
 
+@pytest.mark.slow
 def test_span_chain_escapes_where_plus_one_repels():
     # USA, β = 1, ε = 2 ε_c: +1 repels (003 Prop. 1), so 200 pairs started at sin φ = 1e-20
     # (1 − z = 5e-41) must all leave +1 by T = 10 (the log-gap grows at rate
@@ -137,6 +139,7 @@ def test_overlap_route_beats_full_route_coalescence():
     assert int(last_full["count"].sel(outcome="single")) <= merged
 
 
+@pytest.mark.slow
 def test_overlap_route_has_no_coalescence_smoke():
     # Smoke of the test above (slow): the same model and automatic route on 64 trajectories
     # (the full route's merges need the 500: too rare to show in 64).
@@ -158,6 +161,7 @@ def test_overlap_route_has_no_coalescence_smoke():
     assert int(last["count"].sel(outcome="single")) == 0
 
 
+@pytest.mark.slow
 def test_float64_is_offered_and_recorded():
     def make(beta, dim, tokens):
         del dim, tokens
@@ -257,6 +261,7 @@ def test_closed_form_scale_function_matches_direct_quadrature(beta, eps, z0):
     assert exact == pytest.approx(_direct_p_antipodal(z0, beta, eps, "softmax"), abs=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("beta", "eps", "n"),
     [

@@ -112,6 +112,7 @@ def _models():
     }
 
 
+@pytest.mark.default_case("hybrid-sde")
 @pytest.mark.parametrize("name", list(_models()))
 def test_every_model_simulates_a_batch(name):
     model = _models()[name]
@@ -169,6 +170,7 @@ def test_save_times_that_round_to_one_step_are_refused(engine):
     )
 
 
+@pytest.mark.slow
 def test_symmetric_ode_frames_carry_the_cosine():
     sym = ad.SymmetricODE(ad.PostLN(), 2.0, n_tokens=3, saveat=ad.SaveAt(3.0, (1.0, 3.0)))
     sol = sym.solve()

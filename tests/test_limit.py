@@ -50,6 +50,7 @@ def reference():
     return _stats(z)
 
 
+@pytest.mark.slow
 def test_weak_error_decreases_with_depth(reference):
     # The weak error of E Z_1 is ≈ 0.3/L (experiments/limit_convergence.py: 0.034 at
     # L = 10), so ≈ 0.06 at L = 5 and 0.008 at L = 40. We require the L = 5 error to be
@@ -62,6 +63,7 @@ def test_weak_error_decreases_with_depth(reference):
     assert abs(err5) - abs(err40) > 4 * np.hypot(se5, se40)
 
 
+@pytest.mark.slow
 def test_value_distributions_reach_the_same_limit(reference):
     # Theorem 1 needs only centred, unit-variance, bounded entries: Gaussian, uniform and
     # Rademacher values agree with each other within 4 SE at L = 40, and each lies within

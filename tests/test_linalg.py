@@ -12,6 +12,7 @@ def _has_dot(f, *args) -> bool:
     return any(e.primitive.name == "dot_general" for e in jax.make_jaxpr(f)(*args).jaxpr.eqns)
 
 
+@pytest.mark.default_case("32-16-32-False")
 @pytest.mark.parametrize(
     ("m", "k", "n", "summed"),
     [

@@ -32,6 +32,7 @@ def _circle(angles) -> jax.Array:
     return _unit(np.stack([np.cos(angles), np.sin(angles)], axis=1))
 
 
+@pytest.mark.default_case("2")
 @pytest.mark.parametrize("dim", [2, 3])
 def test_mode_power_routes_agree(dim):
     """Harmonics (Fourier on S¹, Schmidt-normalised Legendre functions on S²) against the
@@ -64,6 +65,7 @@ def test_mode_powers_of_hand_built_configurations():
     np.testing.assert_allclose(np.asarray(_powers(point, ell_max=6)), 1.0, atol=1e-5)
 
 
+@pytest.mark.default_case("3-harmonics")
 @pytest.mark.parametrize(("dim", "method"), [(3, "harmonics"), (5, "pairs")])
 def test_uniform_tokens_have_mode_power_one_over_n(dim, method):
     """E P_ℓ = 1/N for i.i.d. uniform tokens (ℓ ≥ 1): only the diagonal survives the mean.
@@ -92,6 +94,7 @@ def _both_counts(x, tol):
     return found, ad.n_clusters(x, tol), ad.cluster_classes(x, tol)[0]
 
 
+@pytest.mark.default_case("2")
 @pytest.mark.parametrize("dim", [2, 3, 4])
 def test_clusters_agree_with_the_existing_observables(dim):
     """For N ≤ 50: the count equals attndyn.n_clusters (reachability by squaring), as an

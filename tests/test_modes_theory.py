@@ -67,6 +67,7 @@ def test_the_attention_code_moves_a_harmonic_at_the_theory_rate(kind):
             np.testing.assert_allclose(measured, rate * u, atol=1e-6 * abs(rate) * ell)
 
 
+@pytest.mark.default_case("unnormalized")
 @pytest.mark.parametrize("kind", ["softmax", "unnormalized"])
 def test_one_layer_multiplies_a_harmonic_as_the_depth_formula_says(kind):
     """One Post-LN layer x ← normalize(x + A(x)/L) multiplies the displacement of a

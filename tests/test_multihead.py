@@ -47,6 +47,7 @@ def _weights(seed=0):
 X = ad.uniform_sphere(key=jax.random.key(9), n_tokens=N, dim=D)
 
 
+@pytest.mark.default_case("lap-1-I-P-unnormalized")
 @pytest.mark.parametrize("kind", ["softmax", "unnormalized"])
 @pytest.mark.parametrize(
     "options",
@@ -77,6 +78,7 @@ def test_full_width_heads_match_the_definition(kind, options):
     np.testing.assert_allclose(eqx.filter_jit(att)(X), ref, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_coordinate_blocks_are_the_selection_projections():
     """Today's heads are the special case W^h = the rows selecting block h."""
     select = jnp.eye(D).reshape(H, DH, D)

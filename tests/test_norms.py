@@ -62,6 +62,7 @@ def test_norm_is_validated():
         ad.NormalizedAttentionODE(ad.Attention(1.0), ad.PostLN(norm=ad.LayerNorm(jnp.ones(3))))
 
 
+@pytest.mark.default_case("pre-ln")
 @pytest.mark.parametrize("name", _schemes())
 def test_every_scheme_keeps_tokens_in_the_hyperplane(name):
     """Sphere schemes: unit and mean-zero rows; radius schemes: attention sees the same."""
@@ -78,6 +79,7 @@ def test_every_scheme_keeps_tokens_in_the_hyperplane(name):
         np.testing.assert_allclose(np.linalg.norm(out, axis=-1), 1.0, atol=1e-5)
 
 
+@pytest.mark.default_case("scalar-pre-ln")
 @pytest.mark.parametrize("name", _schemes())
 @pytest.mark.parametrize(
     "values", ["scalar", pytest.param("deterministic", marks=pytest.mark.slow)]
@@ -106,6 +108,7 @@ def test_layernorm_in_d_is_rms_in_d_minus_1_path_by_path(name, values):
     np.testing.assert_allclose(big.sum(-1), 0.0, atol=2e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name", ["pre-ln", pytest.param("post-ln", marks=pytest.mark.slow),
              pytest.param("peri-ln", marks=pytest.mark.slow)]
@@ -188,6 +191,7 @@ def _two_token_layernorm(points, *, n_trajectories, depth, horizon, seed, route=
         assert abs(got - wrong) > 8 * binomial_se(wrong, n_trajectories), (p, got, wrong)
 
 
+@pytest.mark.slow
 def test_two_token_layernorm_matches_the_exact_curve_of_d_minus_1():
     # d = 5, β = 1, L = 20, T = 30, 2000 trajectories: SE = √(0.12·0.88/2000) = 0.0073,
     # tolerance 4 SE = 0.029; the L = 20 discretisation bias of the RMS chain was measured

@@ -129,6 +129,7 @@ def _numpy_pairs(theta, tol=1e-3, threshold=0.999):
     return np.asarray(classes), cos.mean(), np.mean(cos > threshold)
 
 
+@pytest.mark.default_case("2-3")
 @pytest.mark.parametrize(("n_tokens", "dim"), [(2, 3), (7, 3), (12, 4), (20, 8), (9, 16)])
 def test_pair_observables_count_the_pairs_as_numpy_does(n_tokens, dim):
     # One reduction makes classes, mean cosine and pair density (pair_observables); a
@@ -174,6 +175,7 @@ def test_pair_observables_read_the_gram_matrix_in_one_reduction():
     assert re.findall(r"reduce\w*", jaxpr) == ["reduce"]
 
 
+@pytest.mark.default_case("9-4")
 @pytest.mark.parametrize(("n_tokens", "dim"), [(6, 2), (9, 4), (5, 8)])
 def test_merges_found_by_coordinates_are_those_found_by_rows(n_tokens, dim, monkeypatch):
     # d ≤ 8 compares one coordinate at a time with each number's own ulp; the general

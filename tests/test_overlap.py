@@ -85,6 +85,8 @@ def _clip(z):
     return np.clip(np.asarray(z), -1 + 1e-4, 1 - 1e-4)
 
 
+@pytest.mark.slow
+@pytest.mark.default_case("unnormalized-hybrid-smoke")
 @pytest.mark.parametrize(
     ("kind", "noise", "n"),
     [
@@ -130,6 +132,7 @@ def test_full_sde_overlap_matches_1d_diffusion_in_law(kind, noise, n):
         assert two_sample_ks_pvalue(_clip(z_full), _clip(z_typo)) < 1e-6
 
 
+@pytest.mark.default_case("unnormalized-1.0-1.6--1.0")
 @pytest.mark.parametrize(
     ("kind", "beta", "eps", "end"),
     [
@@ -182,6 +185,7 @@ def test_saved_frames_of_a_far_state_are_not_a_numerical_merge(x):
     assert (single, antipodal) == ((True, False) if x > 0 else (False, True))
 
 
+@pytest.mark.slow
 def test_a_long_overlap_run_reports_no_merge():
     def make(beta, dim, tokens, eps):
         del dim, tokens

@@ -21,6 +21,7 @@ def _clusters(sizes, dim):
     return jnp.stack(rows)
 
 
+@pytest.mark.default_case("sizes4")
 @pytest.mark.parametrize("sizes", [(1,), (3,), (2, 2), (4, 1, 1), (2, 3, 1)])
 def test_closed_forms_on_clustered_configurations(sizes):
     x = _clusters(sizes, 4)
@@ -37,6 +38,7 @@ def test_closed_forms_on_clustered_configurations(sizes):
     assert float(ad.span_dimension(outside)) == 2.0
 
 
+@pytest.mark.slow
 def test_estimator_means_agree_with_the_class_counts():
     # N = 2: cos > 0.999 ⇔ "single" (cos ≥ 1 − 10⁻³, ties have probability 0), and the span
     # has dimension 1 iff the pair is single or antipodal: mean pair density = P(single)
@@ -77,6 +79,7 @@ def test_multi_token_means_are_exact_sums_whatever_the_chunking():
     assert np.all((a["span_dim"].values >= 1) & (a["span_dim"].values <= 4))
 
 
+@pytest.mark.slow
 def test_evolution_json_has_the_series_and_the_heatmap(tmp_path):
     # One run also exercises --norm layernorm and a real --step (t = nη).
     args = ["evolution", "--beta", "1,4", "--tokens", "5", "--dim", "4", "--trajectories", "24"]

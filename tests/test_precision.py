@@ -103,6 +103,7 @@ def test_tokens_one_ulp_apart_count_as_merged(sign):
     assert not bool(ad.numerically_merged(x[jnp.array([0, 2])]))
 
 
+@pytest.mark.default_case("40")
 @pytest.mark.parametrize("block_elements", [1, 40, 1 << 18])
 def test_merges_are_found_in_blocks_of_rows_as_at_once(block_elements, monkeypatch):
     # Large N × d compare blocks of rows (all at once needed N²d numbers: 6.9 GB at

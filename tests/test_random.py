@@ -37,6 +37,7 @@ def test_fold_in_is_bit_exact(data):
     np.testing.assert_array_equal(jax.random.key_data(plain), jax.random.key_data(theirs))
 
 
+@pytest.mark.default_case("shape1")
 @pytest.mark.parametrize("shape", [(1,), (3,), (2, 4), (16, 16), (3, 5, 7)])
 def test_samplers_are_bit_exact(shape):
     keys = jax.random.split(jax.random.key(7), 5)
@@ -73,6 +74,7 @@ def test_other_implementations_fall_back_to_jax():
     np.testing.assert_array_equal(core_random.normal(raw, (3,)), jax.random.normal(raw, (3,)))
 
 
+@pytest.mark.default_case("1")
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 9, 33])
 def test_small_reductions_match_jnp(n):
     x = jax.random.normal(jax.random.key(n), (4, n, 3))
@@ -83,6 +85,7 @@ def test_small_reductions_match_jnp(n):
     np.testing.assert_array_equal(small_max(x, 1), jnp.max(x, 1))
 
 
+@pytest.mark.default_case("2-scalar")
 @pytest.mark.parametrize(
     "values",
     [ad.MatrixValues(1.0), ad.MatrixValues(0.5, "rademacher"), ad.ScalarValues(0.7)],

@@ -30,6 +30,7 @@ def fitted_rate(scheme, horizon, *, beta=2.0, n=16):
     return theory, fit_terminal_rate(sol.ts, kind=theory.kind, log_gap=sol.log_gap)
 
 
+@pytest.mark.default_case("pre-ln")
 @pytest.mark.parametrize(
     ("scheme", "horizon"),
     [
@@ -109,6 +110,7 @@ def test_every_law_states_its_variable():
                              kind="power").as_dict()["variable"] == "log t"  # fmt: skip
 
 
+@pytest.mark.slow
 def test_sqrt_scaling_rate_in_the_right_variable_is_exact():
     """The symmetric-start ODE of sqrt-scaling fitted in √(t + 1): 4 to 4 digits (in √t the
     same window gives a biased local slope)."""

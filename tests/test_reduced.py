@@ -62,6 +62,7 @@ CASES = [
 ]
 
 
+@pytest.mark.default_case("1.0-2-1-scheme5-softmax-1.0")
 @pytest.mark.parametrize(("beta", "dim", "tokens", "scheme", "kind", "horizon"), CASES)
 def test_reduced_and_full_routes_agree_in_law(beta, dim, tokens, scheme, kind, horizon):
     # KS on 3000 vs 3000 terminal overlaps (L = 20): under equal laws the p-value is
@@ -127,6 +128,7 @@ def test_lq_factorises_and_resolves_near_parallel_rows():
     np.testing.assert_allclose(float(minus[0, 2]), 2.5e-12, rtol=1e-2)
 
 
+@pytest.mark.slow
 def test_chi_variates_have_the_right_moments():
     # 40,000 draws: the mean of χ²_k has SE √(2k/40000); 5 SE bounds (stated per entry).
     keys = jax.random.split(jax.random.key(0), 40000)
@@ -158,6 +160,7 @@ def test_reduction_is_refused_where_it_is_not_exact():
         )
 
 
+@pytest.mark.slow
 def test_estimator_picks_the_route_and_says_so():
     def make(beta, dim, tokens):
         del dim, tokens
@@ -179,6 +182,7 @@ def test_estimator_picks_the_route_and_says_so():
         ad.estimate_probabilities(make, points, route="fast", **kw)  # type: ignore[arg-type]
 
 
+@pytest.mark.default_case("4")
 @pytest.mark.parametrize("dim", [4, 7, 10, 64])
 def test_two_token_block_variates_are_exact(dim):
     # 8,000 keys × LAYER_BLOCK layers = 80,000 draws of each variate (fixed seed). Under
@@ -214,6 +218,7 @@ def test_one_word_marsaglia_tsang_takes_every_branch():
     assert counts[1] > 50 and counts[2] > 500, counts
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dim", [64])
 def test_chain_numbers_depend_on_the_key_only(dim):
     # The chain draws LAYER_BLOCK layers per key (and, at d = 64, runs a batch-wide fix-up
@@ -245,6 +250,7 @@ def test_chain_numbers_depend_on_the_key_only(dim):
     np.testing.assert_allclose(np.asarray(c), a[2], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_sweeping_beta_and_sigma_compiles_once_on_the_reduced_route(caplog):
     # The reduced route is the default for two tokens: a (β, σ) sweep must reuse one
     # compilation of the chunk kernel, as on the full route.

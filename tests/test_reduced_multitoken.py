@@ -89,6 +89,8 @@ def _run(model, x0, keys):
     return eqx.filter_jit(lambda m, x, k: m.simulate(x, k))(model, x0, keys)
 
 
+@pytest.mark.slow
+@pytest.mark.default_case("full-3-6-1.0")
 @pytest.mark.parametrize(
     ("n_tokens", "dim", "beta"),
     [(3, 6, 1.0), pytest.param(4, 5, 3.0, marks=pytest.mark.slow)],  # default: one case
@@ -146,6 +148,7 @@ LONG_CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("beta", "dim", "n_tokens", "n"), LONG_CASES)
 def test_reduced_and_full_routes_agree_after_clustering(beta, dim, n_tokens, n):
     # L = 20, T = 20 (400 layers), n vs n trajectories (2,000 in the slow set): class

@@ -51,6 +51,7 @@ def test_compilation_cache_folder_and_switch(tmp_path, monkeypatch):
         jax.config.update("jax_compilation_cache_dir", previous)
 
 
+@pytest.mark.slow
 def test_provenance_reports_compile_seconds():
     import jax
 

@@ -47,6 +47,7 @@ def test_names_round_trip():
         scheme_from_name("ngpt", alpha=0.0)
 
 
+@pytest.mark.default_case("deterministic-sqrt-scaling", "matrix-pre-ln")
 @pytest.mark.parametrize("scheme", SCHEMES, ids=IDS)
 @pytest.mark.parametrize(
     "values",
@@ -142,6 +143,7 @@ def test_a_carried_state_takes_the_same_first_layer_bit_for_bit(scheme):
         np.testing.assert_array_equal(np.asarray(scheme.enter(X)), np.asarray(X))
 
 
+@pytest.mark.default_case("PeriLN()")
 @pytest.mark.parametrize("scheme", [*SCHEMES, PostLN(norm=AFFINE)], ids=str)
 def test_the_layer_loop_is_the_scheme_map_applied_layer_by_layer(scheme):
     # trajectory() skips the first norm of rows that are already directions: the same map,

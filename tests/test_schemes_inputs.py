@@ -37,6 +37,7 @@ def _reached(*args, **kwargs):
 # --- the closed form --------------------------------------------------------------------------
 
 
+@pytest.mark.default_case("peri-ln-5.0-1000-2.0")
 @pytest.mark.parametrize(
     ("scheme", "beta", "n", "r0"),
     [

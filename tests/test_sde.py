@@ -33,6 +33,7 @@ def _max_drift(model, *, n_traj, n_tokens, dim, seed=0):
     return float(jnp.max(drift))
 
 
+@pytest.mark.slow
 def test_projected_solvers_stay_on_sphere():
     for solver in (diffrax.Euler(), diffrax.Heun(), diffrax.SPaRK()):
         m = ad.TransformerSDE(
@@ -50,6 +51,8 @@ def test_projected_solvers_stay_on_sphere():
     assert _max_drift(h, n_traj=8, n_tokens=3, dim=4) < 1e-5
 
 
+@pytest.mark.slow
+@pytest.mark.default_case("hybrid")
 @pytest.mark.parametrize("cls", ["transformer", "hybrid"])
 def test_unprojected_drift_shrinks_with_step(cls):
     # Without projection the solver's own error moves Y off the sphere; it must shrink
@@ -69,6 +72,7 @@ def test_unprojected_drift_shrinks_with_step(cls):
     assert drifts[1] < 0.1, drifts
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "n", [300, pytest.param(1000, marks=pytest.mark.slow)], ids=["smoke", "full"]
 )
@@ -92,6 +96,7 @@ def test_stratonovich_heun_matches_ito_euler_in_law(n):
     assert two_sample_ks_pvalue(z_e, z_h) > 1e-3
 
 
+@pytest.mark.default_case("unnormalized")
 @pytest.mark.parametrize("kind", ["softmax", "unnormalized"])
 def test_stratonovich_drift_is_tangent(kind):
     # On the sphere the Stratonovich form of eq. 6/8 has tangent drift (the Itô drift's
@@ -236,6 +241,7 @@ def test_vmap_over_parameters_and_save_times():
     assert m.step_size == pytest.approx(0.25)
 
 
+@pytest.mark.slow
 def test_estimator_runs_sde_and_refuses_an_overflowing_beta():
     def model_fn(beta, dim, tokens):
         del dim, tokens

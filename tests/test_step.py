@@ -13,6 +13,7 @@ import attndyn as ad
 X = ad.uniform_sphere(key=jax.random.key(0), n_tokens=4, dim=5)
 
 
+@pytest.mark.slow
 def test_step_one_over_l_is_depth_l():
     saveat = ad.SaveAt(1.0, (0.5, 1.0))
     by_depth = ad.DiscreteTransformer(ad.Attention(1.0), depth=10, saveat=saveat)
@@ -68,6 +69,7 @@ def test_the_reduced_route_runs_with_a_real_step():
 ANTIPODAL = jnp.array([[1.0, 0.0, 0.0], [-1.0, 0.0, 0.0]])  # A_i = 0 at β = 0
 
 
+@pytest.mark.default_case("ngpt")
 @pytest.mark.parametrize("scheme", [ad.PeriLN(), ad.NGPT(alpha=0.5)], ids=["peri-ln", "ngpt"])
 def test_no_move_where_the_attention_output_vanishes(scheme):
     model = ad.DiscreteTransformer(

@@ -27,6 +27,7 @@ SCHEMES = [PostLN(), PreLN(), MixLN(tau=1.5), PeriLN(), NGPT(alpha=0.6), SqrtSca
 IDS = [s.name for s in SCHEMES]
 
 
+@pytest.mark.default_case("pre-ln")
 @pytest.mark.parametrize("scheme", SCHEMES, ids=IDS)
 def test_reduced_ode_matches_full_system(scheme):
     """γ(t), r(t) of the reduced ODE = every pairwise cosine and radius of the n-particle ODE."""
@@ -48,6 +49,7 @@ def test_reduced_ode_matches_full_system(scheme):
     assert float(reduced.gamma[-1]) > 0.3  # the test horizon sees real motion
 
 
+@pytest.mark.default_case()
 @pytest.mark.parametrize("scheme", SCHEMES, ids=IDS)
 @pytest.mark.parametrize(("beta", "n", "r0"), [(0.0, 2, 1.0), (1.0, 6, 2.5), (3.0, 16, 0.4)])
 def test_initial_slope_closed_forms(scheme, beta, n, r0):
@@ -96,6 +98,7 @@ def test_theory_table():
         terminal_rate_theory(NGPT(alpha_schedule=lambda t: 1.0 + t))
 
 
+@pytest.mark.slow
 def test_ngpt_schedule_in_reduced_ode():
     """With α(t) = 2 the schedule gives the constant-α solution."""
     ts = (1.0, 3.0)

@@ -271,6 +271,7 @@ def _lone_token_turns_nan(model) -> bool:
     return bool(jnp.any(jnp.isnan(states)))
 
 
+@pytest.mark.default_case()
 @pytest.mark.parametrize(
     ("scheme", "eps", "depth", "horizon", "singular"),
     [
@@ -379,6 +380,7 @@ def test_overlap_diffusion_overflow_names_beta(attention):
         )
 
 
+@pytest.mark.slow
 def test_overflow_from_beta_46_is_explained_and_its_advice_exists():
     # Unnormalised attention overflows float32 from β ≈ 46 in a layer that needs its output
     # whole (threshold ½·ln max = 44.4 plus ln(√L/σ) = 0.8), which the old message put at
@@ -414,6 +416,7 @@ def test_overflow_from_beta_46_is_explained_and_its_advice_exists():
     assert int(ds["n_nonfinite"][0]) == 0 and int(ds["n_valid"][0]) == 4
 
 
+@pytest.mark.slow
 @two_cpu_devices
 def test_chunk_is_capped_at_the_trajectory_count():
     # Why 8: --chunk-size 1e7 with 40 trajectories padded every chunk to 1e7.
@@ -468,6 +471,7 @@ print(refused(lambda: ad.estimate_probabilities(make, one, key=key, n_trajectori
 """
 
 
+@pytest.mark.slow
 def test_wrong_kinds_and_numpy_scalars_as_a_user_meets_them():
     # Run without the tests' runtime type checker (jaxtyping), which would reject the wrong
     # kinds first: a user's process has only attndyn's own checks. Components of the wrong
@@ -501,6 +505,7 @@ _run_merging = functools.partial(
 )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_numerically_merged_tokens_stop_the_run_when_asked(tmp_path):
     # on_merged="raise": the run stops at the first chunk with a merge, naming the point
     # and the ways out, after saving the checkpoint.
@@ -610,6 +615,7 @@ def test_a_symmetric_start_that_does_not_fit_the_dimension_is_refused():
         )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_softmax_past_its_float32_resolution_is_named_as_the_cause():
     # At β = 10¹² a float32 score rounds by ~6·10⁴, more than exp can take: the small
     # products fused into both the row maximum and the exponentials rounded differently,

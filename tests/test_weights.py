@@ -104,6 +104,7 @@ def test_layer_map_is_the_peers_algorithm():
     np.testing.assert_allclose(out, x, atol=2e-5)
 
 
+@pytest.mark.default_case("pre-ln")
 @pytest.mark.parametrize("scheme", ad.SCHEME_NAMES)
 def test_every_scheme_runs_with_frozen_weights(scheme):
     model = ad.DiscreteTransformer(
@@ -125,6 +126,7 @@ def test_weights_are_refused_where_they_do_not_fit():
     assert "random weights" in ad.select_route(model, n_tokens=2, dim=4).reason
 
 
+@pytest.mark.slow
 def test_random_weights_cosine_default_is_redrawn_kaiming():
     """The default keeps seed 004 Fig. 4's fresh Kaiming weights per layer; frozen weights
     give other numbers; shared weights make two runs differ only by their starts."""
