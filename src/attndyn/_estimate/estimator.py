@@ -44,7 +44,7 @@ from .merges import (
     resolve,
     tallies_of,
 )
-from .plan import Plan, PointPlan, make_plan, to_float64
+from .plan import Plan, PointPlan, check_options, make_plan, to_float64
 from .runner import (
     Blocks,
     TileResults,
@@ -187,6 +187,41 @@ def estimate_probabilities(
     """
     key = check_key(key)
     check_bool("x64", x64)
+    check_options(
+        n_trajectories=n_trajectories, tol=tol, radius=radius, on_nonfinite=on_nonfinite,
+        chunk_size=chunk_size, route=route, on_merged=on_merged,
+        early_absorption=early_absorption,
+    )  # fmt: skip
+    return estimate_checked(
+        model_fn, points, key=key, n_trajectories=n_trajectories, tol=tol, radius=radius,
+        chunk_size=chunk_size, checkpoint=checkpoint, on_nonfinite=on_nonfinite,
+        progress=progress, metadata=metadata, route=route,
+        early_absorption=early_absorption, x64=x64, on_merged=on_merged,
+    )  # fmt: skip
+
+
+def estimate_checked(
+    model_fn: Callable[..., AbstractModel],
+    points: Sequence[Point],
+    *,
+    key: PRNGKeyArray,
+    n_trajectories: int,
+    tol: float,
+    radius: float,
+    chunk_size: int | None,
+    checkpoint: str | os.PathLike | None,
+    on_nonfinite: str,
+    progress: bool,
+    metadata: Mapping[str, Any] | None,
+    route: str,
+    early_absorption: bool | float | str,
+    x64: bool,
+    on_merged: str,
+) -> xr.Dataset:
+    """:func:`estimate_probabilities` with its own options (the key, ``x64`` and
+    :func:`.plan.check_options`'s) already checked where they entered: by it, or by
+    :class:`attndyn.studies.MonteCarlo` for a study. The points, metadata and checkpoint
+    path are checked here."""
     check_metadata(metadata)
     checkpoint = None if checkpoint is None else check_checkpoint_path(checkpoint)
     with jax.enable_x64(bool(x64)):

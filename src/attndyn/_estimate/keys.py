@@ -33,10 +33,14 @@ def canonical(value: Any) -> Any:
     return value
 
 
+def point_text(point: Point) -> str:
+    """The point's canonical JSON: equal for equal points as written (``1`` ≠ ``1.0``)."""
+    return json.dumps({k: canonical(v) for k, v in sorted(point.items())}, sort_keys=True)
+
+
 def point_id(point: Point) -> int:
     """A stable 31-bit identifier of a parameter point (its canonical JSON, hashed)."""
-    text = json.dumps({k: canonical(v) for k, v in sorted(point.items())}, sort_keys=True)
-    return zlib.crc32(text.encode()) & 0x7FFFFFFF
+    return zlib.crc32(point_text(point).encode()) & 0x7FFFFFFF
 
 
 def numeric_identity(point: Point) -> str:

@@ -22,7 +22,7 @@ from .._core.errors import (
 )
 from .._models.base import ROUTES, AbstractModel, select_route
 from .diagnose import overflow_refusal
-from .keys import Point, numeric_identity, point_id
+from .keys import Point, numeric_identity, point_id, point_text
 
 NONFINITE_POLICIES = ("raise", "exclude")
 #: What to do with trajectories whose tokens merged numerically (see ``on_merged``; the
@@ -89,30 +89,49 @@ class Plan:
         return [p.route for p in self.points]
 
 
-def absorption_bound_of(early_absorption: bool | float | str) -> float | None:
+def absorption_bound_of(
+    early_absorption: bool | float | str, *, name: str = "early_absorption"
+) -> float | None:
     """``True`` or ``"auto"`` → the default bound, ``False`` → none, a float → itself
     (checked)."""
     if isinstance(early_absorption, str):
-        check_choice("early_absorption", early_absorption, ("auto",))
+        check_choice(name, early_absorption, ("auto",))
         return DEFAULT_BOUND
     if isinstance(early_absorption, bool):
         return DEFAULT_BOUND if early_absorption else None
-    check_bound("early_absorption", early_absorption, lower=0.0, upper=1.0, lower_open=True)
+    check_bound(name, early_absorption, lower=0.0, upper=1.0, lower_open=True)
     return float(early_absorption)
 
 
 def check_options(
-    *, n_trajectories, tol, radius, on_nonfinite, chunk_size, route, on_merged="auto"
+    *,
+    n_trajectories,
+    tol,
+    radius,
+    on_nonfinite,
+    chunk_size,
+    route,
+    on_merged="auto",
+    early_absorption: bool | float | str = False,
+    names: Mapping[str, str] | None = None,
 ) -> None:
-    """The estimator's own arguments."""
-    check_int("n_trajectories", n_trajectories, lower=1, upper=MAX_TRAJECTORIES)
-    check_bound("tol", tol, lower=0.0, upper=1.0, lower_open=True, upper_open=True)
-    check_bound("radius", radius, lower=0.0, lower_open=True)
-    check_choice("on_nonfinite", on_nonfinite, NONFINITE_POLICIES)
-    check_choice("on_merged", on_merged, MERGE_POLICIES)
+    """The estimator's own arguments, checked where they enter: by
+    :func:`attndyn.estimate_probabilities`, or by :class:`attndyn.studies.MonteCarlo` for
+    a study (whose messages name its fields: ``names`` maps an argument to the name the
+    user gave it); :func:`make_plan` trusts them."""
+
+    def name(argument: str) -> str:
+        return (names or {}).get(argument, argument)
+
+    check_int(name("n_trajectories"), n_trajectories, lower=1, upper=MAX_TRAJECTORIES)
+    check_bound(name("tol"), tol, lower=0.0, upper=1.0, lower_open=True, upper_open=True)
     if chunk_size is not None:
-        check_int("chunk_size", chunk_size, lower=1, upper=MAX_TRAJECTORIES)
-    check_choice("route", route, ROUTES)
+        check_int(name("chunk_size"), chunk_size, lower=1, upper=MAX_TRAJECTORIES)
+    absorption_bound_of(early_absorption, name=name("early_absorption"))
+    check_bound(name("radius"), radius, lower=0.0, lower_open=True)
+    check_choice(name("on_nonfinite"), on_nonfinite, NONFINITE_POLICIES)
+    check_choice(name("route"), route, ROUTES)
+    check_choice(name("on_merged"), on_merged, MERGE_POLICIES)
 
 
 def check_points(points: Sequence[Point]) -> list[dict[str, Any]]:
@@ -163,6 +182,40 @@ def check_distinct(points: Sequence[Point]) -> None:
                 f"points {first} and {i} are the same point ({other} and {p}); give each "
                 f"point once{spelled}."
             )
+
+
+class BuiltModels:
+    """``model_fn(**point)`` answered from models built once per point: a study builds
+    every point's model here (in float64 with ``x64``, as the estimator would), to refuse
+    a bad value before anything runs, and hands this to the estimator and to whatever else
+    reads the models, which then build none again. A point it did not build (looked up by
+    :func:`.keys.point_text`, the point as written, whose hash keys its random numbers)
+    goes to ``model_fn``."""
+
+    def __init__(
+        self,
+        model_fn: Callable[..., AbstractModel],
+        points: Sequence[Point],
+        *,
+        x64: bool = False,
+    ):
+        self.model_fn = model_fn
+        # Under x64 the model's leaves are made float64 from the values as given, as the
+        # estimator makes them (a float32 leaf cast up would change the numbers).
+        with jax.enable_x64(bool(x64)):
+            self.models = [model_fn(**p) for p in points]
+        self._by_point: dict[str, AbstractModel] = {}
+        for p, model in zip(points, self.models):
+            try:
+                self._by_point[point_text(p)] = model
+            except (TypeError, ValueError):  # not a point the estimator accepts
+                pass
+
+    def __call__(self, **point: Any) -> AbstractModel:
+        try:
+            return self._by_point[point_text(point)]
+        except (TypeError, ValueError, KeyError):
+            return self.model_fn(**point)
 
 
 def plan_point(
@@ -246,16 +299,8 @@ def make_plan(
     x64: bool = False,
     on_merged: str = "auto",
 ) -> Plan:
-    """Check the arguments and build every point's model; refuse anything inconsistent."""
-    check_options(
-        n_trajectories=n_trajectories,
-        tol=tol,
-        radius=radius,
-        on_nonfinite=on_nonfinite,
-        chunk_size=chunk_size,
-        route=route,
-        on_merged=on_merged,
-    )
+    """Check the points and build every point's model; refuse anything inconsistent. The
+    estimator's options were checked where they entered (:func:`check_options`)."""
     # NumPy scalars pass the checks; the plan keeps Python numbers (JSON provenance).
     n_trajectories, tol, radius = int(n_trajectories), float(tol), float(radius)
     chunk_size = None if chunk_size is None else int(chunk_size)

@@ -16,12 +16,13 @@ from .._core.errors import (
     check_sequence,
 )
 from .._estimate.metadata import describe, index_points
-from .._estimate.plan import check_distinct
+from .._estimate.plan import BuiltModels
 from .phase import (
     ModelSpec,
     MonteCarlo,
     add_layer_step,
     add_sphere_drift,
+    drift_models,
     phase_model,
     phase_points,
 )
@@ -45,14 +46,16 @@ def evolution_points(
     """Points (model, d, N, ε, β). ε is NaN (reported as null) for the models without
     scalar noise, so every point has the same numeric coordinates. β and ε are written as
     floats, as the CLI writes them (see :func:`phase_points`); a point given twice is
-    refused."""
+    refused (a model given twice, or a value twice in a model's grid)."""
     axes = {"models": models, "betas": betas, "dims": dims, "tokens": tokens, "eps": eps}
     for name, values in axes.items():
         check_sequence(name, values)
     if not models:
         raise ParameterError("model is empty; give one or more of " + ", ".join(MODELS) + ".")
-    for m in models:
+    for i, m in enumerate(models):
         check_choice("model", m, MODELS)
+        if m in models[:i]:  # the only way two models' grids could share a point
+            raise ParameterError(f"model gives {m!r} twice; give each model once.")
     check_bound("eps", np.asarray(eps, dtype=np.float64), lower=0.0)
     points = []
     for m in models:
@@ -64,7 +67,8 @@ def evolution_points(
                 for p in phase_points("beta-d", betas=betas, dims=dims, tokens=tokens)
             ]
         points += [{"model": m, **p} for p in axes]
-    check_distinct(points)
+    # Each model's grid was refused a repeated point by phase_points, and the models
+    # differ: no point repeats.
     return points
 
 
@@ -104,13 +108,12 @@ def evolution_study(
     def model_fn(model, **p):
         return phase_model(noise=NOISE_OF[model], **fields, **p)
 
-    for p in points:
-        model_fn(**p)
+    built = BuiltModels(model_fn, points, x64=mc.x64)  # once per point, before anything runs
     models = list(dict.fromkeys(p.get("model", "full") for p in points))
     record = {"kind": "evolution", **models_metadata(spec, models), **(metadata or {})}
-    ds = mc.estimate(model_fn, points, checkpoint=checkpoint, progress=progress, metadata=record)
+    ds = mc.estimate(built, points, checkpoint=checkpoint, progress=progress, metadata=record)
     if spec.engine == "sde":
-        add_sphere_drift(ds, model_fn, points, seed=mc.seed)
+        add_sphere_drift(ds, drift_models(built, mc), points, seed=mc.seed)
     if "hybrid" in models and spec.engine == "discrete":
         add_layer_step(ds, points, spec)
     describe(ds, title=TITLE)

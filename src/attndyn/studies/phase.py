@@ -34,14 +34,14 @@ from .._core.saveat import SaveAt
 from .._core.schemes import PostLN
 from .._core.sphere import uniform_sphere
 from .._core.values import DISTRIBUTIONS, MatrixValues, ScalarValues
-from .._estimate.estimator import estimate_probabilities
+from .._estimate.estimator import estimate_checked
 from .._estimate.metadata import describe, index_points
 from .._estimate.plan import (
     MAX_DIM,
     MAX_TOKENS,
-    MAX_TRAJECTORIES,
-    MERGE_POLICIES,
+    BuiltModels,
     check_distinct,
+    check_options,
     grid,
 )
 from .._models.base import ROUTES, AbstractModel
@@ -237,6 +237,14 @@ class ModelSpec:
         return record
 
 
+#: The estimator's arguments as :class:`MonteCarlo` names them (in its refusals).
+MONTE_CARLO_NAMES = {
+    "n_trajectories": "trajectories",
+    "chunk_size": "chunk-size",
+    "early_absorption": "early-absorption",
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class MonteCarlo:
     """How a study is estimated: sample size, seed, tolerance and the estimator's options."""
@@ -257,21 +265,26 @@ class MonteCarlo:
     on_merged: str = "auto"
 
     def __post_init__(self):
-        check_int("trajectories", self.trajectories, lower=1, upper=MAX_TRAJECTORIES)
+        # Checked here, where a study's options enter, by the estimator's own rules (in
+        # this class's names); the estimator trusts them (estimate_checked).
+        check_options(
+            n_trajectories=self.trajectories,
+            tol=self.tol,
+            radius=1.0,
+            on_nonfinite="raise",
+            chunk_size=self.chunk_size,
+            route=self.route,
+            on_merged=self.on_merged,
+            early_absorption=self.absorption(),
+            names=MONTE_CARLO_NAMES,
+        )
         check_seed("seed", self.seed)
-        check_bound("tol", self.tol, lower=0.0, upper=1.0, lower_open=True, upper_open=True)
-        if self.chunk_size is not None:
-            check_int("chunk-size", self.chunk_size, lower=1, upper=MAX_TRAJECTORIES)
-        if isinstance(self.early_absorption, str):
-            check_choice("early-absorption", self.early_absorption, ("auto",))
-        elif self.early_absorption is not None:
-            check_bound(
-                "early-absorption", self.early_absorption, lower=0.0, upper=1.0, lower_open=True
-            )
-        check_choice("route", self.route, ROUTES)
         check_bool("exclude_nonfinite", self.exclude_nonfinite)
         check_bool("x64", self.x64)
-        check_choice("on_merged", self.on_merged, MERGE_POLICIES)
+
+    def absorption(self) -> float | str | bool:
+        """``early_absorption`` as the estimator takes it (``None`` is off: ``False``)."""
+        return False if self.early_absorption is None else self.early_absorption
 
     def estimate(
         self,
@@ -283,22 +296,25 @@ class MonteCarlo:
         metadata: Mapping[str, Any] | None = None,
         route: str | None = None,
     ) -> xr.Dataset:
-        return estimate_probabilities(
+        if route is not None:  # an override enters here
+            check_choice("route", route, ROUTES)
+        return estimate_checked(
             model_fn,
             points,
             key=jax.random.key(self.seed),
             n_trajectories=self.trajectories,
             tol=self.tol,
+            radius=1.0,
             chunk_size=self.chunk_size,
             checkpoint=checkpoint,
             progress=progress,
             # Named apart from the papers ("seed 003" is a paper, not a random seed).
             metadata={"random_seed": self.seed, **(metadata or {})},
-            route=route or self.route,  # type: ignore[arg-type]
-            early_absorption=False if self.early_absorption is None else self.early_absorption,
+            route=route or self.route,
+            early_absorption=self.absorption(),
             on_nonfinite="exclude" if self.exclude_nonfinite else "raise",
             x64=self.x64,
-            on_merged=self.on_merged,  # type: ignore[arg-type]
+            on_merged=self.on_merged,
         )
 
 
@@ -352,9 +368,9 @@ def phase_diagram_study(
     ``spec.noise`` (beta-d and beta-n: ``"full"``, beta-eps: ``"hybrid"``, as the CLI pairs
     them) and the keys of every point (:func:`phase_points`)."""
     check_study(kind, spec, points)
-    model_fn = spec.model_fn()
-    for p in points:  # build (and so validate) every model before anything runs
-        model_fn(**p)
+    # Every point's model, built once (and so validated) before anything runs; the
+    # estimator and the drift measurement take these.
+    model_fn = BuiltModels(spec.model_fn(), points, x64=mc.x64)
     if spec.noise == "hybrid" and spec.engine == "discrete":
         warn_hybrid_step(points, spec)
     # Exact references first: a failure there must not waste the simulation.
@@ -374,7 +390,7 @@ def phase_diagram_study(
     if three is not None:
         add_three_token_curve(ds, three, horizon=spec.horizon)
     if spec.engine == "sde":
-        add_sphere_drift(ds, model_fn, points, seed=mc.seed)
+        add_sphere_drift(ds, drift_models(model_fn, mc), points, seed=mc.seed)
     if spec.noise == "hybrid" and spec.engine == "discrete":
         add_layer_step(ds, points, spec)
     describe(ds, title=TITLES[kind])
@@ -569,6 +585,13 @@ def _max_drift(model, keys, n_tokens: int, dim: int):
         return model.solve(x0, key=k2).sphere_drift
 
     return jax.vmap(one)(keys)
+
+
+def drift_models(built: BuiltModels, mc: MonteCarlo) -> Callable[..., AbstractModel]:
+    """The models whose drift off the sphere is measured: those built for the estimator,
+    or with ``x64`` float32 ones (the drift is measured in float32 whatever ``x64``: a
+    second build of each point's model there)."""
+    return built.model_fn if mc.x64 else built
 
 
 def add_sphere_drift(ds: xr.Dataset, model_fn, points, *, seed: int) -> None:
