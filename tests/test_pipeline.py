@@ -9,7 +9,7 @@ import attndyn as ad
 from attndyn._estimate.checkpoint import load_checkpoint, study_record, write_checkpoint
 from attndyn._estimate.dataset import probabilities_dataset, provenance_record
 from attndyn._estimate.keys import point_id, point_key, trajectory_key
-from attndyn._estimate.plan import make_plan
+from attndyn._estimate.plan import check_options, make_plan
 from attndyn._estimate.tallies import FIXED_POINT, Tallies, fixed_point_sums
 
 
@@ -18,7 +18,7 @@ def _model(beta, dim, tokens):
     return ad.DiscreteTransformer(ad.Attention(beta), depth=5, saveat=ad.SaveAt(1.0, (0.4, 1.0)))
 
 
-def _plan(**kw):
+def _options(**kw):
     options = {
         "n_trajectories": 10,
         "tol": 1e-3,
@@ -29,7 +29,11 @@ def _plan(**kw):
         "on_nonfinite": "raise",
     }
     options.update(kw)
-    return make_plan(_model, ad.grid(dim=[3, 4], tokens=[2], beta=[1.0]), **options)
+    return options
+
+
+def _plan(**kw):
+    return make_plan(_model, ad.grid(dim=[3, 4], tokens=[2], beta=[1.0]), **_options(**kw))
 
 
 def test_point_ids_are_stable_and_ignore_order():
@@ -49,7 +53,7 @@ def test_point_ids_are_stable_and_ignore_order():
     )
 
 
-def test_plan_routes_each_point_and_checks_options():
+def test_plan_routes_each_point_and_options_are_checked_where_they_enter():
     plan = _plan()
     assert plan.routes == ["reduced", "reduced"]
     assert [p.dim for p in plan.points] == [3, 4]
@@ -65,8 +69,10 @@ def test_plan_routes_each_point_and_checks_options():
         ({"on_merged": "ignore"}, "on_merged"),
         ({"early_absorption": 2.0}, "early_absorption"),
     ):
+        # Checked once, where they enter (estimate_probabilities, MonteCarlo): the plan
+        # below trusts them.
         with pytest.raises(ad.ParameterError, match=needle):
-            _plan(**bad)
+            check_options(**_options(**bad))
 
 
 def test_plan_refuses_absorption_where_it_is_not_quantified():
