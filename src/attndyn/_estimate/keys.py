@@ -20,6 +20,11 @@ from .._core.errors import ParameterError
 
 Point = Mapping[str, Any]
 
+#: Point names renamed since their values first entered :func:`point_id`: a point is hashed
+#: under its first name, so that a rename never changes its random numbers (0.5 renamed
+#: ``tokens`` to ``n_tokens``). Frozen, as :func:`canonical` is.
+HASHED_AS = {"n_tokens": "tokens"}
+
 
 def canonical(value: Any) -> Any:
     """A point value as it enters :func:`point_id` (NumPy scalars as Python numbers,
@@ -35,7 +40,8 @@ def canonical(value: Any) -> Any:
 
 def point_id(point: Point) -> int:
     """A stable 31-bit identifier of a parameter point (its canonical JSON, hashed)."""
-    text = json.dumps({k: canonical(v) for k, v in sorted(point.items())}, sort_keys=True)
+    named = {HASHED_AS.get(k, k): canonical(v) for k, v in point.items()}
+    text = json.dumps(named, sort_keys=True)
     return zlib.crc32(text.encode()) & 0x7FFFFFFF
 
 
