@@ -102,13 +102,13 @@ PARAMETERS: Final = (
     Parameter("beta", "β", "inverse temperature of attention", "1", "—", "all", "--beta"),
     Parameter("dim", "d", "token dimension (tokens on S^(d−1))", "1", "—", "all", "--dim"),
     Parameter(
-        "n_tokens", "N", "number of tokens per trajectory", "tokens", "—", "all", "--n-tokens"
+        "n_tokens", "N", "number of tokens per trajectory", "1 (count)", "—", "all", "--n-tokens"
     ),
     Parameter(
         "depth",
         "L",
         "layers per unit time (layer step 1/L)",
-        "layers",
+        "layers per unit of t",
         str(DEPTH),
         "discrete models, studies",
         "--depth",
@@ -117,7 +117,7 @@ PARAMETERS: Final = (
         "step",
         "η",
         "a real layer step instead of depth (t = nη)",
-        "time",
+        "1 (model time t)",
         "None (1/L)",
         "discrete models, studies",
         "--step",
@@ -126,7 +126,7 @@ PARAMETERS: Final = (
         "horizon",
         "T",
         "time horizon (L·T layers)",
-        "time",
+        "1 (model time t)",
         f"{MODEL_HORIZON:g} (models); " + ", ".join(f"{v:g} ({k})" for k, v in HORIZON.items()),
         "models (SaveAt), studies",
         "--horizon",
@@ -136,7 +136,7 @@ PARAMETERS: Final = (
         "",
         "when a model records its state: SaveAt(horizon, ts) on models; the "
         "save times (a tuple in [0, T]) on ModelSpec",
-        "time",
+        "1 (model time t)",
         "None (T only)",
         "models, ModelSpec",
         "",
@@ -154,7 +154,7 @@ PARAMETERS: Final = (
         "n_trajectories",
         "",
         "trajectories per point",
-        "trajectories",
+        "1 (count)",
         f"{N_TRAJECTORIES} ({STUDY_DEFAULTS['n_trajectories']['modes']} for modes)",
         "estimator, studies",
         "--n-trajectories",
@@ -251,3 +251,22 @@ PARAMETERS: Final = (
         "--early-absorption",
     ),
 )
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|") or "—"
+
+
+def reference_table() -> str:
+    """:data:`PARAMETERS` as the Markdown table of ``docs/reference/parameters.md`` (a test
+    checks that the page holds exactly this table)."""
+    rows = [
+        "| Name | Symbol | Meaning | Unit | Default | Applies to | CLI flag |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for p in PARAMETERS:
+        flag = f"`{p.flag}`" if p.flag else "—"
+        cells = [f"`{p.name}`", _cell(p.symbol), _cell(p.meaning), _cell(p.unit)]
+        cells += [_cell(p.default), _cell(p.applies), flag]
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)

@@ -18,6 +18,13 @@ RENAMED: dict[str, str] = {
     "save_at": "saveat",
     "rw_tokens": "rw_n_tokens",
 }
+#: The command line's options renamed in 0.5 (by their Python names): old → (new, how an
+#: old value reads in the new option). Each old flag stays, hidden, for one release.
+DEPRECATED_FLAGS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "tokens": ("n_tokens", lambda value: value),
+    "trajectories": ("n_trajectories", lambda value: value),
+    "exclude_nonfinite": ("on_nonfinite", lambda flag: "exclude" if flag else "raise"),
+}
 #: The release that removes the old spellings.
 REMOVED_IN = "0.6"
 

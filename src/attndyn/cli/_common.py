@@ -21,7 +21,7 @@ from click.core import ParameterSource
 # own errors never import JAX (each command imports what it runs when it runs).
 from .._core import defaults
 from .._core.names import DISTRIBUTIONS, NORM_NAMES, SDE_SOLVER_NAMES
-from .._core.renamed import REMOVED_IN
+from .._core.renamed import DEPRECATED_FLAGS, REMOVED_IN
 from .._estimate.defaults import DEFAULT_COORDINATOR_TIMEOUT
 from ..studies._names import ENGINES
 
@@ -206,15 +206,6 @@ def _apply(func: Callable, options: list[Callable]) -> Callable:
     for option in reversed(options):
         func = option(func)
     return func
-
-
-#: The CLI's flags renamed in 0.5: old option name → (new option name, how to read an old
-#: value). Each old flag stays, hidden, for one release (:func:`deprecated_option`).
-DEPRECATED_FLAGS: dict[str, tuple[str, Callable[[Any], Any]]] = {
-    "tokens": ("n_tokens", lambda value: value),
-    "trajectories": ("n_trajectories", lambda value: value),
-    "exclude_nonfinite": ("on_nonfinite", lambda flag: "exclude" if flag else "raise"),
-}
 
 
 def deprecated_option(old: str, new: str, **attrs: Any) -> Callable:

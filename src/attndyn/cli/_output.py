@@ -237,7 +237,7 @@ def _recorded_arguments(path: Path) -> dict[str, Any] | None:
 def _in_todays_names(recorded: dict[str, Any]) -> dict[str, Any]:
     """Arguments recorded by attndyn 0.4 under the flags 0.5 renamed, in today's names (a
     rerun of the same command then replaces its own results, as before)."""
-    from ._common import DEPRECATED_FLAGS
+    from .._core.renamed import DEPRECATED_FLAGS
 
     out = dict(recorded)
     for old, (new, convert) in DEPRECATED_FLAGS.items():
