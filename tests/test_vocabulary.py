@@ -126,12 +126,13 @@ def test_old_spellings_still_work_with_a_warning(make, old, new):
 
 def test_both_spellings_at_once_are_refused():
     with pytest.raises(ad.ParameterError, match="give n_trajectories only"):
-        studies.MonteCarlo(trajectories=5, n_trajectories=5)
+        studies.MonteCarlo(trajectories=5, n_trajectories=5)  # pyright: ignore[reportCallIssue]
 
 
 def test_old_attribute_names_read_with_a_warning():
     with pytest.warns(DeprecationWarning, match="'trajectories' is deprecated"):
-        assert studies.MonteCarlo(n_trajectories=7).trajectories == 7
+        old = studies.MonteCarlo(n_trajectories=7).trajectories  # pyright: ignore[reportAttributeAccessIssue]
+        assert old == 7
     with pytest.warns(DeprecationWarning, match="'save_at' is deprecated"):
         assert studies.ModesSpec(horizon=1.0, saves=3).save_at == (0.0, 0.5, 1.0)
 

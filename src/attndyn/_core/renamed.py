@@ -9,7 +9,7 @@ nothing heavy: the command line uses the table without importing JAX.
 import functools
 import warnings
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 #: Every keyword renamed in 0.5, old → new (the API's keywords and the CLI's flags alike).
 RENAMED: dict[str, str] = {
@@ -66,7 +66,7 @@ def renamed(**renames: Rename) -> Callable[[F], F]:
     def decorate(target: F) -> F:
         if isinstance(target, type):
             _rename_class(target, renames)
-            return target
+            return cast(F, target)
         where = f"{target.__qualname__}()"
 
         @functools.wraps(target)

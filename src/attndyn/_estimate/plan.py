@@ -185,7 +185,10 @@ def plan_point(
 ) -> PointPlan:
     """Build the point's model, take its reduced form where allowed, make it absorbing
     (where it can be, when ``absorption_required`` is false)."""
-    n_tokens, dim = int(point.get("n_tokens", point.get("tokens"))), int(point["dim"])
+    n_tokens, dim = (
+        int(point["n_tokens"] if "n_tokens" in point else point["tokens"]),
+        int(point["dim"]),
+    )
     user_model = model_fn(**point)
     if not isinstance(user_model, AbstractModel):
         raise ParameterError(

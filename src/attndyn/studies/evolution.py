@@ -105,8 +105,7 @@ def evolution_study(
         translate(dict(p), {"tokens": "n_tokens"}, "a point's key", stacklevel=3) for p in points
     ]
     spec = spec.for_study("evolution")
-    assert spec.horizon is not None
-    saveat = tuple(np.linspace(0.0, spec.horizon, saves).tolist())
+    saveat = tuple(np.linspace(0.0, spec.study_horizon("evolution"), saves).tolist())
     spec = dataclasses.replace(spec, saveat=saveat)
     fields = dataclasses.asdict(spec)
     del fields["noise"]

@@ -178,15 +178,17 @@ class ModelSpec:
     horizon: float | None = None
     solver: str = defaults.SOLVER
     dt: float = defaults.DT
-    saveat: tuple[float | int, ...] | None = None
+    saveat: tuple[float | int, ...] | SaveAt | None = None
     norm: str = defaults.NORM
     step: float | None = None
 
+    def study_horizon(self, study: str) -> float:
+        """The horizon T, ``study``'s default where ``horizon=None``."""
+        return defaults.horizon_of(study) if self.horizon is None else self.horizon
+
     def for_study(self, study: str) -> "ModelSpec":
         """This spec with ``horizon=None`` read as ``study``'s default horizon."""
-        if self.horizon is not None:
-            return self
-        return dataclasses.replace(self, horizon=defaults.horizon_of(study))
+        return dataclasses.replace(self, horizon=self.study_horizon(study))
 
     def __post_init__(self):
         if isinstance(self.saveat, SaveAt):
@@ -412,7 +414,7 @@ def phase_diagram_study(
     )
     add_exact_curve(ds, exact, hybrid=kind == "beta-eps", norm=spec.norm)
     if three is not None:
-        add_three_token_curve(ds, three, horizon=spec.horizon)
+        add_three_token_curve(ds, three, horizon=spec.study_horizon("phase-diagram"))
     if spec.engine == "sde":
         add_sphere_drift(ds, model_fn, points, seed=mc.seed)
     if spec.noise == "hybrid" and spec.engine == "discrete":
@@ -575,7 +577,7 @@ def three_token_curve(
     return np.asarray(
         [
             p_antipodal_pair_three_tokens(
-                p["beta"], p["dim"], spec.horizon, tol=tol, sigma=spec.sigma
+                p["beta"], p["dim"], spec.study_horizon("phase-diagram"), tol=tol, sigma=spec.sigma
             )
             if applies and p["n_tokens"] == 3 and p["dim"] >= 3 and p["beta"] <= EXACT_BETA_MAX
             else float("nan")
