@@ -1,6 +1,6 @@
 """What the blocks of device work cost, and how fast Ctrl-C stops a run (issue 29).
 
-    python benchmarks/blocks.py [--route auto|full] [--trajectories N] [--depth L]
+    python benchmarks/blocks.py [--route auto|full] [--n-trajectories N] [--depth L]
                                 [--horizon T] [--stop-after SECONDS]
 
 Runs one point of W1 (N = 2, d = 4, β = 3, Post-LN, Gaussian values σ = 1) twice in this
@@ -11,7 +11,7 @@ ratio, and whether every tally is bit for bit the same. With ``--stop-after S`` 
 starts the audit's deep CLI command (depth 10⁶, full route) in a subprocess, sends SIGINT
 after S seconds and reports the seconds until the process exited (status 130 expected).
 
-On a GPU machine run it as ``python benchmarks/blocks.py --trajectories 131072`` (one
+On a GPU machine run it as ``python benchmarks/blocks.py --n-trajectories 131072`` (one
 accelerator tile) and ``--route full``; the CPU numbers are in the safety guide.
 """
 
@@ -33,8 +33,8 @@ TALLIES = ("count", "n_valid", "n_nonfinite", "n_merged", "mean_cosine", "pair_d
 
 
 def study(args):
-    def model_fn(beta, dim, tokens):
-        del dim, tokens
+    def model_fn(beta, dim, n_tokens):
+        del dim, n_tokens
         return ad.DiscreteTransformer(
             ad.Attention(beta),
             ad.MatrixValues(1.0),
@@ -44,9 +44,9 @@ def study(args):
 
     return ad.estimate_probabilities(
         model_fn,
-        [{"dim": 4, "tokens": 2, "beta": 3.0}],
+        [{"dim": 4, "n_tokens": 2, "beta": 3.0}],
         key=jax.random.key(0),
-        n_trajectories=args.trajectories,
+        n_trajectories=args.n_trajectories,
         route=args.route,
         progress=False,
         on_merged="count",
@@ -64,7 +64,7 @@ def timed(args, block_seconds: float):
 
 def stop_time(delay: float) -> tuple[int, float]:
     command = [sys.executable, "-c", "from attndyn.cli import main; main()", "phase-diagram"]
-    command += ["--dim", "4", "--beta", "1", "--trajectories", "64", "--depth", "1000000"]
+    command += ["--dim", "4", "--beta", "1", "--n-trajectories", "64", "--depth", "1000000"]
     command += ["--horizon", "10", "--route", "full", "--early-absorption", "off"]
     command += ["--no-progress", "--out", f"/tmp/attndyn-blocks-{os.getpid()}", "--fresh"]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -78,7 +78,7 @@ def stop_time(delay: float) -> tuple[int, float]:
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--route", default="auto", choices=["auto", "full"])
-    parser.add_argument("--trajectories", type=int, default=4000)
+    parser.add_argument("--n-trajectories", type=int, default=4000)
     parser.add_argument("--depth", type=int, default=100)
     parser.add_argument("--horizon", type=float, default=20.0)
     parser.add_argument("--stop-after", type=float, default=None)
@@ -88,7 +88,7 @@ def main():
     same = all(np.array_equal(a[name].values, b[name].values) for name in TALLIES)
     record = {
         "route": args.route,
-        "trajectories": args.trajectories,
+        "trajectories": args.n_trajectories,
         "layers": round(args.depth * args.horizon),
         "blocked_s": round(blocked, 3),
         "one_block_s": round(whole, 3),

@@ -1,6 +1,6 @@
 """Many tokens: seconds per layer of one trajectory against the dense matrix-product bound.
 
-Usage: ``python benchmarks/manytokens.py --tokens N [--dim 3] [--layers K]
+Usage: ``python benchmarks/manytokens.py --n-tokens N [--dim 3] [--layers K]
 [--implementation auto|dense|blockwise] [--json]``: one process per N (so that the peak
 memory is that workload's own). One JSON line (``--json``) with
 
@@ -112,7 +112,7 @@ def run(n_tokens: int, dim: int, layers: int, implementation: str, limit_gib: fl
     per_layer = seconds / layers
     return {
         "workload": f"manytokens N={n_tokens} d={dim}",
-        "tokens": n_tokens,
+        "n_tokens": n_tokens,
         "dim": dim,
         "layers": layers,
         "implementation": attention.implementation_for(n_tokens, x0.dtype),
@@ -136,14 +136,14 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(
         description="Many tokens: seconds per layer of one trajectory."
     )
-    parser.add_argument("--tokens", type=int, default=4096)
+    parser.add_argument("--n-tokens", type=int, default=4096)
     parser.add_argument("--dim", type=int, default=3)
     parser.add_argument("--layers", type=int, default=10)
     parser.add_argument("--implementation", default="auto", choices=("auto", "dense", "blockwise"))
     parser.add_argument("--dense-limit-gib", type=float, default=4.0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    for n in [args.tokens]:
+    for n in [args.n_tokens]:
         row = run(n, args.dim, args.layers, args.implementation, args.dense_limit_gib)
         if args.json:
             print(json.dumps(row), flush=True)

@@ -28,21 +28,21 @@ import numpy as np
 import attndyn as ad
 
 WORKLOADS = {
-    "W2": dict(tokens=32, dim=16, beta=1.0, horizon=10.0, saves=None, n=512),
-    "fig7-small": dict(tokens=50, dim=4, beta=5.0, horizon=20.0, saves=11, n=256),
+    "W2": dict(n_tokens=32, dim=16, beta=1.0, horizon=10.0, saves=None, n=512),
+    "fig7-small": dict(n_tokens=50, dim=4, beta=5.0, horizon=20.0, saves=11, n=256),
 }
 
 
 def study(w: dict, on_merged: Literal["auto", "count"]):
     saves = None if w["saves"] is None else tuple(np.linspace(0, w["horizon"], w["saves"]))
 
-    def make(beta, dim, tokens):
-        del dim, tokens
+    def make(beta, dim, n_tokens):
+        del dim, n_tokens
         return ad.DiscreteTransformer(
             ad.Attention(beta), depth=100, saveat=ad.SaveAt(w["horizon"], saves)
         )
 
-    point = [{"dim": w["dim"], "tokens": w["tokens"], "beta": w["beta"]}]
+    point = [{"dim": w["dim"], "n_tokens": w["n_tokens"], "beta": w["beta"]}]
     started = time.perf_counter()
     ds = ad.estimate_probabilities(
         make, point, key=jax.random.key(0), n_trajectories=w["n"], progress=False,

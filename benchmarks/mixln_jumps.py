@@ -1,7 +1,7 @@
 """Mix-LN's switch in the normalized-attention ODE: one solve per phase (what attndyn does)
 against one solve with diffrax's ``ClipStepSizeController(jump_ts=[τ])``.
 
-Usage: ``python benchmarks/mixln_jumps.py [--batch B] [--tokens N] [--dim D] [--tau TAU]``.
+Usage: ``python benchmarks/mixln_jumps.py [--batch B] [--n-tokens N] [--dim D] [--tau TAU]``.
 
 Both routes solve the same batch (adaptive Tsit5, rtol 1e-6, atol 1e-8, T = 3, 31 saves):
 
@@ -66,18 +66,18 @@ def jump_ts(model):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--batch", type=int, default=256)
-    parser.add_argument("--tokens", type=int, default=8)
+    parser.add_argument("--n-tokens", type=int, default=8)
     parser.add_argument("--dim", type=int, default=4)
     parser.add_argument("--tau", type=float, default=0.75)
     args = parser.parse_args()
     keys = jax.random.split(jax.random.key(0), args.batch)
-    x0 = jax.vmap(lambda k: 1.5 * ad.uniform_sphere(key=k, n_tokens=args.tokens, dim=args.dim))(
+    x0 = jax.vmap(lambda k: 1.5 * ad.uniform_sphere(key=k, n_tokens=args.n_tokens, dim=args.dim))(
         keys
     )
     saveat = ad.SaveAt(3.0, tuple(np.linspace(0.0, 3.0, 31).tolist()))
     model = ad.NormalizedAttentionODE(ad.Attention(1.3), ad.MixLN(tau=args.tau), saveat=saveat)
     routes = {"pieces": pieces(model), "jump_ts": jump_ts(model)}
-    compiled, out, row = {}, {}, {"batch": args.batch, "N": args.tokens, "d": args.dim}
+    compiled, out, row = {}, {}, {"batch": args.batch, "N": args.n_tokens, "d": args.dim}
     row["tau"] = args.tau
     for name, one in routes.items():
         started = time.perf_counter()

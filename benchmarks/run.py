@@ -52,10 +52,10 @@ from attndyn._core import random as core_random
 from attndyn._models.reduced import samplers
 
 WORKLOADS = {
-    "W1": {"tokens": 2, "dim": 4, "beta": 3.0, "depth": 100, "horizon": 20.0, "n": 4000},
-    "W1-d10": {"tokens": 2, "dim": 10, "beta": 3.0, "depth": 100, "horizon": 20.0, "n": 4000},
-    "W1-d64": {"tokens": 2, "dim": 64, "beta": 3.0, "depth": 100, "horizon": 20.0, "n": 4000},
-    "W2": {"tokens": 32, "dim": 16, "beta": 1.0, "depth": 100, "horizon": 10.0, "n": 512},
+    "W1": {"n_tokens": 2, "dim": 4, "beta": 3.0, "depth": 100, "horizon": 20.0, "n": 4000},
+    "W1-d10": {"n_tokens": 2, "dim": 10, "beta": 3.0, "depth": 100, "horizon": 20.0, "n": 4000},
+    "W1-d64": {"n_tokens": 2, "dim": 64, "beta": 3.0, "depth": 100, "horizon": 20.0, "n": 4000},
+    "W2": {"n_tokens": 32, "dim": 16, "beta": 1.0, "depth": 100, "horizon": 10.0, "n": 512},
 }
 #: The PRNG implementation of the study key (``--prng``).
 PRNG_IMPL = ["threefry2x32"]
@@ -64,8 +64,8 @@ W3_BETAS = tuple(float(b) for b in np.linspace(0.0, 4.0, 17))
 W3_TRAJ, W3_DEPTH, W3_HORIZON = 40_000, 100, 500.0
 
 
-def make_model(beta, dim, tokens, *, depth, horizon):
-    del dim, tokens
+def make_model(beta, dim, n_tokens, *, depth, horizon):
+    del dim, n_tokens
     return ad.DiscreteTransformer(
         ad.Attention(beta), ad.MatrixValues(1.0), depth=depth, saveat=ad.SaveAt(horizon)
     )
@@ -73,7 +73,7 @@ def make_model(beta, dim, tokens, *, depth, horizon):
 
 def run_engine(w: dict, route: str, n: int | None = None, points=None) -> tuple[float, xr.Dataset]:
     n = n or w["n"]
-    points = points or [{"dim": w["dim"], "tokens": w["tokens"], "beta": w["beta"]}]
+    points = points or [{"dim": w["dim"], "n_tokens": w["n_tokens"], "beta": w["beta"]}]
     start = time.perf_counter()
     ds = ad.estimate_probabilities(
         lambda **p: make_model(**p, depth=w["depth"], horizon=w["horizon"]),
@@ -92,7 +92,7 @@ def run_engine(w: dict, route: str, n: int | None = None, points=None) -> tuple[
 
 def numpy_rate(w: dict, batch: int = 512, layers: int = 200, repeats: int = 3) -> float:
     """Trajectory-steps/s of a plain batched NumPy loop over layers (full N × d model)."""
-    n_tok, dim, beta, depth = w["tokens"], w["dim"], w["beta"], w["depth"]
+    n_tok, dim, beta, depth = w["n_tokens"], w["dim"], w["beta"], w["depth"]
     rng = np.random.default_rng(0)
     x = rng.standard_normal((batch, n_tok, dim)).astype(np.float32)
     x /= np.linalg.norm(x, axis=-1, keepdims=True)
@@ -147,7 +147,7 @@ def rng_seconds(w: dict, route: str, n: int) -> float:
     LAYER_BLOCK layers) or the ``[B | L_W]`` noise block (N > 2).
     """
     n_layers = round(w["depth"] * w["horizon"])
-    n_tok, dim = w["tokens"], w["dim"]
+    n_tok, dim = w["n_tokens"], w["dim"]
     dtype = jnp.float32
     base = make_model(w["beta"], dim, n_tok, depth=1, horizon=1.0)
     reduced = None if route == "full" else ad.ReducedTransformer(base, n_tok, dim)
@@ -185,7 +185,7 @@ def arithmetic_seconds(w: dict, n: int) -> float:
     batch and layer count. With :func:`rng_seconds` this splits the engine's time into its
     arithmetic and its hashing, each at the speed XLA reaches on it alone."""
     n_layers = round(w["depth"] * w["horizon"])
-    n_tok, dim = w["tokens"], w["dim"]
+    n_tok, dim = w["n_tokens"], w["dim"]
     model = make_model(w["beta"], dim, n_tok, depth=w["depth"], horizon=w["horizon"])
 
     def one(key):
@@ -271,7 +271,7 @@ def bench_w3(route: str, max_points: int | None) -> dict:
     total_steps = len(W3_DIMS) * len(W3_BETAS) * W3_TRAJ * layers
     on_gpu = jax.default_backend() == "gpu"
     if on_gpu:
-        points = [{"dim": d, "tokens": 2, "beta": b} for d in W3_DIMS for b in W3_BETAS]
+        points = [{"dim": d, "n_tokens": 2, "beta": b} for d in W3_DIMS for b in W3_BETAS]
         points = points[:max_points] if max_points else points
         w = {"depth": W3_DEPTH, "horizon": W3_HORIZON}
         t_first, _ = run_engine(w, route, n=W3_TRAJ, points=points[:1])
@@ -288,7 +288,7 @@ def bench_w3(route: str, max_points: int | None) -> dict:
         seconds, rates, compile_s = 0.0, {}, 0.0
         chosen = route
         for d in W3_DIMS:
-            w = {"tokens": 2, "dim": d, "beta": 2.0, "depth": W3_DEPTH, "horizon": 5.0, "n": 4000}
+            w = {"n_tokens": 2, "dim": d, "beta": 2.0, "depth": W3_DEPTH, "horizon": 5.0, "n": 4000}
             t_first, _ = run_engine(w, route)
             t_run, ds = run_engine(w, route)
             chosen = ad.provenance(ds)["route"]
@@ -301,7 +301,7 @@ def bench_w3(route: str, max_points: int | None) -> dict:
         "workload": "W3",
         "traj_steps_per_s": rate,
         "numpy_traj_steps_per_s": numpy_rate(
-            {"tokens": 2, "dim": 7, "beta": 2.0, "depth": W3_DEPTH}
+            {"n_tokens": 2, "dim": 7, "beta": 2.0, "depth": W3_DEPTH}
         ),
         "speedup": None,
         "compile_s": compile_s,
@@ -319,7 +319,7 @@ def bench_w3(route: str, max_points: int | None) -> dict:
 
 #: The user's command of issue 11, timed as a whole process.
 CLI_COMMAND = (
-    "phase-diagram --beta 3 --dim 4 --tokens 2 --trajectories 200000 --depth 100 --horizon 20"
+    "phase-diagram --beta 3 --dim 4 --n-tokens 2 --n-trajectories 200000 --depth 100 --horizon 20"
 )
 
 

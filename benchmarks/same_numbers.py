@@ -26,7 +26,7 @@ depend on the package's vocabulary. Attributes (provenance: seconds, dates, vers
 not compared. The exit status is 0 when every array is bit-identical (renames allowed),
 1 otherwise.
 
-A rename of an API argument (``tokens=`` → ``n_tokens=``) needs the call in this script to
+A rename of an API argument (``n_tokens=`` → ``n_tokens=``) needs the call in this script to
 follow it, where the old spelling stops working: every call is in one ``case_*`` function.
 The whole run costs about 1.5 minutes of CPU (two CLI processes included).
 """
@@ -102,20 +102,20 @@ def merged(**parts: Any) -> Arrays:
 
 
 def _mc(**kw) -> "studies.MonteCarlo":
-    return studies.MonteCarlo(**{"trajectories": 96, "seed": 3, **kw})
+    return studies.MonteCarlo(**{"n_trajectories": 96, "seed": 3, **kw})
 
 
 @case("phase.reduced_two_token_chain")
 def case_two_token_chain() -> Arrays:
     spec = studies.ModelSpec(depth=10, horizon=6.0)
-    points = studies.phase_points("beta-d", betas=[0.5, 2.5], dims=[3, 5], tokens=[2])
+    points = studies.phase_points("beta-d", betas=[0.5, 2.5], dims=[3, 5], n_tokens=[2])
     return arrays_of(studies.phase_diagram_study("beta-d", spec, _mc(), points, progress=False))
 
 
 @case("phase.reduced_two_token_chain_absorbing")
 def case_two_token_absorbing() -> Arrays:
     spec = studies.ModelSpec(depth=10, horizon=30.0)
-    points = studies.phase_points("beta-d", betas=[1.0, 3.0], dims=[4], tokens=[2])
+    points = studies.phase_points("beta-d", betas=[1.0, 3.0], dims=[4], n_tokens=[2])
     mc = _mc(early_absorption=1e-7)
     return arrays_of(studies.phase_diagram_study("beta-d", spec, mc, points, progress=False))
 
@@ -132,8 +132,8 @@ def _estimate(model_fn, points, **kw) -> xr.Dataset:
 
 
 def _discrete(values, *, heads: int = 1):
-    def model_fn(beta, dim, tokens):
-        del dim, tokens
+    def model_fn(beta, dim, n_tokens):
+        del dim, n_tokens
         att = ad.Attention(beta, n_heads=heads)
         return ad.DiscreteTransformer(att, values, depth=8, saveat=ad.SaveAt(3.0, (1.0, 3.0)))
 
@@ -142,14 +142,14 @@ def _discrete(values, *, heads: int = 1):
 
 @case("estimate.reduced_frame_route")
 def case_frame_route() -> Arrays:
-    points = ad.grid(dim=[5], tokens=[3], beta=[1.0, 2.0])
+    points = ad.grid(dim=[5], n_tokens=[3], beta=[1.0, 2.0])
     ds = _estimate(_discrete(ad.MatrixValues(1.0)), points, route="reduced")
     return arrays_of(ds)
 
 
 @case("estimate.span_route")
 def case_span_route() -> Arrays:
-    points = ad.grid(dim=[5], tokens=[3], beta=[1.0])
+    points = ad.grid(dim=[5], n_tokens=[3], beta=[1.0])
     values = ad.ScalarValues(0.7, distribution="gaussian")
     return arrays_of(_estimate(_discrete(values), points, route="reduced"))
 
@@ -157,25 +157,25 @@ def case_span_route() -> Arrays:
 @case("phase.span_route_hybrid")
 def case_span_hybrid() -> Arrays:
     spec = studies.ModelSpec(noise="hybrid", attention="unnormalized", depth=10, horizon=4.0)
-    points = studies.phase_points("beta-eps", betas=[1.0], dims=[3], tokens=[2], eps=[0.3, 1.2])
+    points = studies.phase_points("beta-eps", betas=[1.0], dims=[3], n_tokens=[2], eps=[0.3, 1.2])
     return arrays_of(studies.phase_diagram_study("beta-eps", spec, _mc(), points, progress=False))
 
 
 @case("estimate.full_route")
 def case_full_route() -> Arrays:
-    points = ad.grid(dim=[3], tokens=[4], beta=[1.0, 3.0])
+    points = ad.grid(dim=[3], n_tokens=[4], beta=[1.0, 3.0])
     return arrays_of(_estimate(_discrete(ad.MatrixValues(1.0)), points))
 
 
 @case("estimate.full_route_x64")
 def case_full_route_x64() -> Arrays:
-    points = ad.grid(dim=[3], tokens=[3], beta=[2.0])
+    points = ad.grid(dim=[3], n_tokens=[3], beta=[2.0])
     return arrays_of(_estimate(_discrete(ad.MatrixValues(1.0)), points, x64=True))
 
 
 @case("estimate.multihead")
 def case_multihead() -> Arrays:
-    points = ad.grid(dim=[4], tokens=[3], beta=[1.5])
+    points = ad.grid(dim=[4], n_tokens=[3], beta=[1.5])
     return arrays_of(_estimate(_discrete(ad.MatrixValues(1.0), heads=2), points))
 
 
@@ -187,10 +187,10 @@ def _sde_spec(noise: str, solver: str, **kw) -> "studies.ModelSpec":
 
 @case("phase.sde_full_euler")
 def case_sde_full_euler() -> Arrays:
-    points = studies.phase_points("beta-d", betas=[1.0], dims=[3], tokens=[3])
+    points = studies.phase_points("beta-d", betas=[1.0], dims=[3], n_tokens=[3])
     spec = _sde_spec("full", "euler")
     return arrays_of(
-        studies.phase_diagram_study("beta-d", spec, _mc(trajectories=48), points, progress=False)
+        studies.phase_diagram_study("beta-d", spec, _mc(n_trajectories=48), points, progress=False)
     )
 
 
@@ -228,7 +228,7 @@ def case_sde_solvers() -> Arrays:
 
 @case("phase.overlap_sde_route")
 def case_overlap_route() -> Arrays:
-    points = studies.phase_points("beta-d", betas=[1.0, 3.0], dims=[3], tokens=[2])
+    points = studies.phase_points("beta-d", betas=[1.0, 3.0], dims=[3], n_tokens=[2])
     # Heun here (the Stratonovich drift); Euler in solve.overlap_sde.
     spec = _sde_spec("full", "heun", horizon=2.0)
     return arrays_of(studies.phase_diagram_study("beta-d", spec, _mc(), points, progress=False))
@@ -302,13 +302,13 @@ def _diffrax():
 
 @case("estimate.ode", slow=True)
 def case_ode_estimate() -> Arrays:
-    def model_fn(beta, dim, tokens):
-        del dim, tokens
+    def model_fn(beta, dim, n_tokens):
+        del dim, n_tokens
         return ad.NormalizedAttentionODE(
             ad.Attention(beta), ad.MixLN(tau=0.5), saveat=ad.SaveAt(2.0, (1.0, 2.0))
         )
 
-    points = ad.grid(dim=[3], tokens=[3], beta=[2.0])
+    points = ad.grid(dim=[3], n_tokens=[3], beta=[2.0])
     return arrays_of(_estimate(model_fn, points, n_trajectories=32))
 
 
@@ -331,13 +331,13 @@ def case_symmetric() -> Arrays:
 def case_schemes() -> Arrays:
     ds = studies.schemes_study(
         schemes=("mix-ln",),
-        tokens=3,
+        n_tokens=3,
         dim=4,
         beta=1.0,
         horizon=8.0,
         alphas=(1.0,),
         rw_dim=8,
-        rw_tokens=4,
+        rw_n_tokens=4,
         rw_layers=6,
         rw_runs=2,
         progress=False,
@@ -348,10 +348,10 @@ def case_schemes() -> Arrays:
 @case("study.evolution")
 def case_evolution() -> Arrays:
     points = studies.evolution_points(
-        ["full", "hybrid", "deterministic"], betas=[1.0], dims=[3], tokens=[2], eps=[0.5]
+        ["full", "hybrid", "deterministic"], betas=[1.0], dims=[3], n_tokens=[2], eps=[0.5]
     )
     spec = studies.ModelSpec(depth=8, horizon=3.0)
-    ds = studies.evolution_study(spec, _mc(trajectories=64), points, saves=4, progress=False)
+    ds = studies.evolution_study(spec, _mc(n_trajectories=64), points, saves=4, progress=False)
     return arrays_of(ds)
 
 
@@ -370,8 +370,8 @@ def _cli(*args: str) -> Arrays:
 @case("cli.phase_diagram_discrete")
 def case_cli_discrete() -> Arrays:
     return _cli(
-        "phase-diagram", "--beta", "1,2", "--dim", "3", "--tokens", "2",
-        "--depth", "10", "--horizon", "4", "--trajectories", "64",
+        "phase-diagram", "--beta", "1,2", "--dim", "3", "--n-tokens", "2",
+        "--depth", "10", "--horizon", "4", "--n-trajectories", "64",
     )  # fmt: skip
 
 
@@ -379,8 +379,8 @@ def case_cli_discrete() -> Arrays:
 def case_cli_sde() -> Arrays:
     return _cli(
         "phase-diagram", "--kind", "beta-eps", "--beta", "1", "--eps", "0.5", "--dim", "3",
-        "--tokens", "3", "--engine", "sde", "--solver", "heun", "--dt", "0.1", "--horizon",
-        "1", "--trajectories", "32",
+        "--n-tokens", "3", "--engine", "sde", "--solver", "heun", "--dt", "0.1", "--horizon",
+        "1", "--n-trajectories", "32",
     )  # fmt: skip
 
 

@@ -1,7 +1,7 @@
 """Observe inside the solve (``diffrax.SaveAt(ts, fn=…)``) or save the states and observe
 after: time and memory, for the ODE and the SDE as the estimator runs them.
 
-Usage: ``python benchmarks/saveat_fn.py [--batch B] [--tokens N] [--dim D] [--saves S]``.
+Usage: ``python benchmarks/saveat_fn.py [--batch B] [--n-tokens N] [--dim D] [--saves S]``.
 
 Both routes run the same solve of a batch of trajectories and compute the same observables
 (classes, mean cosine and pair density of every save, :func:`attndyn.pair_observables`):
@@ -129,11 +129,11 @@ def differences(states, inside) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--batch", type=int, default=256)
-    parser.add_argument("--tokens", type=int, default=16)
+    parser.add_argument("--n-tokens", type=int, default=16)
     parser.add_argument("--dim", type=int, default=8)
     parser.add_argument("--saves", type=int, default=51)
     args = parser.parse_args()
-    n, d, b, s = args.tokens, args.dim, args.batch, args.saves
+    n, d, b, s = args.n_tokens, args.dim, args.batch, args.saves
     keys = jax.random.split(jax.random.key(0), b)
     x0 = jax.vmap(lambda k: ad.uniform_sphere(key=k, n_tokens=n, dim=d))(keys)
     saveat = ad.SaveAt(2.0, tuple(jnp.linspace(0.0, 2.0, s).tolist()))

@@ -57,14 +57,14 @@ def checkpoint_of(args, stem: str) -> Path | None:
     return folder / f"{stem}.ckpt.nc"
 
 
-def run(points, *, n_trajectories, seed, save_at=None, x64=False, checkpoint=None, **model_kwargs):
+def run(points, *, n_trajectories, seed, saveat=None, x64=False, checkpoint=None, **model_kwargs):
     """Estimate class probabilities at ``points`` with :func:`attndyn.studies.phase_model`
     (resumable from ``checkpoint``, a netCDF path, where given)."""
     started = time.perf_counter()
 
     def model_fn(model="full", **p):
         noise = {"full": "full", "hybrid": "hybrid", "deterministic": "none"}[model]
-        return ad.studies.phase_model(noise=noise, save_at=save_at, **model_kwargs, **p)
+        return ad.studies.phase_model(noise=noise, saveat=saveat, **model_kwargs, **p)
 
     ds = ad.estimate_probabilities(
         functools.partial(model_fn),
@@ -92,12 +92,12 @@ def evolution_run(points, args, stem, *, n_trajectories, depth, horizon, n_saves
     """Class fractions against time (seed 003 Figs. 7-9): softmax attention, ``n_saves``
     evenly spaced saves on [0, horizon], the SDE engine at dt = 0.01; the study written as
     ``stem`` (its checkpoint's name)."""
-    save_at = tuple(np.linspace(0, horizon, n_saves).tolist())
+    saveat = tuple(np.linspace(0, horizon, n_saves).tolist())
     return run(
         points,
         n_trajectories=n_trajectories,
         seed=args.seed,
-        save_at=save_at,
+        saveat=saveat,
         x64=args.x64,
         checkpoint=checkpoint_of(args, stem),
         engine=args.engine,
@@ -127,7 +127,7 @@ def summary(ds, path: Path) -> None:
         r = last.isel(point=i)
         row = {
             k: _plain(r[k].item())
-            for k in ("model", "beta", "dim", "tokens", "eps")
+            for k in ("model", "beta", "dim", "n_tokens", "eps")
             if k in r.coords
         }
         for o in ("single", "antipodal", "has_antipodal_pair", "unclustered"):

@@ -1,7 +1,7 @@
 """Seed 004 Fig. 2: γ(t) from the symmetric orthogonal start, six schemes.
 
 Reduced ODE (Thm 4.1) as lines over the full n-particle ODE as circles.
-Run: .venv/bin/python experiments/fig2_symmetric.py [--beta 5 --tokens 64 --horizon 400]
+Run: .venv/bin/python experiments/fig2_symmetric.py [--beta 5 --n-tokens 64 --horizon 400]
 """
 
 import argparse
@@ -19,20 +19,24 @@ from attndyn.plot import category_colors
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--beta", type=float, default=3.0)
-parser.add_argument("--tokens", type=int, default=32)
+parser.add_argument("--n-tokens", type=int, default=32)
 parser.add_argument("--horizon", type=float, default=60.0)
 parser.add_argument("--r0", type=float, default=1.0)
 parser.add_argument("--out", default="figures/fig2_symmetric.png")
 args = parser.parse_args()
 
 ts = np.linspace(0, args.horizon, 121)
-x0 = attndyn.symmetric_start(args.tokens, args.tokens, args.r0)
+x0 = attndyn.symmetric_start(args.n_tokens, args.n_tokens, args.r0)
 fig, axes = plt.subplots(1, 3, figsize=(13.3, 4.4), layout="constrained")  # 1,596 px
 colors = category_colors(attndyn.SCHEME_NAMES)  # Okabe–Ito: colour-blind safe
 for name in attndyn.SCHEME_NAMES:
     scheme = attndyn.scheme_from_name(name, tau=0.5, alpha=1.0)
     red = attndyn.SymmetricODE(
-        scheme, args.beta, n_tokens=args.tokens, r0=args.r0, saveat=attndyn.SaveAt(args.horizon, ts)
+        scheme,
+        args.beta,
+        n_tokens=args.n_tokens,
+        r0=args.r0,
+        saveat=attndyn.SaveAt(args.horizon, ts),
     ).solve()
     full = attndyn.NormalizedAttentionODE(
         attndyn.Attention(args.beta), scheme, saveat=attndyn.SaveAt(args.horizon, ts)

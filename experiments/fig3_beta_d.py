@@ -37,8 +37,8 @@ FULL = {
 }
 
 
-def model(*, beta, dim, tokens, depth, horizon):
-    del dim, tokens
+def model(*, beta, dim, n_tokens, depth, horizon):
+    del dim, n_tokens
     return ad.DiscreteTransformer(
         ad.Attention(beta), ad.MatrixValues(1.0), depth=depth, saveat=ad.SaveAt(horizon)
     )
@@ -57,7 +57,7 @@ def main() -> None:
     cfg = FULL if args.full else REDUCED
     ad.use_all_cores()  # before any JAX work
     ad.enable_compilation_cache()
-    points = ad.grid(dim=cfg["dims"], tokens=[2], beta=[float(b) for b in cfg["betas"]])
+    points = ad.grid(dim=cfg["dims"], n_tokens=[2], beta=[float(b) for b in cfg["betas"]])
     out = Path(args.out or f"figures/fig3_beta_d{'_full' if args.full else ''}.png")
     out.parent.mkdir(parents=True, exist_ok=True)
     ds = ad.estimate_probabilities(

@@ -16,7 +16,7 @@ from attndyn.plot import OKABE_ITO, ordered_colors
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--beta", type=float, default=3.0)
-parser.add_argument("--tokens", type=int, default=32)
+parser.add_argument("--n-tokens", type=int, default=32)
 parser.add_argument("--horizon", type=float, default=20.0)
 parser.add_argument("--out", default="figures/fig3_ngpt_alpha.png")
 args = parser.parse_args()
@@ -31,12 +31,12 @@ colors = [*ordered_colors(len(alphas)), OKABE_ITO[1]]
 last_gap = 1.0
 for (label, scheme), color in zip(cases, colors):
     sol = attndyn.SymmetricODE(
-        scheme, args.beta, n_tokens=args.tokens, saveat=attndyn.SaveAt(args.horizon, ts)
+        scheme, args.beta, n_tokens=args.n_tokens, saveat=attndyn.SaveAt(args.horizon, ts)
     ).solve()
     axes[0].plot(ts, sol.gamma, color=color, label=label)
     axes[1].semilogy(ts, sol.gap, color=color, label=label)
     last_gap = float(sol.gap[-1])
-    slope = attndyn.theory.initial_slope(scheme, beta=args.beta, n_tokens=args.tokens)
+    slope = attndyn.theory.initial_slope(scheme, beta=args.beta, n_tokens=args.n_tokens)
     print(f"{label:16s} γ'(0) = {slope:.4f}, 1 − γ(T) = {float(sol.gap[-1]):.3e}")
 # The schedule's law e^{−2∫α} = (1+t)^{−2}: a power law (dashed guide, anchored at T).
 guide = last_gap  # the schedule (last case) at T

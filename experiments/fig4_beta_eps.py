@@ -72,7 +72,7 @@ def from_cells(record: dict) -> xr.Dataset:
             "time": [record["horizon"]],
             "outcome": list(outcomes),
             "dim": ("point", np.full(len(rows), 3)),
-            "tokens": ("point", np.full(len(rows), 2)),
+            "n_tokens": ("point", np.full(len(rows), 2)),
             "eps": ("point", [r["eps"] for r in rows]),
             "beta": ("point", [r["beta"] for r in rows]),
         },
@@ -98,13 +98,13 @@ def main():
         "beta-eps",
         betas=[round(float(b), 4) for b in betas],
         dims=[3],
-        tokens=[2],
+        n_tokens=[2],
         eps=[round(float(e), 4) for e in epss],
     )
     spec = ad.studies.ModelSpec(
         noise="hybrid", engine=args.engine, attention=args.attention, depth=100, horizon=horizon
     )
-    mc = ad.studies.MonteCarlo(trajectories=n, seed=args.seed)
+    mc = ad.studies.MonteCarlo(n_trajectories=n, seed=args.seed)
     started = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the coarse-step warning: that is the point here

@@ -44,7 +44,7 @@ parser.add_argument(
 args = parser.parse_args()
 # The paper-size run writes beside the committed scaled-down figure, never over it.
 args.out = args.out or f"figures/fig4_random_weights{'_full' if args.full_size else ''}.png"
-dim, tokens = (512, 256) if args.full_size else (64, 32)
+dim, n_tokens = (512, 256) if args.full_size else (64, 32)
 beta = math.sqrt(dim)
 REGIMES = {
     "redrawn": attndyn.RandomWeights("kaiming", "gaussian", redraw_every=1),
@@ -58,7 +58,7 @@ def cosines(scheme, weights) -> np.ndarray:
         jax.vmap(
             lambda k: attndyn.studies.random_weights_cosine(
                 scheme,
-                n_tokens=tokens,
+                n_tokens=n_tokens,
                 dim=dim,
                 beta=beta,
                 n_layers=args.layers,
@@ -80,7 +80,7 @@ layers = np.arange(args.layers + 1)
 colors = category_colors(attndyn.SCHEME_NAMES)  # Okabe–Ito: colour-blind safe
 means: dict[str, dict[str, np.ndarray]] = {regime: {} for regime in REGIMES}
 every = max(1, len(layers) // 12)  # error bars at a dozen sampled layers
-summary: dict = {"d": dim, "n": tokens, "beta": beta, "runs": args.runs, "schemes": {}}
+summary: dict = {"d": dim, "n": n_tokens, "beta": beta, "runs": args.runs, "schemes": {}}
 at = (1, 8, args.layers)
 for name in attndyn.SCHEME_NAMES:
     scheme = attndyn.scheme_from_name(name, tau=0.5, alpha=1.0)
@@ -128,7 +128,7 @@ for ax, regime in zip(axes, REGIMES):
         xlabel="layer",
         title=f"Kaiming weights {regime}"
         + (" every layer" if regime == "redrawn" else " (drawn once)")
-        + f"; d = {dim}, n = {tokens}, β = √d, {args.runs} runs",
+        + f"; d = {dim}, n = {n_tokens}, β = √d, {args.runs} runs",
     )
     ax.title.set_fontsize(9)
 axes[0].set_ylabel("mean cosine similarity")

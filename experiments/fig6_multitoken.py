@@ -19,7 +19,7 @@ import attndyn as ad
 def with_theory(ds, horizon: float):
     """The references ad.plot.beta_n draws: the exact t = ∞ two-token probability through
     N = 2 and the three-token reading (3/2)·P₂·F·exp(−T/τ) through N = 3 (NaN elsewhere)."""
-    columns = (ds["beta"].values, ds["dim"].values, ds["tokens"].values)
+    columns = (ds["beta"].values, ds["dim"].values, ds["n_tokens"].values)
     rows = [(float(b), int(d), int(n)) for b, d, n in zip(*columns, strict=True)]
     exact = [ad.theory.p_antipodal_uniform(b, d) if n == 2 else np.nan for b, d, n in rows]
     three = [
@@ -48,7 +48,7 @@ def from_rows(rows: list[dict], *, n: int, horizon: float, engine: str) -> xr.Da
         coords={
             "time": [horizon],
             "outcome": outcomes,
-            **{key: ("point", [row[key] for row in rows]) for key in ("dim", "tokens", "beta")},
+            **{key: ("point", [row[key] for row in rows]) for key in ("dim", "n_tokens", "beta")},
         },
     )
     ds.attrs["provenance"] = json.dumps({"n_trajectories": n, "depth": 100, "engine": engine})
@@ -62,10 +62,10 @@ def main():
     )
     args = p.parse_args()
     if args.full:
-        betas, tokens, n, horizon = np.arange(0, 8.01, 0.5), [2, 3, 5, 10, 20], 10_000, 500.0
+        betas, n_tokens, n, horizon = np.arange(0, 8.01, 0.5), [2, 3, 5, 10, 20], 10_000, 500.0
     else:
-        betas, tokens, n, horizon = np.arange(0, 8.01, 1.0), [2, 3, 5, 10], 200, 30.0
-    points = ad.grid(dim=[4], tokens=tokens, beta=[float(b) for b in betas])
+        betas, n_tokens, n, horizon = np.arange(0, 8.01, 1.0), [2, 3, 5, 10], 200, 30.0
+    points = ad.grid(dim=[4], n_tokens=n_tokens, beta=[float(b) for b in betas])
     stem = figure_stem(f"fig6_multitoken_{args.engine}", args)
     if args.replot:
         rows = json.loads((FIGURES / f"{stem}.json").read_text())

@@ -58,7 +58,7 @@ def fig6_rows() -> list[dict]:
     path = FIGURES / "fig6_multitoken_discrete_full.json"
     if not path.exists():
         return []
-    return [r for r in json.loads(path.read_text()) if r["tokens"] in (2, 3, 5)]
+    return [r for r in json.loads(path.read_text()) if r["n_tokens"] in (2, 3, 5)]
 
 
 def survival(beta: float, sizes) -> float:
@@ -75,7 +75,7 @@ def three_tokens(beta: float) -> float:
 
 
 def _pair_rows(rows: list[dict], n: int) -> tuple[list[float], np.ndarray]:
-    mine = sorted((r for r in rows if r["tokens"] == n), key=lambda r: r["beta"])
+    mine = sorted((r for r in rows if r["n_tokens"] == n), key=lambda r: r["beta"])
     return [r["beta"] for r in mine], np.array([r["has_antipodal_pair"] for r in mine])
 
 

@@ -13,7 +13,7 @@ import attndyn as ad
 def main():
     args = parser(__doc__, x64=True).parse_args()
     n, horizon, depth = (2000, 50.0, 100) if args.full else (200, 20.0, 50)
-    points = ad.grid(dim=[4], tokens=[50], beta=[5.0])
+    points = ad.grid(dim=[4], n_tokens=[50], beta=[5.0])
     stem = figure_stem(f"fig7_evolution_{args.engine}", args)
     ds = evolution_run(
         points, args, stem, n_trajectories=n, depth=depth, horizon=horizon, n_saves=41
@@ -23,7 +23,7 @@ def main():
         ds,
         stem,
         title=title,
-        label_keys=("beta", "dim", "tokens"),
+        label_keys=("beta", "dim", "n_tokens"),
     )
 
 

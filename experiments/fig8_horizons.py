@@ -20,7 +20,7 @@ def main():
         dims, n, horizon, depth = list(range(4, 11)), 2000, 100.0, 100
     else:
         dims, n, horizon, depth = [4, 6], 200, 50.0, 50
-    points = ad.grid(dim=dims, tokens=[2], beta=[0.25, 3.0, 1.0])
+    points = ad.grid(dim=dims, n_tokens=[2], beta=[0.25, 3.0, 1.0])
     stem = figure_stem(f"fig8_horizons_{args.engine}", args)
     ds = evolution_run(
         points, args, stem, n_trajectories=n, depth=depth, horizon=horizon, n_saves=26

@@ -16,7 +16,7 @@ def main():
     n, depth = (2000, 100) if args.full else (100, 50)
     for beta, horizon in ((0.5, 15.0), (4.5, 30.0)):
         points = [
-            {"model": m, "dim": 4, "tokens": 50, "beta": beta} for m in ("full", "deterministic")
+            {"model": m, "dim": 4, "n_tokens": 50, "beta": beta} for m in ("full", "deterministic")
         ]
         stem = figure_stem(f"fig9_metastability_beta{beta:g}_{args.engine}", args)
         ds = evolution_run(

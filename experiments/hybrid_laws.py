@@ -33,13 +33,13 @@ def estimate(options: dict, n: int, seed: int):
     spec = ad.studies.ModelSpec(
         noise="hybrid", attention="unnormalized", horizon=50.0, **{"depth": 100, **options}
     )
-    points = [{"dim": 3, "tokens": 2, "eps": eps, "beta": beta} for beta, eps in CELLS]
+    points = [{"dim": 3, "n_tokens": 2, "eps": eps, "beta": beta} for beta, eps in CELLS]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ds = ad.studies.phase_diagram_study(
             "beta-eps",
             spec,
-            ad.studies.MonteCarlo(trajectories=n, seed=seed),
+            ad.studies.MonteCarlo(n_trajectories=n, seed=seed),
             points,
             progress=False,
         )
@@ -53,12 +53,12 @@ def cell(last, i: int, outcome: str) -> list[float]:
 
 def main():
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    p.add_argument("--trajectories", type=int, default=4000)
+    p.add_argument("--n-trajectories", type=int, default=4000)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     rows = []
     for label, options in ROUTES:
-        last = estimate(options, args.trajectories, args.seed)
+        last = estimate(options, args.n_trajectories, args.seed)
         for i, (beta, eps) in enumerate(CELLS):
             rows.append(
                 {

@@ -38,7 +38,7 @@ from attndyn.plot import OKABE_ITO
 
 
 def estimate(norm: str, dims, betas, *, n, depth, horizon, seed):
-    points = ad.grid(dim=list(dims), tokens=[2], beta=[float(b) for b in betas])
+    points = ad.grid(dim=list(dims), n_tokens=[2], beta=[float(b) for b in betas])
     return ad.estimate_probabilities(
         lambda **p: ad.studies.phase_model(**p, depth=depth, horizon=horizon, norm=norm),
         points,
@@ -129,7 +129,7 @@ def draw(results, dims, out: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--out", default="figures/layernorm_threshold.png")
-    parser.add_argument("--trajectories", type=int, default=4000)
+    parser.add_argument("--n-trajectories", type=int, default=4000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--replot", action="store_true", help="redraw the figure from its JSON (no simulation)"
@@ -140,7 +140,7 @@ def main() -> None:
         out = Path(args.out)
         draw(json.loads(out.with_suffix(".json").read_text())["points"], dims, out)
         return
-    kw = {"n": args.trajectories, "depth": 20, "horizon": 40.0}
+    kw = {"n": args.n_trajectories, "depth": 20, "horizon": 40.0}
     results = []
     for norm, ds_dims in (("rms", sorted({*dims, *(d - 1 for d in dims)})), ("layernorm", dims)):
         ds = estimate(norm, ds_dims, betas, seed=args.seed, **kw)
@@ -155,7 +155,7 @@ def main() -> None:
     }
     summary = {
         "beta_critical": critical,
-        "parameters": {"trajectories": args.trajectories, "seed": args.seed, **kw},
+        "parameters": {"trajectories": args.n_trajectories, "seed": args.seed, **kw},
         "points": results,
         "layernorm_minus_rms_d_minus_1": compare(results, dims),
     }

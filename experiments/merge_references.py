@@ -6,18 +6,18 @@ LayerNorm variant), at the study's own L and T, with more trajectories than the 
 for two tokens, the exact t = ∞ probability of the scale function (a check of the
 reference, not of the study: finite T and L move the answer). Compare with:
 
-    attndyn phase-diagram --beta 1 --dim 2 --tokens 2 --trajectories 20000 --depth 100 \
+    attndyn phase-diagram --beta 1 --dim 2 --n-tokens 2 --n-trajectories 20000 --depth 100 \
         --horizon 20 --seed 9 [--x64]
-    attndyn phase-diagram --beta 3 --dim 4 --tokens 3 --trajectories 8000 --depth 100 \
+    attndyn phase-diagram --beta 3 --dim 4 --n-tokens 3 --n-trajectories 8000 --depth 100 \
         --horizon 20 --seed 55
-    attndyn phase-diagram --beta 1,3 --dim 4 --trajectories 1000 --depth 50 --horizon 20 \
+    attndyn phase-diagram --beta 1,3 --dim 4 --n-trajectories 1000 --depth 50 --horizon 20 \
         --route full
-    attndyn phase-diagram --norm layernorm --beta 3 --dim 5 --tokens 2 --trajectories 2000 \
+    attndyn phase-diagram --norm layernorm --beta 3 --dim 5 --n-tokens 2 --n-trajectories 2000 \
         --depth 100 --horizon 20
 
 About 3 minutes on a 2-core CPU.
 
-    python experiments/merge_references.py [--trajectories-scale 1.0]
+    python experiments/merge_references.py [--n-trajectories-scale 1.0]
 """
 
 import argparse
@@ -44,14 +44,14 @@ def centred(y: np.ndarray) -> np.ndarray:
     return y / np.linalg.norm(y, axis=-1, keepdims=True)
 
 
-def simulate(n, tokens, dim, beta, *, depth, horizon, norm="rms", seed=0, tol=1e-3):
+def simulate(n, n_tokens, dim, beta, *, depth, horizon, norm="rms", seed=0, tol=1e-3):
     """(single, antipodal, has an antipodal pair) fractions at T of Post-LN with Gaussian
     value matrices (σ = 1), float64, uniform starts; in batches to bound memory."""
     rng = np.random.default_rng(seed)
     normalise = centred if norm == "layernorm" else None
     counts = np.zeros(3)
     for size in [min(4000, n - i) for i in range(0, n, 4000)]:
-        x = rng.standard_normal((size, tokens, dim))
+        x = rng.standard_normal((size, n_tokens, dim))
         x /= np.linalg.norm(x, axis=-1, keepdims=True)
         if normalise is not None:
             x = normalise(x)  # the first layer's LayerNorm
@@ -60,7 +60,7 @@ def simulate(n, tokens, dim, beta, *, depth, horizon, norm="rms", seed=0, tol=1e
             y = x + np.einsum("bik,blk->bil", softmax_attention(x, beta), m) / np.sqrt(depth)
             x = normalise(y) if normalise is not None else unit(y)
         gram = np.einsum("bik,bjk->bij", x, x)
-        i, j = np.triu_indices(tokens, 1)
+        i, j = np.triu_indices(n_tokens, 1)
         together, apart = gram[:, i, j] >= 1 - tol, gram[:, i, j] <= -1 + tol
         single = together.all(axis=1)
         antipodal = (together | apart).all(axis=1) & apart.any(axis=1)
@@ -73,13 +73,13 @@ def simulate(n, tokens, dim, beta, *, depth, horizon, norm="rms", seed=0, tol=1e
 
 
 STUDIES = [
-    ("d = 2 (both ±1 attract)", dict(tokens=2, dim=2, beta=1.0, depth=100, horizon=20.0), 40000),
-    ("N = 3, d = 4", dict(tokens=3, dim=4, beta=3.0, depth=100, horizon=20.0), 16000),
-    ("N = 2, d = 4, β = 1", dict(tokens=2, dim=4, beta=1.0, depth=50, horizon=20.0), 16000),
-    ("N = 2, d = 4, β = 3", dict(tokens=2, dim=4, beta=3.0, depth=50, horizon=20.0), 16000),
+    ("d = 2 (both ±1 attract)", dict(n_tokens=2, dim=2, beta=1.0, depth=100, horizon=20.0), 40000),
+    ("N = 3, d = 4", dict(n_tokens=3, dim=4, beta=3.0, depth=100, horizon=20.0), 16000),
+    ("N = 2, d = 4, β = 1", dict(n_tokens=2, dim=4, beta=1.0, depth=50, horizon=20.0), 16000),
+    ("N = 2, d = 4, β = 3", dict(n_tokens=2, dim=4, beta=3.0, depth=50, horizon=20.0), 16000),
     (
         "LayerNorm, d = 5",
-        dict(tokens=2, dim=5, beta=3.0, depth=100, horizon=20.0, norm="layernorm"),
+        dict(n_tokens=2, dim=5, beta=3.0, depth=100, horizon=20.0, norm="layernorm"),
         16000,
     ),
 ]
@@ -87,7 +87,7 @@ STUDIES = [
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--trajectories-scale", type=float, default=1.0)
+    parser.add_argument("--n-trajectories-scale", type=float, default=1.0)
     parser.add_argument("--out", default="figures/merge_references.json")
     args = parser.parse_args()
     rows = []
@@ -96,7 +96,7 @@ def main() -> None:
         n = max(1, round(n * args.trajectories_scale))
         row = {"study": name, **kwargs, "trajectories": n}
         row.update(simulate(n, seed=100 + i, **kwargs))
-        if kwargs["tokens"] == 2:
+        if kwargs["n_tokens"] == 2:
             row["exact_t_infinity"] = ad.theory.p_antipodal_uniform(
                 kwargs["beta"], kwargs["dim"], kwargs.get("norm", "rms")
             )

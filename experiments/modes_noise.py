@@ -31,8 +31,8 @@ def main():
     n, horizon = (64, 120.0) if args.full else (16, 60.0)
     saves = int(2 * horizon) + 1
     spec = ModesSpec(horizon=horizon, saves=saves, depth=100)
-    run = ModesRun(trajectories=max(2, n // 2), seed=args.seed, ell_max=8)
-    ds = modes_study(spec, run, modes_points(dims=[2], tokens=[512], betas=[4.0, 9.0, 16.0]))
+    run = ModesRun(n_trajectories=max(2, n // 2), seed=args.seed, ell_max=8)
+    ds = modes_study(spec, run, modes_points(dims=[2], n_tokens=[512], betas=[4.0, 9.0, 16.0]))
     stem = figure_stem("modes_plateau", args)
     ds.to_netcdf(FIGURES / f"{stem}.nc")  # the data behind the figure (not committed)
     ad.plot.modes(ds).savefig(FIGURES / f"{stem}.png", dpi=130)
@@ -42,9 +42,9 @@ def main():
         print(f"beta {r['beta']:g}: l* = {r['ell_star']}, plateau {r['plateau_clusters']}")
     for noise, levels in LEVELS.items():
         spec = ModesSpec(horizon=horizon, saves=saves, depth=100, noise=noise)
-        run = ModesRun(trajectories=n, seed=args.seed, ell_max=8)
+        run = ModesRun(n_trajectories=n, seed=args.seed, ell_max=8)
         points = modes_points(
-            dims=[2], tokens=[512], betas=[9.0], levels=levels, level_name=spec.level_name
+            dims=[2], n_tokens=[512], betas=[9.0], levels=levels, level_name=spec.level_name
         )
         ds = modes_study(spec, run, points, progress=True)
         stem = figure_stem(f"modes_noise_{noise}", args)

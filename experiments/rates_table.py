@@ -1,6 +1,6 @@
 """Terminal rates of 1 − γ (symmetric start, reduced ODE) against seed 004 Thm 4.1.
 
-Run: .venv/bin/python experiments/rates_table.py [--beta 3 --tokens 32]
+Run: .venv/bin/python experiments/rates_table.py [--beta 3 --n-tokens 32]
 """
 
 import argparse
@@ -9,13 +9,13 @@ import attndyn
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--beta", type=float, default=3.0)
-parser.add_argument("--tokens", type=int, default=32)
+parser.add_argument("--n-tokens", type=int, default=32)
 parser.add_argument("--dim", type=int, default=32)
 parser.add_argument("--alpha", default="1")
 args = parser.parse_args()
 
 ds = attndyn.studies.schemes_study(
-    tokens=args.tokens,
+    n_tokens=args.n_tokens,
     dim=args.dim,
     beta=args.beta,
     horizon=30.0,

@@ -5,7 +5,7 @@ schemes' layer maps of spec §2 with that V_n. Uniform starts on the sphere, Q =
 softmax. For each scheme: P(single cluster) and P(antipodal) against time with Wilson
 95 % intervals, and for Post-LN the exact t = ∞ two-token probability of seed 003.
 
-Run: .venv/bin/python experiments/schemes_noise.py [--trajectories 2000 --horizon 40]
+Run: .venv/bin/python experiments/schemes_noise.py [--n-trajectories 2000 --horizon 40]
 """
 
 import argparse
@@ -24,39 +24,39 @@ from attndyn.plot import category_colors
 parser = argparse.ArgumentParser()
 parser.add_argument("--beta", type=float, default=2.0)
 parser.add_argument("--dim", type=int, default=4)
-parser.add_argument("--tokens", type=int, default=2)
+parser.add_argument("--n-tokens", type=int, default=2)
 parser.add_argument("--depth", type=int, default=20)
 parser.add_argument("--horizon", type=float, default=40.0)
-parser.add_argument("--trajectories", type=int, default=1000)
+parser.add_argument("--n-trajectories", type=int, default=1000)
 parser.add_argument("--seed", type=int, default=0)
 parser.add_argument("--out", default="figures/schemes_noise.png")
 args = parser.parse_args()
 
-save_at = (1.0, 2.0, 5.0, 10.0, 20.0, 40.0)
-save_at = tuple(t for t in save_at if t <= args.horizon)
+saveat = (1.0, 2.0, 5.0, 10.0, 20.0, 40.0)
+saveat = tuple(t for t in saveat if t <= args.horizon)
 
 
-def model(*, scheme: str, dim: int, tokens: int):
-    del dim, tokens
+def model(*, scheme: str, dim: int, n_tokens: int):
+    del dim, n_tokens
     return attndyn.DiscreteTransformer(
         attndyn.Attention(args.beta),
         attndyn.MatrixValues(1.0),
         attndyn.scheme_from_name(scheme, tau=0.5, alpha=1.0),
         depth=args.depth,
-        saveat=attndyn.SaveAt(args.horizon, save_at),
+        saveat=attndyn.SaveAt(args.horizon, saveat),
     )
 
 
-points = attndyn.grid(scheme=list(attndyn.SCHEME_NAMES), dim=[args.dim], tokens=[args.tokens])
+points = attndyn.grid(scheme=list(attndyn.SCHEME_NAMES), dim=[args.dim], n_tokens=[args.n_tokens])
 ds = attndyn.estimate_probabilities(
     model,
     points,
     key=jax.random.key(args.seed),
-    n_trajectories=args.trajectories,
+    n_trajectories=args.n_trajectories,
     progress=False,
 )
 exact = (
-    attndyn.theory.p_antipodal_uniform(args.beta, args.dim) if args.tokens == 2 else float("nan")
+    attndyn.theory.p_antipodal_uniform(args.beta, args.dim) if args.n_tokens == 2 else float("nan")
 )
 fig, axes = plt.subplots(1, 3, figsize=(13.3, 4.4), layout="constrained")  # 1,596 px
 colors = category_colors(attndyn.SCHEME_NAMES)  # Okabe–Ito: colour-blind safe

@@ -60,8 +60,8 @@ def test_gaps_keep_the_exact_scale_function_bound(beta, dim):
         assert ratio <= bound
 
 
-def _model(beta, dim, tokens):
-    del dim, tokens
+def _model(beta, dim, n_tokens):
+    del dim, n_tokens
     return ad.DiscreteTransformer(
         ad.Attention(beta), ad.MatrixValues(1.0), depth=20, saveat=ad.SaveAt(30.0)
     )
@@ -73,7 +73,7 @@ def test_early_absorption_changes_no_count():
     # trajectory would later have left its class, each with probability ≤ 1e-7 (diffusion
     # limit), i.e. with probability ≤ 2 points × 600 × 3 saves × 1e-7 ≈ 4e-4 in all.
     # β = 0.6 < β_c(6) ≈ 1.03: every trajectory clusters and the chunks stop early.
-    points = ad.grid(dim=[6], tokens=[2], beta=[0.6, 3.0])
+    points = ad.grid(dim=[6], n_tokens=[2], beta=[0.6, 3.0])
     kw = {
         "key": jax.random.key(3),
         "n_trajectories": 600,
@@ -81,8 +81,8 @@ def test_early_absorption_changes_no_count():
         "chunk_size": 200,
     }
 
-    def model(beta, dim, tokens):
-        del dim, tokens
+    def model(beta, dim, n_tokens):
+        del dim, n_tokens
         return ad.DiscreteTransformer(
             ad.Attention(beta), depth=20, saveat=ad.SaveAt(30.0, (10.0, 20.0, 30.0))
         )
@@ -104,19 +104,19 @@ def test_early_absorption_is_refused_where_it_is_not_quantified():
     kw = {"key": jax.random.key(0), "n_trajectories": 10, "progress": False}
     with pytest.raises(ad.ParameterError, match="early_absorption"):
         ad.estimate_probabilities(
-            _model, [{"dim": 4, "tokens": 3, "beta": 1.0}], early_absorption=True, **kw
+            _model, [{"dim": 4, "n_tokens": 3, "beta": 1.0}], early_absorption=True, **kw
         )
     with pytest.raises(ad.ParameterError, match="early_absorption"):
         ad.estimate_probabilities(
             _model,
-            [{"dim": 4, "tokens": 2, "beta": 1.0}],
+            [{"dim": 4, "n_tokens": 2, "beta": 1.0}],
             early_absorption=True,
             route="full",
             **kw,
         )
     with pytest.raises(ad.ParameterError, match="early_absorption"):
         ad.estimate_probabilities(
-            _model, [{"dim": 4, "tokens": 2, "beta": 1.0}], early_absorption=2.0, **kw
+            _model, [{"dim": 4, "n_tokens": 2, "beta": 1.0}], early_absorption=2.0, **kw
         )
 
 
@@ -156,14 +156,14 @@ def test_the_two_token_chain_holds_its_gap_instead_of_merging():
     # T = 60 (L = 100): sin φ underflowed to 0 there, a merge the arithmetic never leaves,
     # which the estimator reported (NumericalMergeError by default). It is now held at the
     # smallest normal number: no merge, and the classes are those of the bound.
-    def post_ln(beta, dim, tokens):
-        del dim, tokens
+    def post_ln(beta, dim, n_tokens):
+        del dim, n_tokens
         return ad.DiscreteTransformer(
             ad.Attention(beta), ad.MatrixValues(1.0), depth=100, saveat=ad.SaveAt(60.0)
         )
 
     ds = ad.estimate_probabilities(
-        post_ln, [{"dim": 4, "tokens": 2, "beta": 2.0}], key=jax.random.key(12),
+        post_ln, [{"dim": 4, "n_tokens": 2, "beta": 2.0}], key=jax.random.key(12),
         n_trajectories=512, progress=False,
     )  # fmt: skip
     assert ad.provenance(ds)["simulated"] == ["TwoTokenChain"]

@@ -21,7 +21,7 @@ from attndyn.studies import evolution_points, phase, phase_points, schemes, sche
 from attndyn.studies.phase import ModelSpec, MonteCarlo, phase_diagram_study
 from tests.helpers import run_untyped
 
-POINTS = [{"dim": 3, "tokens": 2, "beta": 1.0}]
+POINTS = [{"dim": 3, "n_tokens": 2, "beta": 1.0}]
 SPEC = ModelSpec(depth=2, horizon=1.0)
 
 
@@ -76,8 +76,8 @@ phase.MonteCarlo.estimate = refuse
 schemes.symmetric_start = refuse
 MODEL = ad.DiscreteTransformer(ad.Attention(1.0), depth=2)
 X0 = np.ones((3, 4), np.float32) / 2
-POINTS = [{"dim": 3, "tokens": 2, "beta": 1.0}]
-AXES = {"betas": [1.0], "dims": [3], "tokens": [2], "eps": [0.5]}
+POINTS = [{"dim": 3, "n_tokens": 2, "beta": 1.0}]
+AXES = {"betas": [1.0], "dims": [3], "n_tokens": [2], "eps": [0.5]}
 
 def estimate(points=POINTS, **kwargs):
     return ad.estimate_probabilities(
@@ -94,7 +94,7 @@ CASES = {
     ),
     "phase_points betas='12'": lambda: phase_points("beta-eps", **{**AXES, "betas": "12"}),
     "phase_points dims=4": lambda: phase_points("beta-eps", **{**AXES, "dims": 4}),
-    "phase_points tokens=None": lambda: phase_points("beta-eps", **{**AXES, "tokens": None}),
+    "phase_points n_tokens=None": lambda: phase_points("beta-eps", **{**AXES, "n_tokens": None}),
     "phase_points eps='5'": lambda: phase_points("beta-eps", **{**AXES, "eps": "5"}),
     "evolution_points betas='1'": lambda: evolution_points(["full"], **{**AXES, "betas": "1"}),
     "evolution_points dims=3": lambda: evolution_points(["full"], **{**AXES, "dims": 3}),
@@ -154,7 +154,7 @@ WRONG_TYPES = {
     "grid of 1-d arrays": "accepted",
     "phase_points betas='12'": "ParameterError: betas must be a list of values",  # β = 1, 2
     "phase_points dims=4": "ParameterError: dims must be a list of values",
-    "phase_points tokens=None": "ParameterError: tokens must be a list of values",
+    "phase_points n_tokens=None": "ParameterError: tokens must be a list of values",
     "phase_points eps='5'": "ParameterError: eps must be a list of values",
     "evolution_points betas='1'": "ParameterError: betas must be a list of values",
     "evolution_points dims=3": "ParameterError: dims must be a list of values",
@@ -237,7 +237,7 @@ def test_phase_study_refuses_an_unknown_kind(no_simulation):
     ],
 )
 def test_phase_study_refuses_a_noise_that_does_not_fit_the_kind(no_simulation, kind, noise, needed):
-    points = phase_points(kind, betas=[1.0], dims=[3], tokens=[2], eps=[0.5])
+    points = phase_points(kind, betas=[1.0], dims=[3], n_tokens=[2], eps=[0.5])
     spec = ModelSpec(noise=noise, depth=2, horizon=1.0)
     needs = re.escape(f"kind='{kind}' needs ModelSpec(noise='{needed}')")
     with pytest.raises(ad.ParameterError, match=needs):
@@ -265,14 +265,14 @@ def test_grid_refuses_a_string():
 
 def test_grid_takes_lists_tuples_and_ranges():
     # (and 1-d arrays: see the child above, where the type checker does not refuse them)
-    points = ad.grid(dim=range(2, 4), tokens=(2,), beta=[1.0, 2.0])
+    points = ad.grid(dim=range(2, 4), n_tokens=(2,), beta=[1.0, 2.0])
     assert [(p["dim"], p["beta"]) for p in points] == [(2, 1.0), (2, 2.0), (3, 1.0), (3, 2.0)]
 
 
 def test_evolution_points_refuse_a_string_of_models():
     # models='full' was read as the models 'f', 'u', 'l', 'l'.
     with pytest.raises(ad.ParameterError, match="models must be a list of values"):
-        evolution_points("full", betas=[1.0], dims=[3], tokens=[2], eps=[0.5])
+        evolution_points("full", betas=[1.0], dims=[3], n_tokens=[2], eps=[0.5])
 
 
 def test_schemes_study_refuses_a_string_of_schemes(no_schemes_work):
@@ -306,7 +306,7 @@ def test_the_reserved_metadata_keys_are_the_provenance_fields():
     model = ad.DiscreteTransformer(ad.Attention(1.0), depth=1, saveat=ad.SaveAt(1.0))
     ds = ad.estimate_probabilities(
         lambda **p: model,
-        [{"dim": 3, "tokens": 2}],
+        [{"dim": 3, "n_tokens": 2}],
         key=jax.random.key(0),
         n_trajectories=2,
         progress=False,

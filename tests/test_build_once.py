@@ -8,18 +8,18 @@ import pytest
 
 from attndyn.studies import phase
 
-POINTS = phase.phase_points("beta-d", betas=[0.5, 1.5], dims=[3], tokens=[2])
+POINTS = phase.phase_points("beta-d", betas=[0.5, 1.5], dims=[3], n_tokens=[2])
 CASES = {
     # Two tokens in d = 3 with Gaussian values: the reduced two-token route.
-    "reduced": (phase.ModelSpec(depth=2, horizon=1.0), phase.MonteCarlo(trajectories=4)),
+    "reduced": (phase.ModelSpec(depth=2, horizon=1.0), phase.MonteCarlo(n_trajectories=4)),
     "full": (
         phase.ModelSpec(depth=2, horizon=1.0),
-        phase.MonteCarlo(trajectories=4, route="full"),
+        phase.MonteCarlo(n_trajectories=4, route="full"),
     ),
     # The SDE engine on its full route (its two-token overlap route compiles for longer).
     "sde": (
         phase.ModelSpec(engine="sde", horizon=0.2, dt=0.1),
-        phase.MonteCarlo(trajectories=4, route="full"),
+        phase.MonteCarlo(n_trajectories=4, route="full"),
     ),
 }
 
@@ -36,13 +36,13 @@ def test_a_study_builds_each_points_model_once(case, monkeypatch):
     build = phase.phase_model
 
     def counted(**p):
-        builds[(p["dim"], p["tokens"], p["beta"])] += 1
+        builds[(p["dim"], p["n_tokens"], p["beta"])] += 1
         return build(**p)
 
     # ModelSpec.model_fn binds the module's phase_model when the study asks for it.
     monkeypatch.setattr(phase, "phase_model", counted)
     ds = phase.phase_diagram_study("beta-d", spec, mc, POINTS, progress=False)
-    assert builds == {(p["dim"], p["tokens"], p["beta"]): 1 for p in POINTS}
+    assert builds == {(p["dim"], p["n_tokens"], p["beta"]): 1 for p in POINTS}
     # The route each case is meant to exercise did run (provenance records it).
     want = {"reduced": "reduced", "full": "full", "sde": "full"}[case]
     assert ds.attrs["route"] == want
@@ -61,9 +61,9 @@ def test_an_evolution_study_builds_each_points_model_once(monkeypatch):
         return build(**p)
 
     monkeypatch.setattr(evolution, "phase_model", counted)
-    points = evolution.evolution_points(["full"], betas=[0.5, 1.5], dims=[3], tokens=[2], eps=[])
+    points = evolution.evolution_points(["full"], betas=[0.5, 1.5], dims=[3], n_tokens=[2], eps=[])
     spec = phase.ModelSpec(depth=2, horizon=1.0)
-    evolution.evolution_study(spec, phase.MonteCarlo(trajectories=4), points, saves=2)
+    evolution.evolution_study(spec, phase.MonteCarlo(n_trajectories=4), points, saves=2)
     assert builds == {("full", 0.5): 1, ("full", 1.5): 1}
 
 
@@ -83,13 +83,13 @@ def test_a_studys_options_are_checked_once_where_they_enter(monkeypatch):
     monkeypatch.setattr(phase, "check_options", counted)
     monkeypatch.setattr(estimator, "check_options", counted)
     spec = CASES["full"][0]
-    mc = phase.MonteCarlo(trajectories=4, route="full")
+    mc = phase.MonteCarlo(n_trajectories=4, route="full")
     phase.phase_diagram_study("beta-d", spec, mc, POINTS, progress=False)
     assert len(calls) == 1
     with pytest.raises(ad.ParameterError, match=r"^chunk-size=0 must be"):
         phase.MonteCarlo(chunk_size=0)
-    with pytest.raises(ad.ParameterError, match=r"^trajectories=0 must be"):
-        phase.MonteCarlo(trajectories=0)
+    with pytest.raises(ad.ParameterError, match=r"^n_trajectories=0 must be"):
+        phase.MonteCarlo(n_trajectories=0)
     with pytest.raises(ad.ParameterError, match=r"^early-absorption=2\.0 is outside"):
         phase.MonteCarlo(early_absorption=2.0)
     with pytest.raises(ad.ParameterError, match=r"^route='x' is not allowed"):

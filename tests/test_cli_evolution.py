@@ -8,7 +8,7 @@ import attndyn as ad
 from attndyn.cli import main
 from tests.helpers import assert_cf
 
-SMALL = ["--beta", "4.5", "--tokens", "6", "--dim", "4", "--trajectories", "32"]
+SMALL = ["--beta", "4.5", "--n-tokens", "6", "--dim", "4", "--n-trajectories", "32"]
 SMALL += ["--depth", "10", "--horizon", "4", "--saves", "5", "--no-progress"]
 
 

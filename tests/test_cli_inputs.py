@@ -18,9 +18,9 @@ from attndyn import ParameterError
 from attndyn._estimate.distributed import initialize_distributed
 from attndyn.cli import _evolution, _phase, _schemes, main
 
-PHASE = ["phase-diagram", "--beta", "1", "--dim", "4", "--trajectories", "8"]
+PHASE = ["phase-diagram", "--beta", "1", "--dim", "4", "--n-trajectories", "8"]
 PHASE += ["--horizon", "1", "--no-progress"]
-EVOLUTION = ["evolution", "--beta", "1", "--dim", "4", "--tokens", "2", "--trajectories", "8"]
+EVOLUTION = ["evolution", "--beta", "1", "--dim", "4", "--n-tokens", "2", "--n-trajectories", "8"]
 EVOLUTION += ["--horizon", "1", "--saves", "2", "--no-progress"]
 
 
@@ -213,12 +213,12 @@ def test_out_of_memory_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr(_phase, "phase_diagram_study", _raise(error))
     line = _one_line(CliRunner().invoke(main, [*PHASE, "--out", str(tmp_path)]), 1)
     assert "ran out of memory (RESOURCE_EXHAUSTED: Out of memory allocating" in line
-    assert "lower --chunk-size" in line and "--tokens or --dim" in line
+    assert "lower --chunk-size" in line and "--n-tokens or --dim" in line
     # schemes has no --chunk-size: the hint names only its options.
     monkeypatch.setattr(_schemes, "schemes_study", _raise(MemoryError()))
     result = CliRunner().invoke(main, ["schemes", "--no-progress", "--out", str(tmp_path)])
     line = _one_line(result, 1)
-    assert "ran out of memory (MemoryError); lower --tokens or --dim" in line
+    assert "ran out of memory (MemoryError); lower --n-tokens or --dim" in line
 
 
 def test_other_jax_runtime_errors_are_one_line(tmp_path, monkeypatch):

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 import attndyn as ad
 from attndyn.cli import main
 
-SMALL = ["--beta", "2", "--dim", "5", "--trajectories", "16", "--horizon", "2", "--no-progress"]
+SMALL = ["--beta", "2", "--dim", "5", "--n-trajectories", "16", "--horizon", "2", "--no-progress"]
 
 
 @pytest.mark.slow  # the default run checks --norm and --step in tests/test_pair_density.py
@@ -30,7 +30,7 @@ def test_phase_diagram_with_layernorm(tmp_path):
 @pytest.mark.slow
 def test_evolution_with_a_real_step(tmp_path):
     result = CliRunner().invoke(
-        main, ["evolution", *SMALL, "--tokens", "3", "--step", "0.25", "--saves", "3",
+        main, ["evolution", *SMALL, "--n-tokens", "3", "--step", "0.25", "--saves", "3",
                "--json", "--out", str(tmp_path)],
     )  # fmt: skip
     assert result.exit_code == 0, result.output

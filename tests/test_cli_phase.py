@@ -13,7 +13,7 @@ SMALL = [
     "0.5,2",
     "--dim",
     "4",
-    "--trajectories",
+    "--n-trajectories",
     "40",
     "--depth",
     "5",
@@ -33,7 +33,7 @@ def test_phase_diagram_round_trip(tmp_path):
         for key in (
             "beta",
             "dim",
-            "tokens",
+            "n_tokens",
             "trajectories",
             "p_single",
             "p_antipodal",
@@ -68,15 +68,15 @@ def test_phase_diagram_round_trip(tmp_path):
 def test_beta_n_sde_smoke(tmp_path):
     # Smoke of the test above (slow): the same CLI route (beta-n, SDE engine, merges
     # counted), at one N and 40 steps; the columns are there and consistent.
-    args = ["--kind", "beta-n", "--engine", "sde", "--beta", "6", "--tokens", "3"]
-    args += ["--dim", "4", "--trajectories", "8", "--horizon", "2", "--dt", "0.05"]
+    args = ["--kind", "beta-n", "--engine", "sde", "--beta", "6", "--n-tokens", "3"]
+    args += ["--dim", "4", "--n-trajectories", "8", "--horizon", "2", "--dt", "0.05"]
     args += ["--on-merged", "count"]
     result = CliRunner().invoke(
         main, ["phase-diagram", *args, "--no-progress", "--out", str(tmp_path), "--json"]
     )
     assert result.exit_code == 0, result.output
     (point,) = json.loads(result.stdout)["points"]
-    assert point["tokens"] == 3 and "p_antipodal_pair_three_tokens" in point
+    assert point["n_tokens"] == 3 and "p_antipodal_pair_three_tokens" in point
     assert point["p_has_antipodal_pair"] >= point["p_antipodal"]
     assert 0 <= point["sphere_drift"] < 1e-5
 
@@ -85,10 +85,10 @@ def test_beta_n_sde_smoke(tmp_path):
     ("args", "match"),
     [
         (["--dim", "1"], "dim"),
-        (["--tokens", "0"], "tokens"),
+        (["--n-tokens", "0"], "n_tokens"),
         (["--beta", "-1"], "beta"),
         (["--beta", "2:1:0.5"], "empty range"),
-        (["--trajectories", "0"], "trajectories"),
+        (["--n-trajectories", "0"], "trajectories"),
         (["--depth", "0"], "depth"),
         (["--tol", "1.5"], "tol"),
         (["--values", "cauchy"], "values"),
@@ -107,14 +107,14 @@ def test_beta_eps_round_trip(tmp_path):
     # Hybrid (β, ε) diagram, Fig. 4, tiny. Far below ε_c the pair clusters, far above it
     # splits (Prop. 1), and the JSON adds eps and the exact value to the points schema.
     args = ["--kind", "beta-eps", "--beta", "1", "--eps", "0.2,1.5", "--dim", "3"]
-    args += ["--trajectories", "48", "--depth", "100", "--horizon", "20", "--no-progress"]
+    args += ["--n-trajectories", "48", "--depth", "100", "--horizon", "20", "--no-progress"]
     result = CliRunner().invoke(main, ["phase-diagram", *args, "--out", str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
     assert payload["kind"] == "beta-eps" and len(payload["points"]) == 2
     low, high = sorted(payload["points"], key=lambda p: p["eps"])
     for point in (low, high):
-        for key in ("beta", "dim", "tokens", "eps", "trajectories", "p_single", "p_antipodal"):
+        for key in ("beta", "dim", "n_tokens", "eps", "trajectories", "p_single", "p_antipodal"):
             assert key in point
     # The exact t = ∞ value of the hybrid SDE (USA: 0 below ε_c(1) = 0.86, 1 above).
     assert low["p_antipodal_exact"] == 0.0 and high["p_antipodal_exact"] == 1.0
@@ -129,18 +129,18 @@ def test_beta_eps_round_trip(tmp_path):
     # The points are an index: select by value. The layer step ε·e^β/(2√L) of each
     # cell is recorded, and flagged above 0.1 (ε = 1.5: 1.5·e/20 = 0.20).
     ds = ad.open_dataset(tmp_path / "phase_diagram.nc")
-    high = ds.sel(beta=1.0, dim=3, tokens=2, eps=1.5)
+    high = ds.sel(beta=1.0, dim=3, n_tokens=2, eps=1.5)
     assert float(high["layer_step"]) == pytest.approx(1.5 * 2.718281828 / 20, rel=1e-6)
     assert int(high["far_from_limit"]) == 1
-    assert int(ds.sel(beta=1.0, dim=3, tokens=2, eps=0.2)["far_from_limit"]) == 0
+    assert int(ds.sel(beta=1.0, dim=3, n_tokens=2, eps=0.2)["far_from_limit"]) == 0
 
 
 @pytest.mark.slow  # ~100 s CPU: 500 SDE steps at two N; the smoke follows
 def test_beta_n_sde_has_antipodal_pair_positive(tmp_path):
     # Fig. 6: for N ≥ 3 at large β some trajectories end with an antipodal pair. With the
     # SDE engine the drift off the sphere is reported (projection: rounding only).
-    args = ["--kind", "beta-n", "--engine", "sde", "--beta", "6", "--tokens", "3,4"]
-    args += ["--dim", "4", "--trajectories", "48", "--horizon", "10", "--dt", "0.02"]
+    args = ["--kind", "beta-n", "--engine", "sde", "--beta", "6", "--n-tokens", "3,4"]
+    args += ["--dim", "4", "--n-trajectories", "48", "--horizon", "10", "--dt", "0.02"]
     # Clusters at β = 6 reach float32's resolution on the N × d SDE: the default counts
     # them with their bound (no rerun: the SDE's float64 path is another path).
     result = CliRunner().invoke(
@@ -148,7 +148,7 @@ def test_beta_n_sde_has_antipodal_pair_positive(tmp_path):
     )
     assert result.exit_code == 0, result.output
     points = json.loads(result.stdout)["points"]
-    assert [p["tokens"] for p in points] == [3, 4]
+    assert [p["n_tokens"] for p in points] == [3, 4]
     # The three-token reading is carried for N = 3 only: at β = 6 a split outlives T = 10,
     # so it is 3/2 of the exact two-token probability times its hover fraction.
     assert points[0]["p_antipodal_pair_three_tokens"] == pytest.approx(
@@ -187,7 +187,7 @@ def test_unnormalised_attention_at_beta_120_runs_or_is_refused_before_running(tm
     # takes the weights with their exponent apart and runs; the SDE engine needs them whole
     # and is refused before anything is computed, naming --x64 (issue 29).
     large = ["phase-diagram", "--attention", "unnormalized", "--beta", "120", "--dim", "4"]
-    large += ["--trajectories", "10", "--no-progress", "--out", str(tmp_path)]
+    large += ["--n-trajectories", "10", "--no-progress", "--out", str(tmp_path)]
     result = CliRunner().invoke(main, [*large, "--depth", "3", "--horizon", "1", "--json"])
     assert result.exit_code == 0, result.output
     point = json.loads(result.stdout.strip().splitlines()[-1])["points"][0]
@@ -204,8 +204,8 @@ def test_a_numerical_merge_stops_the_cli_and_a_rerun_resumes_with_a_choice(tmp_p
     # pairs come within float32's resolution. --on-merged raise stops (status 1, one line,
     # before any file), keeping the checkpoint; --on-merged count resumes from it, and
     # exclude gives the estimate over the other trajectories.
-    merging = ["phase-diagram", "--beta", "4", "--dim", "3", "--tokens", "2", "--route",
-               "full", "--trajectories", "64", "--horizon", "30", "--depth", "5",
+    merging = ["phase-diagram", "--beta", "4", "--dim", "3", "--n-tokens", "2", "--route",
+               "full", "--n-trajectories", "64", "--horizon", "30", "--depth", "5",
                "--no-progress", "--out", str(tmp_path)]  # fmt: skip
     result = CliRunner().invoke(main, [*merging, "--on-merged", "raise"])
     assert result.exit_code == 1

@@ -10,7 +10,7 @@ from attndyn.cli._schemes import schemes
 from tests.helpers import assert_cf
 
 SMALL = [
-    "--tokens",
+    "--n-tokens",
     "4",
     "--dim",
     "5",
@@ -90,7 +90,7 @@ def test_the_progress_bar_counts_stages_and_can_be_hidden(progress, capsys):
         (["--tau", "-1"], "tau"),
         (["--alpha", "0"], "alpha"),
         (["--r0", "0"], "r0"),
-        (["--tokens", "6", "--dim", "5"], "n_tokens <= dim"),
+        (["--n-tokens", "6", "--dim", "5"], "n_tokens <= dim"),
         # A repeat ran the whole study, wrote it, then crashed in the figures (audit).
         (["--schemes", "post-ln,pre-ln,post-ln"], "--schemes lists post-ln more than once"),
     ],

@@ -413,7 +413,7 @@ def test_three_tokens_follow_the_split_survival_with_no_free_parameter():
         )  # fmt: skip
 
     ds = ad.estimate_probabilities(
-        model, ad.grid(dim=[4], tokens=[3], beta=[3.0]), key=jax.random.key(3),
+        model, ad.grid(dim=[4], n_tokens=[3], beta=[3.0]), key=jax.random.key(3),
         n_trajectories=4000, progress=False, on_merged="count",
     )  # fmt: skip
     split = 1.5 * theory.p_antipodal_uniform(3.0, 4)
@@ -437,10 +437,10 @@ def test_the_beta_n_study_carries_the_three_token_reading_where_it_was_derived()
 
     spec = study.ModelSpec(noise="full", horizon=200.0, sigma=1.5)
     points = [
-        {"beta": 3.0, "dim": 4, "tokens": 3},
-        {"beta": 3.0, "dim": 4, "tokens": 2},
-        {"beta": 3.0, "dim": 2, "tokens": 3},
-        {"beta": 200.0, "dim": 4, "tokens": 3},
+        {"beta": 3.0, "dim": 4, "n_tokens": 3},
+        {"beta": 3.0, "dim": 4, "n_tokens": 2},
+        {"beta": 3.0, "dim": 2, "n_tokens": 3},
+        {"beta": 200.0, "dim": 4, "n_tokens": 3},
     ]
     curve = study.three_token_curve(points, spec, tol=1e-2)
     lifetime = theory.antipodal_split_lifetime(3.0, 4, (2, 1), tol=1e-2, sigma=1.5)

@@ -22,11 +22,11 @@ from attndyn._estimate.runner import default_chunk_size
 from attndyn._models.reduced.absorbing import AbsorbingRoute
 from tests.markers import two_cpu_devices
 
-POINTS = [{"dim": 4, "tokens": 2, "beta": 3.0}, {"dim": 3, "tokens": 3, "beta": 1.0}]
+POINTS = [{"dim": 4, "n_tokens": 2, "beta": 3.0}, {"dim": 3, "n_tokens": 3, "beta": 1.0}]
 
 
-def _model(beta, dim, tokens):
-    del dim, tokens
+def _model(beta, dim, n_tokens):
+    del dim, n_tokens
     return ad.DiscreteTransformer(
         ad.Attention(beta), ad.MatrixValues(1.0), depth=10, saveat=ad.SaveAt(3.0)
     )
@@ -258,7 +258,7 @@ def _two_processes(args: list[str], tmp_path) -> list[tuple[int, str, str]]:
 def test_two_processes_on_localhost_with_jax_distributed(tmp_path):
     # A real two-process run through jax.distributed (CPU collectives over gloo) must give
     # exactly the single-process numbers, and only process 0 writes the outputs.
-    args = ["phase-diagram", "--beta", "1,2", "--dim", "4", "--trajectories", "120", "--depth",
+    args = ["phase-diagram", "--beta", "1,2", "--dim", "4", "--n-trajectories", "120", "--depth",
             "5", "--horizon", "4", "--chunk-size", "20", "--no-progress", "--json"]  # fmt: skip
     runs = _two_processes(args, tmp_path)
     for status, _, err in runs:
@@ -289,8 +289,8 @@ def test_a_merge_stops_every_process_alike(tmp_path):
     # with the same line, and neither hangs (the communicate timeout would fail the test).
     # 16 trajectories: one merges (index < 4), in one process's block only; --on-merged
     # raise stops at it (the default would rerun or bound it).
-    args = ["phase-diagram", "--beta", "4", "--dim", "3", "--tokens", "2", "--route", "full",
-            "--trajectories", "16", "--horizon", "30", "--depth", "5", "--no-progress",
+    args = ["phase-diagram", "--beta", "4", "--dim", "3", "--n-tokens", "2", "--route", "full",
+            "--n-trajectories", "16", "--horizon", "30", "--depth", "5", "--no-progress",
             "--on-merged", "raise"]  # fmt: skip
     runs = _two_processes(args, tmp_path)
     lines = []
@@ -314,7 +314,7 @@ _MANY_TOKENS_CHILD = textwrap.dedent(
         lambda beta, dim, tokens: ad.DiscreteTransformer(
             ad.Attention(beta), ad.MatrixValues(1.0), depth=100, saveat=ad.SaveAt(1.0)
         ),
-        [{"dim": 16, "tokens": 32, "beta": 1.0}],
+        [{"dim": 16, "n_tokens": 32, "beta": 1.0}],
         key=jax.random.key(0),
         n_trajectories=512,
         progress=False,
@@ -364,7 +364,7 @@ _IMPLICIT_CHILD = textwrap.dedent(
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         ds = ad.estimate_probabilities(
-            model, [dict(dim=4, tokens=8, beta=1.0)], key=jax.random.key(0),
+            model, [dict(dim=4, n_tokens=8, beta=1.0)], key=jax.random.key(0),
             n_trajectories=96, progress=False,
         )
     assert any("runs on 1 of the 2 CPU devices" in str(w.message) for w in caught)
@@ -393,7 +393,7 @@ _SMOKE_CHILD = textwrap.dedent(
         lambda beta, dim, tokens: ad.DiscreteTransformer(
             ad.Attention(beta), ad.MatrixValues(1.0), depth=5, saveat=ad.SaveAt(1.0)
         ),
-        [{"dim": 4, "tokens": 3, "beta": 1.0}],
+        [{"dim": 4, "n_tokens": 3, "beta": 1.0}],
         key=jax.random.key(0), n_trajectories=64, progress=False,
     )["span_dim"].values.ravel()[0]
 
@@ -407,7 +407,7 @@ _SMOKE_CHILD = textwrap.dedent(
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         ds = ad.estimate_probabilities(
-            implicit, [dict(dim=3, tokens=3, beta=1.0)], key=jax.random.key(0),
+            implicit, [dict(dim=3, n_tokens=3, beta=1.0)], key=jax.random.key(0),
             n_trajectories=16, progress=False,
         )
     assert any("runs on 1 of the 2 CPU devices" in str(w.message) for w in caught)

@@ -16,7 +16,7 @@ from attndyn._estimate.distributed import ENV_COORDINATOR_TIMEOUT
 from attndyn.cli import main
 from tests.helpers import run_untyped
 
-PHASE = ["phase-diagram", "--beta", "1", "--dim", "4", "--trajectories", "8"]
+PHASE = ["phase-diagram", "--beta", "1", "--dim", "4", "--n-trajectories", "8"]
 PHASE += ["--horizon", "1", "--no-progress"]
 MULTI_HOST_ARGS = ["--coordinator", "127.0.0.1:9", "--process-count", "2", "--process-id", "1"]
 MULTI_HOST = (

@@ -59,7 +59,7 @@ def small_main_job(cwd: Path) -> None:
     args = ["phase-diagram", "--out", "results", "--no-progress"]
     # The shape of the other pages' examples (d = 4, N = 2, L = 10, T = 5, 256 trajectories):
     # one compilation serves them all.
-    small = ["--beta", "0.5,2", "--dim", "4", "--trajectories", "256", "--depth", "10"]
+    small = ["--beta", "0.5,2", "--dim", "4", "--n-trajectories", "256", "--depth", "10"]
     result = CliRunner().invoke(main, [*args, *small, "--horizon", "5"])
     assert result.exit_code == 0, result.output
     assert (cwd / "results" / "phase_diagram.nc").exists()

@@ -13,9 +13,9 @@ from tests.markers import two_cpu_devices
 
 
 def _post_ln(
-    beta, dim, tokens, sigma=1.0, depth=10, horizon=10.0, kind: ad.AttentionKind = "softmax"
+    beta, dim, n_tokens, sigma=1.0, depth=10, horizon=10.0, kind: ad.AttentionKind = "softmax"
 ):
-    del dim, tokens
+    del dim, n_tokens
     return ad.DiscreteTransformer(
         ad.Attention(beta, kind=kind),
         ad.MatrixValues(sigma),
@@ -29,7 +29,7 @@ def _estimate_small(points, **kwargs):
     return ad.estimate_probabilities(_post_ln, points, **kwargs)
 
 
-POINTS = ad.grid(dim=[3, 4], tokens=[2], beta=[1.0, 3.0])
+POINTS = ad.grid(dim=[3, 4], n_tokens=[2], beta=[1.0, 3.0])
 
 
 @pytest.mark.slow
@@ -67,14 +67,14 @@ def test_sweeping_beta_and_sigma_does_not_recompile():
             traces.append(1)  # runs once per trace, i.e. once per compilation
             return self.inner.trajectory(x0, key=key)
 
-    def make(beta, dim, tokens, sigma):
-        del dim, tokens
+    def make(beta, dim, n_tokens, sigma):
+        del dim, n_tokens
         inner = ad.DiscreteTransformer(
             ad.Attention(beta), ad.MatrixValues(sigma), depth=5, saveat=ad.SaveAt(1.0)
         )
         return Counting(inner)
 
-    points = ad.grid(dim=[3], tokens=[2], beta=[0.5, 1.0, 2.0, 4.0], sigma=[0.5, 1.0])
+    points = ad.grid(dim=[3], n_tokens=[2], beta=[0.5, 1.0, 2.0, 4.0], sigma=[0.5, 1.0])
     ad.estimate_probabilities(
         make, points, key=jax.random.key(0), n_trajectories=10, progress=False
     )
@@ -140,7 +140,7 @@ def test_the_version_is_written_once():
 def test_a_point_given_twice_is_refused_before_it_runs(second):
     # Both rows would hold the same key's trajectories (not twice the statistics); with 1
     # and 1.0 they held different trajectories under one coordinate value 1.0.
-    first = {"beta": 1.0, "dim": 3, "tokens": 2}
+    first = {"beta": 1.0, "dim": 3, "n_tokens": 2}
     with pytest.raises(ad.ParameterError, match="points 0 and 2 are the same point"):
         _estimate_small([first, {**first, "beta": 2.0}, {**first, "beta": second}])
     with pytest.raises(ad.ParameterError, match="different random numbers") as error:
@@ -154,25 +154,25 @@ def test_phase_points_take_real_parameters_as_floats():
     from attndyn._estimate.keys import point_id
     from attndyn.studies.phase import phase_points
 
-    api = phase_points("beta-eps", betas=[1, 2], dims=[4], tokens=[2], eps=[0])
-    cli = phase_points("beta-eps", betas=[1.0, 2.0], dims=[4], tokens=[2], eps=[0.0])
+    api = phase_points("beta-eps", betas=[1, 2], dims=[4], n_tokens=[2], eps=[0])
+    cli = phase_points("beta-eps", betas=[1.0, 2.0], dims=[4], n_tokens=[2], eps=[0.0])
     assert [point_id(p) for p in api] == [point_id(p) for p in cli]
     assert all(type(p["beta"]) is float and type(p["dim"]) is int for p in api)
     with pytest.raises(ad.ParameterError, match="same point"):
-        phase_points("beta-d", betas=[1, 1.0], dims=[4], tokens=[2])
+        phase_points("beta-d", betas=[1, 1.0], dims=[4], n_tokens=[2])
     evolution = ad.studies.evolution_points(
-        ["full", "hybrid"], betas=[1], dims=[4], tokens=[2], eps=[0]
+        ["full", "hybrid"], betas=[1], dims=[4], n_tokens=[2], eps=[0]
     )
     assert all(type(p["beta"]) is float and type(p["eps"]) is float for p in evolution)
     with pytest.raises(ad.ParameterError, match="same point"):
-        ad.studies.evolution_points(["hybrid"], betas=[1.0], dims=[4], tokens=[2], eps=[0, 0.0])
+        ad.studies.evolution_points(["hybrid"], betas=[1.0], dims=[4], n_tokens=[2], eps=[0, 0.0])
 
 
 @pytest.mark.slow
 def test_below_threshold_no_antipodal():
     # d = 6: β_c = 1.03. At β = 0.2 the antipodal state repels, so every one of 400 trajectories
     # clusters (the interval of the zero count includes zero).
-    ds = _estimate_small(ad.grid(dim=[6], tokens=[2], beta=[0.2]), n_trajectories=400)
+    ds = _estimate_small(ad.grid(dim=[6], n_tokens=[2], beta=[0.2]), n_trajectories=400)
     last = ds.isel(point=0, time=-1).sel(outcome="antipodal")
     assert int(last["count"]) == 0
     assert float(last["ci_lower"]) == 0.0
@@ -185,7 +185,7 @@ def test_monte_carlo_matches_exact_quadrature_above_threshold(route):
     # tolerance is 4 SE ≈ 0.028. The discretisation bias at L = 20 was measured at ≈ −0.012
     # (d = 4, β = 2, 20000 trajectories): the remaining room is still > 2 SE of noise. The
     # slow test below repeats this at L = 100 with 40000 trajectories.
-    points = [{"dim": 4, "tokens": 2, "beta": 2.0}, {"dim": 3, "tokens": 2, "beta": 1.0}]
+    points = [{"dim": 4, "n_tokens": 2, "beta": 2.0}, {"dim": 3, "n_tokens": 2, "beta": 1.0}]
     ds = ad.estimate_probabilities(
         lambda **p: _post_ln(**p, depth=20, horizon=40.0),
         points,
@@ -208,9 +208,9 @@ def test_monte_carlo_matches_exact_quadrature_above_threshold(route):
 def test_monte_carlo_matches_exact_quadrature_paper_depth():
     # L = 100, T = 60, 40000 trajectories: SE ≈ 0.0022, tolerance 4 SE ≈ 0.009.
     points = [
-        {"dim": 4, "tokens": 2, "beta": 2.0},
-        {"dim": 3, "tokens": 2, "beta": 1.0},
-        {"dim": 6, "tokens": 2, "beta": 2.5},
+        {"dim": 4, "n_tokens": 2, "beta": 2.0},
+        {"dim": 3, "n_tokens": 2, "beta": 1.0},
+        {"dim": 6, "n_tokens": 2, "beta": 2.5},
     ]
     ds = ad.estimate_probabilities(
         lambda **p: _post_ln(**p, depth=100, horizon=60.0),
@@ -230,10 +230,10 @@ def test_overflow_is_reported_not_averaged():
     # Post-LN layer normalises a zero vector, and a trajectory that draws it turns NaN
     # (unnormalised attention at β = 120, which used to overflow here, now runs: the
     # Post-LN layer takes its output with the exponent apart).
-    points = ad.grid(dim=[3], tokens=[1], beta=[1.0])
+    points = ad.grid(dim=[3], n_tokens=[1], beta=[1.0])
 
-    def make(beta, dim, tokens):
-        del dim, tokens
+    def make(beta, dim, n_tokens):
+        del dim, n_tokens
         values = ad.ScalarValues(5 / 2)  # (L + 1)/√L at L = 4
         return ad.DiscreteTransformer(ad.Attention(beta), values, depth=4, saveat=ad.SaveAt(1.0))
 
@@ -308,9 +308,9 @@ def test_checkpoint_of_another_run_is_refused(tmp_path):
         ({"n_trajectories": 0}, "n_trajectories"),
         ({"tol": 0.0}, "tol"),
         ({"tol": 1.0}, "tol"),
-        ({"points": [{"dim": 1, "tokens": 2, "beta": 1.0}]}, "dim"),
-        ({"points": [{"dim": 3, "tokens": 0, "beta": 1.0}]}, "tokens"),
-        ({"points": [{"dim": 3, "tokens": 2, "beta": -1.0}]}, "beta"),
+        ({"points": [{"dim": 1, "n_tokens": 2, "beta": 1.0}]}, "dim"),
+        ({"points": [{"dim": 3, "n_tokens": 0, "beta": 1.0}]}, "n_tokens"),
+        ({"points": [{"dim": 3, "n_tokens": 2, "beta": -1.0}]}, "beta"),
         ({"points": []}, "points"),
     ],
 )
@@ -336,8 +336,8 @@ def test_every_number_is_bit_identical_across_chunk_sizes(family, tile):
     # between chunk sizes. Now every trajectory runs in one compiled tile program.
     tile(8)  # several tiles of 8 per point, on the 2 devices of the tests
 
-    def model(beta, dim, tokens):
-        del dim, tokens
+    def model(beta, dim, n_tokens):
+        del dim, n_tokens
         save = ad.SaveAt(1.0)
         if family == "ode":
             return ad.NormalizedAttentionODE(ad.Attention(beta), ad.PreLN(), saveat=save)
@@ -349,8 +349,8 @@ def test_every_number_is_bit_identical_across_chunk_sizes(family, tile):
         )
 
     shape = {"many tokens": (8, 12), "two heads": (8, 5), "reduced three tokens": (6, 3)}
-    dim, tokens = shape.get(family, (4, 5))
-    point = [{"dim": dim, "tokens": tokens, "beta": 2.0}]
+    dim, n_tokens = shape.get(family, (4, 5))
+    point = [{"dim": dim, "n_tokens": n_tokens, "beta": 2.0}]
     runs = [
         ad.estimate_probabilities(
             model,

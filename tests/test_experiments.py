@@ -100,7 +100,7 @@ def test_a_script_study_resumes_from_its_checkpoint(tmp_path):
     import attndyn as ad
 
     run = _common().run
-    points = ad.grid(dim=[3], tokens=[3], beta=[1.0])
+    points = ad.grid(dim=[3], n_tokens=[3], beta=[1.0])
     kwargs = {"n_trajectories": 16, "attention": "softmax", "depth": 5, "horizon": 1.0}
     ckpt = tmp_path / "study.ckpt.nc"
     ds = run(points, seed=0, checkpoint=ckpt, **kwargs)

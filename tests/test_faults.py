@@ -44,7 +44,7 @@ def sigint_raises():
     signal.signal(signal.SIGINT, previous)
 
 
-STUDY = ["phase-diagram", "--beta", "0.5,1,1.5,2,2.5,3", "--dim", "4", "--trajectories", "3000"]
+STUDY = ["phase-diagram", "--beta", "0.5,1,1.5,2,2.5,3", "--dim", "4", "--n-trajectories", "3000"]
 STUDY += ["--depth", "20", "--horizon", "10", "--route", "full", "--no-progress"]
 # The float32 N × d route merges a few pairs by T = 10 (11 of 1,504 at β = 0.5): counted,
 # so that the kill and resume tests cover the merge tallies too.
@@ -174,7 +174,7 @@ def test_two_runs_into_one_folder(tmp_path):
     # 60,000 trajectories a point (~20 s): the study of 3,000 could finish while the second
     # process was still importing, on a loaded machine, and the second then met the
     # finished results instead of the lock.
-    big = ("--trajectories", "60000")
+    big = ("--n-trajectories", "60000")
     first = _start(out, *big, "--chunk-size", "3000")
     _wait_for(out / ".attndyn.lock")
     second = _run(out, *big, "--sigma", "2")
@@ -193,7 +193,7 @@ def test_damaged_checkpoint_is_reported_and_fresh_recovers(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "phase_diagram.checkpoint.nc").write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 64)
-    small = ["--trajectories", "40", "--beta", "1"]
+    small = ["--n-trajectories", "40", "--beta", "1"]
     damaged = subprocess.run(
         [*CLI, *STUDY, *small, "--out", str(out)], env=_env(), capture_output=True, text=True
     )
@@ -253,13 +253,13 @@ class Walk(ad.AbstractModel):
         return self.finish(state)
 
 
-WALK_POINTS = ad.grid(dim=[3], tokens=[3], beta=[0.3, 0.6])
+WALK_POINTS = ad.grid(dim=[3], n_tokens=[3], beta=[0.3, 0.6])
 TALLIES = ("count", "n_valid", "n_nonfinite", "n_merged", "mean_cosine", "pair_density")
 
 
 def _walk(checkpoint=None, *, chunk_size, n_steps=1500, n_trajectories=32):
     return ad.estimate_probabilities(
-        lambda beta, dim, tokens: Walk(jnp.asarray(beta, jnp.float32), n_steps),
+        lambda beta, dim, n_tokens: Walk(jnp.asarray(beta, jnp.float32), n_steps),
         WALK_POINTS,
         key=jax.random.key(5),
         n_trajectories=n_trajectories,
@@ -434,11 +434,11 @@ def _stop_time(out: Path, delay: float, command: list[str]) -> tuple[int, float,
 
 #: The audit's command (depth 10⁶: a chunk ran for minutes; exit 130 came 96 s after
 #: Ctrl-C, and evolution once swallowed the interrupt and finished with status 0).
-DEEP = ["--dim", "4", "--beta", "1", "--trajectories", "64", "--depth", "1000000"]
+DEEP = ["--dim", "4", "--beta", "1", "--n-trajectories", "64", "--depth", "1000000"]
 DEEP += ["--horizon", "10", "--route", "full", "--early-absorption", "off", "--no-progress"]
 DEEP_COMMANDS = {
     "phase_diagram": ["phase-diagram", *DEEP],
-    "evolution": ["evolution", *DEEP, "--tokens", "2", "--saves", "2"],
+    "evolution": ["evolution", *DEEP, "--n-tokens", "2", "--saves", "2"],
 }
 
 

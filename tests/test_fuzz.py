@@ -83,7 +83,7 @@ COMMON = {
     "horizon": ["0.5", "1", "2"],
     "beta": ["0", "0.5", "1", "0,2", "0:1:0.5"],
     "dim": ["2", "3", "4", "2,4"],
-    "tokens": ["1", "2", "3"],
+    "n_tokens": ["1", "2", "3"],
     "sigma": ["0.5", "1"],
     "tol": ["1e-3", "0.5"],
     "seed": ["0", "7", str(2**32 - 1)],
@@ -102,7 +102,7 @@ EVOLUTION = {**COMMON, "model": ["full", "hybrid", "deterministic", "full,hybrid
 EVOLUTION["saves"] = ["1", "2", "3"]
 SCHEMES = {
     "schemes": ["post-ln", "pre-ln,ngpt", "mix-ln"],
-    "tokens": ["2", "3"],
+    "n_tokens": ["2", "3"],
     "dim": ["3", "4"],
     "beta": ["0", "1"],
     "horizon": ["1", "2"],
@@ -280,7 +280,7 @@ def test_models_build_or_refuse(horizon, ts, depth, dt):
 
 @FAST
 @given(
-    trajectories=st.integers(-5, 2**64),
+    n_trajectories=st.integers(-5, 2**64),
     seed=st.integers(-5, 2**65),
     tol=NUMBERS,
     chunk=st.one_of(st.none(), st.integers(-5, 2**40)),
@@ -295,7 +295,7 @@ def test_study_options_build_or_refuse(
 ):
     _builds_or_refuses(
         lambda: MonteCarlo(
-            trajectories=trajectories,
+            n_trajectories=trajectories,
             seed=seed,
             tol=tol,
             chunk_size=chunk,

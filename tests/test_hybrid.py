@@ -120,14 +120,14 @@ def test_overlap_route_beats_full_route_coalescence():
     # overlap route carries artanh Z: no merge and no single.
     eps = 1.1 * ad.theory.eps_critical(2.0)
 
-    def make(beta, dim, tokens):
-        del dim, tokens
+    def make(beta, dim, n_tokens):
+        del dim, n_tokens
         return ad.HybridSDE(
             ad.Attention(beta, kind="unnormalized"), eps=eps, saveat=ad.SaveAt(50.0)
         )
 
     kw = {"key": jax.random.key(0), "n_trajectories": 500, "progress": False}
-    points = [{"beta": 2.0, "dim": 3, "tokens": 2}]
+    points = [{"beta": 2.0, "dim": 3, "n_tokens": 2}]
     auto = ad.estimate_probabilities(make, points, **kw)
     full = ad.estimate_probabilities(make, points, route="full", on_merged="count", **kw)
     assert ad.provenance(auto)["simulated"] == ["OverlapSDE"]
@@ -145,14 +145,14 @@ def test_overlap_route_has_no_coalescence_smoke():
     # (the full route's merges need the 500: too rare to show in 64).
     eps = 1.1 * ad.theory.eps_critical(2.0)
 
-    def make(beta, dim, tokens):
-        del dim, tokens
+    def make(beta, dim, n_tokens):
+        del dim, n_tokens
         return ad.HybridSDE(
             ad.Attention(beta, kind="unnormalized"), eps=eps, saveat=ad.SaveAt(50.0)
         )
 
     auto = ad.estimate_probabilities(
-        make, [{"beta": 2.0, "dim": 3, "tokens": 2}], key=jax.random.key(0),
+        make, [{"beta": 2.0, "dim": 3, "n_tokens": 2}], key=jax.random.key(0),
         n_trajectories=64, progress=False,
     )  # fmt: skip
     assert ad.provenance(auto)["simulated"] == ["OverlapSDE"]
@@ -163,13 +163,13 @@ def test_overlap_route_has_no_coalescence_smoke():
 
 @pytest.mark.slow
 def test_float64_is_offered_and_recorded():
-    def make(beta, dim, tokens):
-        del dim, tokens
+    def make(beta, dim, n_tokens):
+        del dim, n_tokens
         return ad.DiscreteTransformer(ad.Attention(beta), ad.ScalarValues(0.3), depth=10)
 
     ds = ad.estimate_probabilities(
         make,
-        [{"beta": 1.0, "dim": 3, "tokens": 3}],
+        [{"beta": 1.0, "dim": 3, "n_tokens": 3}],
         key=jax.random.key(0),
         n_trajectories=20,
         progress=False,
@@ -183,14 +183,14 @@ def test_float64_is_offered_and_recorded():
 
 def test_eq7_defaults_to_bounded_noise_and_warns_of_coarse_steps():
     assert ad.ScalarValues(1.0).distribution == "rademacher"
-    model = ad.studies.phase_model(beta=2.0, dim=3, tokens=2, eps=0.5, noise="hybrid")
+    model = ad.studies.phase_model(beta=2.0, dim=3, n_tokens=2, eps=0.5, noise="hybrid")
     assert model.values.distribution == "rademacher"  # type: ignore[attr-defined]
     spec = ad.studies.ModelSpec(noise="hybrid", attention="unnormalized", depth=100)
-    points = ad.studies.phase_points("beta-eps", betas=[3.0], dims=[3], tokens=[2], eps=[1.0])
+    points = ad.studies.phase_points("beta-eps", betas=[3.0], dims=[3], n_tokens=[2], eps=[1.0])
     depth = math.ceil((1.0 * math.exp(3.0) / 2 / 0.1) ** 2)  # step ε e^β/(2√L) = 0.1
     with pytest.warns(UserWarning, match=rf"largest 1(\.\d+)? at .*depth ≥ {depth} "):
         ad.studies.phase.warn_hybrid_step(points, spec)
-    small = ad.studies.phase_points("beta-eps", betas=[0.0], dims=[3], tokens=[2], eps=[0.5])
+    small = ad.studies.phase_points("beta-eps", betas=[0.0], dims=[3], n_tokens=[2], eps=[0.5])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         ad.studies.phase.warn_hybrid_step(small, spec)
@@ -277,15 +277,15 @@ def test_softmax_probability_matches_long_monte_carlo(beta, eps, n):
     # measured below 0.01 (0.7915 ± 0.0064 against 0.7972 with 4,000 paths).
     exact = ad.theory.p_antipodal_hybrid_uniform(beta, eps, 3, "softmax")
 
-    def make(beta, dim, tokens):
-        del tokens
+    def make(beta, dim, n_tokens):
+        del n_tokens
         return ad.OverlapSDE(
             beta, attention="softmax", noise="hybrid", eps=eps, dim=dim,
             saveat=ad.SaveAt(200.0),
         )  # fmt: skip
 
     ds = ad.estimate_probabilities(
-        make, [{"beta": beta, "dim": 3, "tokens": 2}], key=jax.random.key(1),
+        make, [{"beta": beta, "dim": 3, "n_tokens": 2}], key=jax.random.key(1),
         n_trajectories=n, progress=False,
     )  # fmt: skip
     last = ds["probability"].isel(time=-1, point=0)

@@ -52,9 +52,9 @@ class UndeclaredCoinModel(ad.AbstractModel):
 def test_a_new_model_plugs_into_the_estimator():
     # 4,000 trajectories a point: the fraction has SE √(p(1−p)/4000) ≤ 0.008; 4.5 SE
     # fails a correct estimator with probability 7e-6 (fixed seed).
-    points = ad.grid(dim=[3, 5], tokens=[2], p=[0.2, 0.7])
+    points = ad.grid(dim=[3, 5], n_tokens=[2], p=[0.2, 0.7])
     ds = ad.estimate_probabilities(
-        lambda dim, tokens, p: CoinModel(p),
+        lambda dim, n_tokens, p: CoinModel(p),
         points,
         key=jax.random.key(0),
         n_trajectories=4000,
@@ -75,22 +75,22 @@ def test_tokens_that_meet_are_a_merge_unless_the_model_says_they_can():
     # declares which it is. Undeclared, every trajectory is a (numerical) merge.
     run = functools.partial(
         ad.estimate_probabilities,
-        points=[{"dim": 3, "tokens": 2, "p": 0.5}],
+        points=[{"dim": 3, "n_tokens": 2, "p": 0.5}],
         key=jax.random.key(0),
         n_trajectories=8,
         progress=False,
     )
     with pytest.raises(ad.NumericalMergeError, match="8 of 8"):
-        run(lambda dim, tokens, p: UndeclaredCoinModel(CoinModel(p)))
-    ds = run(lambda dim, tokens, p: CoinModel(p))
+        run(lambda dim, n_tokens, p: UndeclaredCoinModel(CoinModel(p)))
+    ds = run(lambda dim, n_tokens, p: CoinModel(p))
     assert int(ds["n_merged"].max()) == 0
 
 
 def test_model_fn_must_return_a_model():
     with pytest.raises(ad.ParameterError, match="AbstractModel"):
         ad.estimate_probabilities(
-            lambda dim, tokens: object(),  # type: ignore[arg-type,return-value]
-            [{"dim": 3, "tokens": 2}],
+            lambda dim, n_tokens: object(),  # type: ignore[arg-type,return-value]
+            [{"dim": 3, "n_tokens": 2}],
             key=jax.random.key(0),
             n_trajectories=2,
             progress=False,

@@ -193,7 +193,7 @@ def test_full_route_two_tokens_equal_float64():
     # attract above β_c(3) = 0). At −1 the exponent κ₋ = 0.48 leaves a float32 bound
     # above 10⁻⁷: those trajectories are rerun in float64 from the same numbers.
     make = functools.partial(_discrete, values=ad.MatrixValues(), depth=20, horizon=10.0)
-    _, auto, _ = _agree(make, [dict(beta=2.0, dim=3, tokens=2)], 256, route="full")
+    _, auto, _ = _agree(make, [dict(beta=2.0, dim=3, n_tokens=2)], 256, route="full")
     assert int(auto["n_rerun"][0]) > 0
 
 
@@ -203,7 +203,7 @@ def test_frame_route_equals_float64():
     # clusters (335 of 512 trajectories by T = 40 at L = 20); their bound (κ ≈ 2 at
     # d = 5) is far below 10⁻⁷, so they are counted.
     make = functools.partial(_discrete, values=ad.MatrixValues(), depth=10, horizon=16.0)
-    _, auto, _ = _agree(make, [dict(beta=3.0, dim=5, tokens=4)], 128)
+    _, auto, _ = _agree(make, [dict(beta=3.0, dim=5, n_tokens=4)], 128)
     assert ad.provenance(auto)["routes"] == ["reduced"]
     assert float(auto["merge_bound"].max()) < 1e-5
 
@@ -213,7 +213,7 @@ def test_span_route_equals_float64():
     # Scalar (hybrid) noise ε = 0.5 < √2, N = 3, d = 4: the span route merges pairs at +1
     # in float32 (+1 attracts: bounded, counted); float64 resolves them.
     make = functools.partial(_discrete, values=ad.ScalarValues(0.5), depth=10, horizon=30.0)
-    raw, auto, wide = _agree(make, [dict(beta=3.0, dim=4, tokens=3)], 128)
+    raw, auto, wide = _agree(make, [dict(beta=3.0, dim=4, n_tokens=3)], 128)
     assert ad.provenance(auto)["routes"] == ["reduced"]
     assert int(wide["n_merged"].max()) < int(raw["n_merged"].max())
 
@@ -227,7 +227,7 @@ def test_exact_two_token_routes_equal_float64_full_routes():
         make = functools.partial(
             _discrete, values=ad.MatrixValues(), depth=20, horizon=10.0, norm=norm
         )
-        points = [dict(beta=1.0, dim=dim, tokens=2)]
+        points = [dict(beta=1.0, dim=dim, n_tokens=2)]
         auto = _study(make, points, 256)
         wide = _study(make, points, 256, route="full", x64=True)
         assert ad.provenance(auto)["routes"] == ["reduced"] and int(auto["n_merged"].max()) == 0
@@ -242,11 +242,11 @@ def test_sde_route_equals_float64():
     # The SDE's Brownian paths depend on the float type of the times, so a float64 run is
     # another path and no rerun applies: its float32 merges are bounded and counted, and
     # the estimate agrees with float64's in law (√2 of one SE: independent runs).
-    def make(beta, dim, tokens):
+    def make(beta, dim, n_tokens):
         integrator = ad.SDEIntegrator(dt=0.1)
         return ad.TransformerSDE(ad.Attention(beta), saveat=ad.SaveAt(20.0), integrator=integrator)
 
-    points = [dict(beta=3.0, dim=5, tokens=4)]
+    points = [dict(beta=3.0, dim=5, n_tokens=4)]
     auto = _study(make, points, 128)
     wide = _study(make, points, 128, x64=True)
     assert int(auto["n_merged"].max()) > 0 and int(auto["n_rerun"][0]) == 0
@@ -268,7 +268,7 @@ def test_reruns_give_the_same_numbers_whatever_the_chunk_size(tile, monkeypatch)
 
     tile(16)
     make = functools.partial(_discrete, values=ad.MatrixValues(), depth=5, horizon=30.0)
-    point = [dict(beta=4.0, dim=3, tokens=2)]
+    point = [dict(beta=4.0, dim=3, n_tokens=2)]
     with monkeypatch.context() as one_layer:
         one_layer.setattr(runner, "FIRST_BLOCK", 1)
         one_layer.setattr(runner, "BLOCK_SECONDS", 0.0)
@@ -279,8 +279,8 @@ def test_reruns_give_the_same_numbers_whatever_the_chunk_size(tile, monkeypatch)
         np.testing.assert_array_equal(runs[0][name].values, runs[1][name].values, name)
 
 
-def _discrete(beta, dim, tokens, *, values, depth, horizon, norm="rms"):
-    del dim, tokens
+def _discrete(beta, dim, n_tokens, *, values, depth, horizon, norm="rms"):
+    del dim, n_tokens
     return ad.DiscreteTransformer(
         ad.Attention(beta), values, ad.PostLN(norm=norm), depth=depth, saveat=ad.SaveAt(horizon)
     )
@@ -304,14 +304,14 @@ def test_a_merge_that_nothing_bounds_is_refused_with_the_way_out():
     # Deterministic Post-LN merges its clusters in float32; wrapped in a custom model the
     # estimator knows no law for the gap and may not rerun: the default stops, in one
     # message naming what to pass; count then runs.
-    def make(beta, dim, tokens):
-        del dim, tokens
+    def make(beta, dim, n_tokens):
+        del dim, n_tokens
         inner = ad.DiscreteTransformer(
             ad.Attention(beta), ad.DeterministicValues(), depth=5, saveat=ad.SaveAt(30.0)
         )
         return _Opaque(inner)
 
-    points = [dict(beta=4.0, dim=3, tokens=5)]
+    points = [dict(beta=4.0, dim=3, n_tokens=5)]
     with pytest.raises(ad.NumericalMergeError, match="no law of a merged pair") as error:
         _study(make, points, 40)
     assert "on_merged='count'" in str(error.value) and "\n" not in str(error.value)

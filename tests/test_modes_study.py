@@ -15,8 +15,8 @@ from attndyn.cli import main
 from attndyn.studies import ModesRun, ModesSpec, modes as modes_module, modes_points, modes_study
 
 # N = 400: 6 trajectories a call (modes.tile_size), so 14 trajectories are 3 calls.
-SMALL = ["--tokens", "400", "--dim", "2", "--beta", "9", "--horizon", "0.2", "--saves", "3"]
-SMALL += ["--trajectories", "14", "--ell-max", "6", "--no-progress"]
+SMALL = ["--n-tokens", "400", "--dim", "2", "--beta", "9", "--horizon", "0.2", "--saves", "3"]
+SMALL += ["--n-trajectories", "14", "--ell-max", "6", "--no-progress"]
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,7 @@ def test_dataset_carries_cf_metadata_and_provenance(cli_run):
             assert ds[name].attrs.get("units") and ds[name].attrs.get("long_name"), name
         record = ad.provenance(ds)
         assert record["kind"] == "modes" and record["n_trajectories"] == 14
-        assert record["arguments"]["tokens"] == "400"
+        assert record["arguments"]["n_tokens"] == "400"
         assert ds["n_clusters_trajectory"].dtype.kind == "i"
         # At t = 0 the mode powers of uniform tokens are ~1/N (a loose check of the
         # pipeline; the law is tested in test_many_tokens).
@@ -52,8 +52,8 @@ def test_same_numbers_whatever_the_chunk_size_and_across_an_interruption(
 ):
     out, _ = cli_run
     spec = ModesSpec(horizon=0.2, saves=3)
-    run = ModesRun(trajectories=14, ell_max=6, chunk_size=1)
-    points = modes_points(dims=[2], tokens=[400], betas=[9.0])
+    run = ModesRun(n_trajectories=14, ell_max=6, chunk_size=1)
+    points = modes_points(dims=[2], n_tokens=[400], betas=[9.0])
     calls = {"n": 0}
     real = modes_module._observe_tile
 
@@ -74,7 +74,7 @@ def test_same_numbers_whatever_the_chunk_size_and_across_an_interruption(
         for name in ("mode_power_trajectory", "n_clusters_trajectory", "log_energy"):
             np.testing.assert_array_equal(resumed[name].values, whole[name].values)
     # A checkpoint of another study is refused, naming the file.
-    other = ModesRun(trajectories=14, ell_max=5)
+    other = ModesRun(n_trajectories=14, ell_max=5)
     with pytest.raises(ad.ParameterError, match="another modes study"):
         modes_study(spec, other, points, checkpoint=checkpoint, progress=False)
 
@@ -82,12 +82,12 @@ def test_same_numbers_whatever_the_chunk_size_and_across_an_interruption(
 @pytest.mark.parametrize(
     ("args", "match"),
     [
-        (["--tokens", "1"], "tokens"),
+        (["--n-tokens", "1"], "n_tokens"),
         (["--beta", "-1"], "beta"),
         (["--beta", "2", "--gamma", "1"], "--gamma"),
         (["--eps", "0.5"], "--noise scalar"),
         (["--noise", "matrix", "--engine", "sde"], "matrix"),
-        (["--trajectories", "1"], "trajectories"),
+        (["--n-trajectories", "1"], "trajectories"),
         (["--ell-max", "0"], "ell_max"),
         (["--saves", "1"], "saves"),
         (["--implementation", "library", "--attention", "unnormalized"], "softmax"),
@@ -107,7 +107,7 @@ def _fake(spec: ModesSpec, points, seed: int = 0) -> xr.Dataset:
     from attndyn.studies._modes_analysis import analyse, attach_cf
 
     rng = np.random.default_rng(seed)
-    run = ModesRun(trajectories=3, ell_max=5)
+    run = ModesRun(n_trajectories=3, ell_max=5)
     times = np.linspace(0, spec.horizon, spec.saves)
     store = modes_module._Store(len(points), 3, len(times), 5, 7)
     shape = store.arrays["n_clusters"].shape
@@ -128,11 +128,11 @@ def test_the_three_figures_fit_and_explain_their_marks():
     dpi, with a legend."""
     spec = ModesSpec(horizon=1.0, saves=11)
     noisy = ModesSpec(horizon=1.0, saves=11, noise="matrix")
-    levels = modes_points(dims=[2], tokens=[64], betas=[4.0], levels=[0, 0.5], level_name="sigma")
+    levels = modes_points(dims=[2], n_tokens=[64], betas=[4.0], levels=[0, 0.5], level_name="sigma")
     datasets = [
-        _fake(spec, modes_points(dims=[2, 3], tokens=[64], betas=[4.0, 9.0])),
+        _fake(spec, modes_points(dims=[2, 3], n_tokens=[64], betas=[4.0, 9.0])),
         _fake(noisy, levels),
-        _fake(spec, modes_points(dims=[8], tokens=[16, 32], gammas=[0.5, 1.5])),
+        _fake(spec, modes_points(dims=[8], n_tokens=[16, 32], gammas=[0.5, 1.5])),
     ]
     for ds in datasets:
         fig = ad.plot.modes(ds)
@@ -148,9 +148,9 @@ def test_measured_growth_rates_agree_with_the_theory(dim, beta):
     trajectories' fitted slopes), and the fastest of them is ℓ*. About 5 min of CPU each
     (docs/guides/many-tokens.md lists the full table)."""
     spec = ModesSpec(horizon=2.5, saves=51, depth=100)
-    run = ModesRun(trajectories=8, ell_max=12)
+    run = ModesRun(n_trajectories=8, ell_max=12)
     ds = modes_study(
-        spec, run, modes_points(dims=[dim], tokens=[4096], betas=[beta]), progress=False
+        spec, run, modes_points(dims=[dim], n_tokens=[4096], betas=[beta]), progress=False
     )
     row = ds.isel(point=0)
     linear = row["linear"].values.astype(bool)

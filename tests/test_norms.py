@@ -148,7 +148,7 @@ def test_theory_of_layernorm_is_rms_in_d_minus_1():
 def test_layernorm_runs_on_the_reduced_route_of_d_minus_1():
     # Post-LN with a centred LayerNorm is, in law, the RMS model in d − 1 dimensions (spec
     # §0): the reduced route runs that one, its start centred and normalised first.
-    model = ad.studies.phase_model(beta=1.0, dim=5, tokens=2, norm="layernorm")
+    model = ad.studies.phase_model(beta=1.0, dim=5, n_tokens=2, norm="layernorm")
     route = ad.select_route(model, n_tokens=2, dim=5)
     reduced = route.model
     assert isinstance(reduced, AbstractFrameRoute) and reduced.dim == 4
@@ -198,7 +198,7 @@ def test_two_token_layernorm_matches_the_exact_curve_of_d_minus_1():
     # at ≈ −0.012, leaving > 2 SE of room. The exact curve of d = 5 (0.035) is 0.085 away,
     # 20 of its SEs: the test tells d − 1 from d.
     _two_token_layernorm(
-        [{"dim": 5, "tokens": 2, "beta": 1.0}],
+        [{"dim": 5, "n_tokens": 2, "beta": 1.0}],
         n_trajectories=2000,
         depth=20,
         horizon=30.0,
@@ -211,9 +211,9 @@ def test_two_token_layernorm_matches_the_exact_curve_of_d_minus_1_at_depth():
     # L = 100, T = 60, 20000 trajectories: SE ≤ 0.0032 and the discretisation bias is
     # five times smaller than at L = 20.
     points = [
-        {"dim": 5, "tokens": 2, "beta": 1.0},
-        {"dim": 4, "tokens": 2, "beta": 2.0},
-        {"dim": 7, "tokens": 2, "beta": 2.5},
+        {"dim": 5, "n_tokens": 2, "beta": 1.0},
+        {"dim": 4, "n_tokens": 2, "beta": 2.0},
+        {"dim": 7, "n_tokens": 2, "beta": 2.5},
     ]
     _two_token_layernorm(points, n_trajectories=20000, depth=100, horizon=60.0, seed=22)
     # The reduced route (the default) runs the RMS chain of d − 1: the same curve.

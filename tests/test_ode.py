@@ -176,12 +176,12 @@ def test_a_failed_solve_is_reported_as_non_finite_and_can_be_excluded():
     # Five steps cannot reach t = 1 at rtol 1e-8: diffrax's max_steps failure used to abort
     # the study with an EquinoxRuntimeError; it now gives NaN states, reported (or excluded)
     # like any non-finite trajectory.
-    def model(beta, dim, tokens):
-        del dim, tokens
+    def model(beta, dim, n_tokens):
+        del dim, n_tokens
         integrator = ad.ODEIntegrator(rtol=1e-8, atol=1e-10, max_steps=5)
         return ad.NormalizedAttentionODE(ad.Attention(beta), integrator=integrator)
 
-    point = [dict(dim=3, tokens=3, beta=1.0)]
+    point = [dict(dim=3, n_tokens=3, beta=1.0)]
     with pytest.raises(ad.NonFiniteError, match=r"8 of 8 .*max_steps reached"):
         ad.estimate_probabilities(model, point, key=jax.random.key(0), n_trajectories=8)
     with pytest.warns(UserWarning, match="excluded from the probabilities"):

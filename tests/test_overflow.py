@@ -137,7 +137,7 @@ def _span_layer(span, cz, log_sz, s):
 
 
 def _plan(model_fn, *, x64=False):
-    points = [{"dim": 4, "tokens": 3, "beta": 40.0}]
+    points = [{"dim": 4, "n_tokens": 3, "beta": 40.0}]
     with jax.enable_x64(x64):
         return make_plan(
             model_fn, points, n_trajectories=8, tol=1e-3, radius=1.0, chunk_size=None,
@@ -148,16 +148,16 @@ def _plan(model_fn, *, x64=False):
 def test_a_scheme_that_needs_the_weights_whole_is_refused_before_running():
     # Pre-LN adds the attention output to the token itself: e^{40} squared passes float32
     # (refused, naming --x64) but not float64 (planned). Post-LN runs in float32.
-    pre = lambda beta, dim, tokens: _usa(beta, scheme=ad.PreLN())  # noqa: E731
+    pre = lambda beta, dim, n_tokens: _usa(beta, scheme=ad.PreLN())  # noqa: E731
     with pytest.raises(ad.ParameterError, match=r"β·‖Q‖‖K‖ = 40 .*--x64"):
         _plan(pre)
     assert _plan(pre, x64=True).x64  # planned: no refusal
-    assert _plan(lambda beta, dim, tokens: _usa(beta)).points  # Post-LN: planned
+    assert _plan(lambda beta, dim, n_tokens: _usa(beta)).points  # Post-LN: planned
     # A diagonal shift c < 0 raises the self-score to β − c: counted.
     shifted = ad.Attention(30.0, kind="unnormalized", diagonal_shift=-10.0)
     model = ad.DiscreteTransformer(shifted, scheme=ad.PreLN(), depth=2)
     with pytest.raises(ad.ParameterError, match=r"β·‖Q‖‖K‖ = 40"):
-        _plan(lambda beta, dim, tokens: model)
+        _plan(lambda beta, dim, n_tokens: model)
 
 
 @pytest.mark.slow
@@ -165,8 +165,8 @@ def test_the_reduced_route_at_beta_30_is_no_longer_all_unclustered():
     # The audit's command through the API: every trajectory came out "unclustered" with
     # mean cosine exactly 0; the full route gave P(single) ≈ 0.35-0.40.
     ds = ad.estimate_probabilities(
-        lambda beta, dim, tokens: _usa(beta),
-        [{"dim": 4, "tokens": 2, "beta": 30.0}],
+        lambda beta, dim, n_tokens: _usa(beta),
+        [{"dim": 4, "n_tokens": 2, "beta": 30.0}],
         key=jax.random.key(0),
         n_trajectories=200,
         progress=False,
@@ -200,7 +200,7 @@ class _OffTheSphere(ad.AbstractTrajectoryModel):
 def test_a_broken_invariant_is_counted_as_non_finite_not_as_a_result():
     # Rows of length 2 (off the sphere the model keeps) and zero rows (no direction, NaN
     # cosines: the audit's mean cosine of 1.07·10⁷ was NaN cast to integers).
-    points = [{"dim": 3, "tokens": 2}]
+    points = [{"dim": 3, "n_tokens": 2}]
     options = {"key": jax.random.key(0), "n_trajectories": 8, "progress": False}
 
     def run(scale, **kwargs):
@@ -224,7 +224,7 @@ def test_reduced_full_and_float64_routes_agree_at_large_beta(beta):
     # --on-merged count would).
     def run(route, x64):
         return ad.estimate_probabilities(
-            lambda beta, dim, tokens: _usa(beta), [{"dim": 4, "tokens": 2, "beta": beta}],
+            lambda beta, dim, n_tokens: _usa(beta), [{"dim": 4, "n_tokens": 2, "beta": beta}],
             key=jax.random.key(int(beta) + x64 + 2 * (route == "full")), n_trajectories=4000,
             progress=False, route=route, x64=x64, on_merged="count",
         )  # fmt: skip

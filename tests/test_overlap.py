@@ -187,14 +187,14 @@ def test_saved_frames_of_a_far_state_are_not_a_numerical_merge(x):
 
 @pytest.mark.slow
 def test_a_long_overlap_run_reports_no_merge():
-    def make(beta, dim, tokens, eps):
-        del dim, tokens
+    def make(beta, dim, n_tokens, eps):
+        del dim, n_tokens
         return ad.HybridSDE(
             ad.Attention(beta, kind="unnormalized"), eps=eps, saveat=ad.SaveAt(200.0)
         )
 
     ds = ad.estimate_probabilities(
-        make, [{"beta": 1.0, "dim": 3, "tokens": 2, "eps": 0.5}], key=jax.random.key(0),
+        make, [{"beta": 1.0, "dim": 3, "n_tokens": 2, "eps": 0.5}], key=jax.random.key(0),
         n_trajectories=16, progress=False,
     )  # fmt: skip
     assert ad.provenance(ds)["simulated"] == ["OverlapSDE"]

@@ -44,8 +44,8 @@ def test_estimator_means_agree_with_the_class_counts():
     # has dimension 1 iff the pair is single or antipodal: mean pair density = P(single)
     # and mean span dimension = 1 + P(unclustered), exactly, trajectory by trajectory.
     ds = ad.estimate_probabilities(
-        lambda **p: ad.studies.phase_model(**p, depth=10, horizon=6.0, save_at=(0.0, 3.0, 6.0)),
-        ad.grid(dim=[4], tokens=[2], beta=[3.0]),
+        lambda **p: ad.studies.phase_model(**p, depth=10, horizon=6.0, saveat=(0.0, 3.0, 6.0)),
+        ad.grid(dim=[4], n_tokens=[2], beta=[3.0]),
         key=jax.random.key(3),
         n_trajectories=300,
         progress=False,
@@ -65,8 +65,8 @@ def test_estimator_means_agree_with_the_class_counts():
 def test_multi_token_means_are_exact_sums_whatever_the_chunking():
     def run(chunk):
         return ad.estimate_probabilities(
-            lambda **p: ad.studies.phase_model(**p, depth=5, horizon=4.0, save_at=(2.0, 4.0)),
-            [{"dim": 4, "tokens": 6, "beta": 4.0}],
+            lambda **p: ad.studies.phase_model(**p, depth=5, horizon=4.0, saveat=(2.0, 4.0)),
+            [{"dim": 4, "n_tokens": 6, "beta": 4.0}],
             key=jax.random.key(4),
             n_trajectories=40,
             progress=False,
@@ -82,7 +82,7 @@ def test_multi_token_means_are_exact_sums_whatever_the_chunking():
 @pytest.mark.slow
 def test_evolution_json_has_the_series_and_the_heatmap(tmp_path):
     # One run also exercises --norm layernorm and a real --step (t = nη).
-    args = ["evolution", "--beta", "1,4", "--tokens", "5", "--dim", "4", "--trajectories", "24"]
+    args = ["evolution", "--beta", "1,4", "--n-tokens", "5", "--dim", "4", "--n-trajectories", "24"]
     args += ["--step", "0.25", "--horizon", "2", "--saves", "3", "--norm", "layernorm"]
     result = CliRunner().invoke(main, [*args, "--no-progress", "--json", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output

@@ -13,8 +13,8 @@ from attndyn._estimate.plan import check_options, make_plan
 from attndyn._estimate.tallies import FIXED_POINT, Tallies, fixed_point_sums
 
 
-def _model(beta, dim, tokens):
-    del dim, tokens
+def _model(beta, dim, n_tokens):
+    del dim, n_tokens
     return ad.DiscreteTransformer(ad.Attention(beta), depth=5, saveat=ad.SaveAt(1.0, (0.4, 1.0)))
 
 
@@ -33,16 +33,16 @@ def _options(**kw):
 
 
 def _plan(**kw):
-    return make_plan(_model, ad.grid(dim=[3, 4], tokens=[2], beta=[1.0]), **_options(**kw))
+    return make_plan(_model, ad.grid(dim=[3, 4], n_tokens=[2], beta=[1.0]), **_options(**kw))
 
 
 def test_point_ids_are_stable_and_ignore_order():
     # Frozen: these identifiers seed every published number.
-    assert point_id({"dim": 4, "tokens": 2, "beta": 1.0}) == point_id(
-        {"beta": 1.0, "tokens": 2, "dim": 4}
+    assert point_id({"dim": 4, "n_tokens": 2, "beta": 1.0}) == point_id(
+        {"beta": 1.0, "n_tokens": 2, "dim": 4}
     )
-    assert point_id({"dim": 4, "tokens": 2, "beta": 1.0}) != point_id(
-        {"dim": 4, "tokens": 2, "beta": 1.5}
+    assert point_id({"dim": 4, "n_tokens": 2, "beta": 1.0}) != point_id(
+        {"dim": 4, "n_tokens": 2, "beta": 1.5}
     )
     assert point_id({"dim": np.int64(4)}) == point_id({"dim": 4})
     key = jax.random.key(0)

@@ -17,7 +17,7 @@ from attndyn.plot._sde import shown_betas
 from attndyn.plot._style import DEFAULT_DPI
 
 
-def _dataset(*, tokens: int = 2, model: str = "", **provenance) -> xr.Dataset:
+def _dataset(*, n_tokens: int = 2, model: str = "", **provenance) -> xr.Dataset:
     betas, times = [0.25, 0.5, 1.0], [1.0, 5.0]  # small β: cheap exact curves
     prob = np.tile(np.array([0.6, 0.3, 0.3, 0.1]), (len(betas), len(times), 1))
     dims3 = ("point", "time", "outcome")
@@ -32,7 +32,7 @@ def _dataset(*, tokens: int = 2, model: str = "", **provenance) -> xr.Dataset:
             "time": times,
             "outcome": list(ad.OUTCOMES),
             "dim": ("point", [4, 4, 6]),
-            "tokens": ("point", [tokens] * len(betas)),
+            "n_tokens": ("point", [n_tokens] * len(betas)),
             "beta": ("point", betas),
         },
     )
@@ -145,7 +145,7 @@ def _hybrid_dataset(*, far: bool = True) -> xr.Dataset:
             "time": [10.0],
             "outcome": list(ad.OUTCOMES),
             "dim": ("point", [3] * n),
-            "tokens": ("point", [2] * n),
+            "n_tokens": ("point", [2] * n),
             "eps": ("point", [e for _, e in points]),
             "beta": ("point", [b for b, _ in points]),
         },
@@ -270,7 +270,7 @@ def test_beta_n_draws_the_references_the_dataset_carries():
     nan = [np.nan] * 3
     references = ((2, [0.1, 0.2, 0.3], nan), (3, nan, [0.0, 0.1, 0.4]), (5, nan, nan))
     parts = [
-        _dataset(tokens=n).assign(
+        _dataset(n_tokens=n).assign(
             p_antipodal_exact=("point", exact), p_antipodal_pair_three_tokens=("point", three)
         )
         for n, exact, three in references

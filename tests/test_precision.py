@@ -118,8 +118,8 @@ def test_merges_are_found_in_blocks_of_rows_as_at_once(block_elements, monkeypat
     last, first = x.copy(), x.copy()
     last[6] = -last[5]
     first[3] = first[0]
-    for tokens, expected in ((x, False), (last, True), (first, True)):
-        assert bool(observables.numerically_merged(jnp.asarray(tokens))) is expected
+    for n_tokens, expected in ((x, False), (last, True), (first, True)):
+        assert bool(observables.numerically_merged(jnp.asarray(n_tokens))) is expected
 
 
 def test_frame_coordinates_with_a_tiny_gap_are_not_merged():

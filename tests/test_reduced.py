@@ -63,8 +63,8 @@ CASES = [
 
 
 @pytest.mark.default_case("1.0-2-1-scheme5-softmax-1.0")
-@pytest.mark.parametrize(("beta", "dim", "tokens", "scheme", "kind", "horizon"), CASES)
-def test_reduced_and_full_routes_agree_in_law(beta, dim, tokens, scheme, kind, horizon):
+@pytest.mark.parametrize(("beta", "dim", "n_tokens", "scheme", "kind", "horizon"), CASES)
+def test_reduced_and_full_routes_agree_in_law(beta, dim, n_tokens, scheme, kind, horizon):
     # KS on 3000 vs 3000 terminal overlaps (L = 20): under equal laws the p-value is
     # uniform, so p < 1e-3 fails a correct route once in a thousand (seeds are fixed). The
     # test has power: a Wishart part with one degree of freedom too many gives p ≈ 1e-16
@@ -76,8 +76,8 @@ def test_reduced_and_full_routes_agree_in_law(beta, dim, tokens, scheme, kind, h
         depth=20,
         saveat=ad.SaveAt(horizon),
     )
-    full = _terminal_overlaps(model, 3000, tokens, dim, seed=1)
-    reduced = _terminal_overlaps(_reduce(model, tokens, dim), 3000, tokens, dim, seed=2)
+    full = _terminal_overlaps(model, 3000, n_tokens, dim, seed=1)
+    reduced = _terminal_overlaps(_reduce(model, n_tokens, dim), 3000, n_tokens, dim, seed=2)
     for k in range(full.shape[1] if full.ndim > 1 else 1):
         a = full[:, k] if full.ndim > 1 else full
         b = reduced[:, k] if reduced.ndim > 1 else reduced
@@ -162,11 +162,11 @@ def test_reduction_is_refused_where_it_is_not_exact():
 
 @pytest.mark.slow
 def test_estimator_picks_the_route_and_says_so():
-    def make(beta, dim, tokens):
-        del dim, tokens
+    def make(beta, dim, n_tokens):
+        del dim, n_tokens
         return ad.DiscreteTransformer(ad.Attention(beta), depth=5, saveat=ad.SaveAt(1.0))
 
-    points = [{"dim": 4, "tokens": 2, "beta": 1.0}, {"dim": 3, "tokens": 3, "beta": 1.0}]
+    points = [{"dim": 4, "n_tokens": 2, "beta": 1.0}, {"dim": 3, "n_tokens": 3, "beta": 1.0}]
     kw = {"key": jax.random.key(0), "n_trajectories": 20, "progress": False}
     ds = ad.estimate_probabilities(make, points, **kw)
     prov = ad.provenance(ds)
@@ -254,13 +254,13 @@ def test_chain_numbers_depend_on_the_key_only(dim):
 def test_sweeping_beta_and_sigma_compiles_once_on_the_reduced_route(caplog):
     # The reduced route is the default for two tokens: a (β, σ) sweep must reuse one
     # compilation of the chunk kernel, as on the full route.
-    def make(beta, dim, tokens, sigma):
-        del dim, tokens
+    def make(beta, dim, n_tokens, sigma):
+        del dim, n_tokens
         return ad.DiscreteTransformer(
             ad.Attention(beta), ad.MatrixValues(sigma), depth=5, saveat=ad.SaveAt(1.0)
         )
 
-    points = ad.grid(dim=[5], tokens=[2], beta=[0.5, 1.0, 2.0], sigma=[0.5, 1.0])
+    points = ad.grid(dim=[5], n_tokens=[2], beta=[0.5, 1.0, 2.0], sigma=[0.5, 1.0])
     with jax.log_compiles(True), caplog.at_level(logging.WARNING, logger="jax"):
         ds = ad.estimate_probabilities(
             make, points, key=jax.random.key(0), n_trajectories=10, progress=False

@@ -55,12 +55,12 @@ def test_compilation_cache_folder_and_switch(tmp_path, monkeypatch):
 def test_provenance_reports_compile_seconds():
     import jax
 
-    def make(beta, dim, tokens):
-        del dim, tokens
+    def make(beta, dim, n_tokens):
+        del dim, n_tokens
         return ad.DiscreteTransformer(ad.Attention(beta), ad.MatrixValues(1.3), depth=3)
 
     ds = ad.estimate_probabilities(
-        make, [{"dim": 5, "tokens": 3, "beta": 0.37}], key=jax.random.key(9),
+        make, [{"dim": 5, "n_tokens": 3, "beta": 0.37}], key=jax.random.key(9),
         n_trajectories=7, progress=False, route="full",
     )  # fmt: skip
     assert ad.provenance(ds)["compile_seconds"] > 0

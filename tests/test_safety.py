@@ -37,7 +37,7 @@ from attndyn.cli import _phase, main
 from tests.markers import two_cpu_devices
 
 N = 40
-POINTS = ad.grid(dim=[4], tokens=[2], beta=[1.0, 2.5])
+POINTS = ad.grid(dim=[4], n_tokens=[2], beta=[1.0, 2.5])
 
 
 class Toy(ad.AbstractTrajectoryModel):
@@ -55,13 +55,13 @@ class Toy(ad.AbstractTrajectoryModel):
         return jnp.stack([step, ad.normalize(step + jnp.roll(step, 1, axis=0))])
 
 
-def _toy(beta, dim, tokens, sigma=1.0):
-    del dim, tokens
+def _toy(beta, dim, n_tokens, sigma=1.0):
+    del dim, n_tokens
     return Toy(beta * sigma)
 
 
-def _model(beta, dim, tokens, sigma=1.0, drift=0.0, query=None, depth=4, scheme=None):
-    del dim, tokens
+def _model(beta, dim, n_tokens, sigma=1.0, drift=0.0, query=None, depth=4, scheme=None):
+    del dim, n_tokens
     return ad.DiscreteTransformer(
         ad.Attention(beta, query=None if query is None else jnp.asarray(query, jnp.float32)),
         ad.MatrixValues(sigma, drift=drift),
@@ -309,7 +309,7 @@ def test_interrupted_write_leaves_the_previous_file(tmp_path):
 # --- Why 3 and 4: output folders (the study itself is a stub here) ------------------------
 
 
-CLI = ["phase-diagram", "--beta", "0.5", "--dim", "4", "--trajectories", "8", "--no-progress"]
+CLI = ["phase-diagram", "--beta", "0.5", "--dim", "4", "--n-trajectories", "8", "--no-progress"]
 
 
 @pytest.fixture
@@ -408,7 +408,16 @@ def stub_evolution(monkeypatch, tmp_path):
     return drawn
 
 
-EVOLUTION = ["evolution", "--beta", "1", "--tokens", "3", "--trajectories", "8", "--no-progress"]
+EVOLUTION = [
+    "evolution",
+    "--beta",
+    "1",
+    "--n-tokens",
+    "3",
+    "--n-trajectories",
+    "8",
+    "--no-progress",
+]
 
 
 def test_evolution_writes_its_heatmap_after_the_dataset_and_guards_it(tmp_path, stub_evolution):

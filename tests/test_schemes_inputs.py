@@ -23,7 +23,7 @@ from attndyn.cli import _schemes, main
 from attndyn.studies import schemes
 from attndyn.theory._symmetric import time_to_gap
 
-SMALL = ["--tokens", "4", "--dim", "5", "--layers", "2", "--runs", "1", "--no-progress"]
+SMALL = ["--n-tokens", "4", "--dim", "5", "--layers", "2", "--runs", "1", "--no-progress"]
 
 
 class Reached(Exception):
@@ -116,7 +116,7 @@ def _refused(tmp_path, monkeypatch, args) -> str:
 def test_the_reported_command_is_refused_up_front(tmp_path, monkeypatch):
     # The audit's command: 10 s of computing, then "pre-ln: 1 − γ never reaches 1e-2".
     line = _refused(tmp_path, monkeypatch, ["--beta", "12", "--runs", "4", "--layers", "20"])
-    assert "pre-ln, mix-ln and peri-ln at --beta=12, --tokens=32, --r0=1, --tau=0.5" in line
+    assert "pre-ln, mix-ln and peri-ln at --beta=12, --n-n_tokens=32, --r0=1, --tau=0.5" in line
     assert "after t = 1e7; allowed: --beta ≤ 6.26, or leaving pre-ln, mix-ln and" in line
 
 
@@ -137,7 +137,7 @@ def test_the_allowed_value_in_the_message_is_allowed_and_just_beyond_it_is_not(
     match = re.search(re.escape(needle) + r"([0-9.e+-]+),", line)
     assert match, line
     bound = float(match.group(1))
-    options: dict[str, Any] = {"tokens": 4, "dim": 5, "beta": 3.0, "alpha": 1.0, "tau": 0.5}
+    options: dict[str, Any] = {"n_tokens": 4, "dim": 5, "beta": 3.0, "alpha": 1.0, "tau": 0.5}
     options["r0"] = 1.0
     options |= {args[i][2:]: float(args[i + 1].split(",")[0]) for i in range(2, len(args), 2)}
     names = args[1].split(",")
@@ -158,7 +158,7 @@ def test_a_start_radius_float32_cannot_square_is_refused(tmp_path, monkeypatch, 
 
 @pytest.mark.parametrize("r0", [2.0**-63, 2e-19, 1.8e19])
 def test_the_radius_range_is_inclusive_where_float32_holds_the_square(r0):
-    schemes.check_schemes_start(["post-ln"], tokens=4, dim=5, beta=1.0, alpha=1.0, tau=0.5, r0=r0)
+    schemes.check_schemes_start(["post-ln"], n_tokens=4, dim=5, beta=1.0, alpha=1.0, tau=0.5, r0=r0)
 
 
 # --- the Python API: ParameterError before the first stage ----------------------------------
@@ -208,6 +208,8 @@ def test_a_fit_that_starts_just_before_t_1e7_runs():
     # The closed form puts nGPT's start 1e-9 before t = 1e7 (it is good to 1e-11); the
     # solver's own error (1e-6 or so) may put it just after: the probe looks past 1e7.
     alpha = (1 + 1e-9) * time_to_gap(NGPT(alpha=1.0), beta=3.0, n_tokens=32) / 1e7
-    schemes.check_schemes_start(["ngpt"], tokens=32, dim=32, beta=3.0, alpha=alpha, tau=0.5, r0=1.0)
+    schemes.check_schemes_start(
+        ["ngpt"], n_tokens=32, dim=32, beta=3.0, alpha=alpha, tau=0.5, r0=1.0
+    )
     theory, fit, (ts, _) = schemes.terminal_fit(NGPT(alpha=alpha), beta=3.0, n_tokens=32, r0=1.0)
     assert ts[0] >= 1e7 and fit.contains(theory.value)

@@ -243,8 +243,8 @@ def test_vmap_over_parameters_and_save_times():
 
 @pytest.mark.slow
 def test_estimator_runs_sde_and_refuses_an_overflowing_beta():
-    def model_fn(beta, dim, tokens):
-        del dim, tokens
+    def model_fn(beta, dim, n_tokens):
+        del dim, n_tokens
         return ad.TransformerSDE(
             ad.Attention(beta, kind="unnormalized"),
             saveat=ad.SaveAt(1.0),
@@ -263,7 +263,7 @@ def test_estimator_runs_sde_and_refuses_an_overflowing_beta():
 def _estimate_two(model_fn, betas=(1.0, 200.0)):
     return ad.estimate_probabilities(
         model_fn,
-        [{"beta": beta, "dim": 3, "tokens": 2} for beta in betas],
+        [{"beta": beta, "dim": 3, "n_tokens": 2} for beta in betas],
         key=jax.random.key(0),
         n_trajectories=16,
         on_nonfinite="exclude",
@@ -281,8 +281,8 @@ def test_prop1_hybrid_clusters_below_and_splits_above_threshold():
     for eps, outcome in ((0.3, "single"), (2.0, "antipodal")):
         assert (eps < eps_c) == (outcome == "single")
 
-        def model_fn(beta, eps, dim, tokens):
-            del dim, tokens
+        def model_fn(beta, eps, dim, n_tokens):
+            del dim, n_tokens
             return ad.HybridSDE(
                 ad.Attention(beta, kind="unnormalized"),
                 eps=eps,
@@ -292,7 +292,7 @@ def test_prop1_hybrid_clusters_below_and_splits_above_threshold():
 
         ds = ad.estimate_probabilities(
             model_fn,
-            [{"beta": 1.0, "eps": eps, "dim": 3, "tokens": 2}],
+            [{"beta": 1.0, "eps": eps, "dim": 3, "n_tokens": 2}],
             key=jax.random.key(4),
             n_trajectories=n,
             progress=False,

@@ -52,14 +52,14 @@ def test_horizons_off_the_grid_warn_with_the_layer_count_or_are_refused():
 
 
 def test_step_through_phase_model_and_the_reduced_route():
-    model = ad.studies.phase_model(beta=1.0, dim=5, tokens=3, step=0.05, horizon=1.0)
+    model = ad.studies.phase_model(beta=1.0, dim=5, n_tokens=3, step=0.05, horizon=1.0)
     assert model.save_times[-1] == pytest.approx(1.0)
     assert ad.select_route(model, n_tokens=3, dim=5).name == "reduced"
 
 
 @pytest.mark.slow
 def test_the_reduced_route_runs_with_a_real_step():
-    model = ad.studies.phase_model(beta=1.0, dim=5, tokens=3, step=0.05, horizon=1.0)
+    model = ad.studies.phase_model(beta=1.0, dim=5, n_tokens=3, step=0.05, horizon=1.0)
     reduced = ad.select_route(model, n_tokens=3, dim=5).model
     keys = jax.random.split(jax.random.key(2), 3)
     x0 = jax.vmap(lambda k: ad.uniform_sphere(key=k, n_tokens=3, dim=5))(keys)

@@ -28,7 +28,7 @@ from attndyn.theory import _phase as theory_phase
 from tests.helpers import run_untyped
 from tests.markers import two_cpu_devices
 
-PHASE = ["phase-diagram", "--beta", "1", "--dim", "4", "--trajectories", "4", "--depth", "2"]
+PHASE = ["phase-diagram", "--beta", "1", "--dim", "4", "--n-trajectories", "4", "--depth", "2"]
 PHASE += ["--horizon", "1", "--no-progress"]
 
 
@@ -66,7 +66,7 @@ def test_click_usage_errors_are_one_line_too(tmp_path, args, needle):
         (["--depth", "1000000000", "--horizon", "60"], "6e+10 layers is more than the 2147483647"),
         (["--horizon", "1e-6"], "it would run 0 layers"),
         (["--seed", str(2**32)], "seed=4294967296 must be an integer in [0, 4294967295]"),
-        (["--trajectories", "3000000000"], "trajectories=3000000000 must be an integer in"),
+        (["--n-trajectories", "3000000000"], "trajectories=3000000000 must be an integer in"),
         # Why 6: tracebacks instead of messages
         (["--beta", "0:1:nan"], "--beta '0:1:nan': every number must be finite"),
         (["--beta", "0:inf:1"], "--beta '0:inf:1': every number must be finite"),
@@ -99,7 +99,7 @@ def test_output_that_is_a_file_is_refused(tmp_path):
     assert afile.read_text() == "keep"
 
 
-EVOLUTION = ["evolution", "--beta", "1", "--dim", "4", "--tokens", "2", "--trajectories", "4"]
+EVOLUTION = ["evolution", "--beta", "1", "--dim", "4", "--n-tokens", "2", "--n-trajectories", "4"]
 EVOLUTION += ["--depth", "2", "--horizon", "1", "--saves", "2", "--no-progress"]
 
 
@@ -109,7 +109,7 @@ EVOLUTION += ["--depth", "2", "--horizon", "1", "--saves", "2", "--no-progress"]
         (["--saves", "1000000000"], "saves=1000000000 must be an integer in [2, 100000]"),
         (["--eps", "nan", "--model", "hybrid"], "every number must be finite"),
         (["--engine", "sde", "--dt", "1e-12", "--horizon", "1e4"], "horizon/dt"),
-        (["--tokens", "99999999"], "tokens=99999999 must be an integer in [1, 65536]"),
+        (["--n-tokens", "99999999"], "n_tokens=99999999 must be an integer in [1, 65536]"),
     ],
 )
 def test_evolution_refuses_up_front(tmp_path, args, needle):
@@ -160,14 +160,14 @@ def test_swept_parameters_must_be_finite_scalars():
 )
 def test_heads_and_matrices_are_checked_against_the_dimension(attention, needle):
     # Why 6: a raw TypeError at trace time; now refused while planning, naming the point.
-    def make(beta, dim, tokens):
-        del beta, dim, tokens
+    def make(beta, dim, n_tokens):
+        del beta, dim, n_tokens
         return ad.DiscreteTransformer(attention(), depth=2, saveat=ad.SaveAt(1.0))
 
     with pytest.raises(ad.ParameterError, match=r"at \{'dim': 4.*" + needle):
         ad.estimate_probabilities(
             make,
-            [{"dim": 4, "tokens": 2, "beta": 1.0}],
+            [{"dim": 4, "n_tokens": 2, "beta": 1.0}],
             key=jax.random.key(0),
             n_trajectories=4,
             progress=False,
@@ -230,7 +230,7 @@ def test_exact_curve_is_computed_before_the_simulation(monkeypatch):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(phase_study.MonteCarlo, "estimate", estimate)
-    points = phase_study.phase_points("beta-d", betas=[400.0, 2e6], dims=[4], tokens=[2])
+    points = phase_study.phase_points("beta-d", betas=[400.0, 2e6], dims=[4], n_tokens=[2])
     assert np.isnan(phase_study.exact_curve(points)[1])
     order.clear()
     with pytest.raises(KeyboardInterrupt):
@@ -310,13 +310,13 @@ def test_undefined_layer_maps_are_named_where_and_only_where_they_turn_nan(
 
 
 def test_an_undefined_map_is_warned_before_the_run_and_named_after_it():
-    def make(dim, tokens, eps):
-        del dim, tokens
+    def make(dim, n_tokens, eps):
+        del dim, n_tokens
         return ad.DiscreteTransformer(
             ad.Attention(0.0), ad.ScalarValues(eps), depth=1, saveat=ad.SaveAt(4.0)
         )
 
-    points = [{"dim": 2, "tokens": 1, "eps": 2.0}, {"dim": 2, "tokens": 1, "eps": 0.5}]
+    points = [{"dim": 2, "n_tokens": 1, "eps": 2.0}, {"dim": 2, "n_tokens": 1, "eps": 0.5}]
     with pytest.warns(UserWarning, match=r"at 1 of 2 points the model's map is undefined"):
         broken = r"a cosine outside \[−1, 1\]\)\. Cause: the value"
         with pytest.raises(ad.NonFiniteError, match=broken):
@@ -331,15 +331,15 @@ def test_rows_too_large_to_normalise_are_reported_not_counted_as_unclustered():
     # counted as valid "unclustered" trajectories with mean cosine 0. That β is now refused
     # before running (the largest exponent, 50, is known); a start radius of 1e20 still
     # overflows only at run time, and is reported then.
-    def usa(beta, dim, tokens):
-        del dim, tokens
+    def usa(beta, dim, n_tokens):
+        del dim, n_tokens
         attention = ad.Attention(beta, kind="unnormalized")
         return ad.DiscreteTransformer(
             attention, ad.DeterministicValues(), ad.PreLN(), depth=10, saveat=ad.SaveAt(2.0)
         )
 
     def run(model_fn, beta, radius=1.0):
-        point = dict(dim=3, tokens=5, beta=beta)
+        point = dict(dim=3, n_tokens=5, beta=beta)
         key = jax.random.key(0)
         return ad.estimate_probabilities(
             model_fn, [point], key=key, n_trajectories=16, radius=radius, progress=False
@@ -348,8 +348,8 @@ def test_rows_too_large_to_normalise_are_reported_not_counted_as_unclustered():
     with pytest.raises(ad.ParameterError, match=r"attention\.beta.*= 50 .*--x64"):
         run(usa, 50.0)
 
-    def pre(beta, dim, tokens):
-        del dim, tokens
+    def pre(beta, dim, n_tokens):
+        del dim, n_tokens
         return ad.DiscreteTransformer(ad.Attention(beta), ad.MatrixValues(1.0), ad.PreLN(), depth=4)
 
     with pytest.raises(ad.NonFiniteError, match=r"Cause: radius=1e\+20"):
@@ -361,13 +361,13 @@ def test_overlap_diffusion_overflow_names_beta(attention):
     # The USA overlap diffusion carries e^{2β}: float32 NaN from β ≈ 44.4 (50: 10 of 64
     # trajectories, 100: all), which the message called "no parameter past its threshold"
     # (audit). SA has no such factor: no cause named.
-    def make(beta, dim, tokens):
-        del dim, tokens
+    def make(beta, dim, n_tokens):
+        del dim, n_tokens
         return ad.OverlapSDE(
             beta, attention=attention, noise="hybrid", eps=1.0, saveat=ad.SaveAt(2.0)
         )
 
-    points = [{"beta": 100.0, "dim": 3, "tokens": 2}]
+    points = [{"beta": 100.0, "dim": 3, "n_tokens": 2}]
     message = overflow_message(make(**points[0]))
     if attention == "softmax":
         assert "No parameter of the model is past" in message
@@ -386,8 +386,8 @@ def test_overflow_from_beta_46_is_explained_and_its_advice_exists():
     # whole (threshold ½·ln max = 44.4 plus ln(√L/σ) = 0.8), which the old message put at
     # 88. Pre-LN is such a layer: refused before running, naming flags that exist. Post-LN
     # normalises the output with its token and runs at that β.
-    def make(beta, dim, tokens, scheme=None):
-        del dim, tokens
+    def make(beta, dim, n_tokens, scheme=None):
+        del dim, n_tokens
         attention = ad.Attention(beta, kind="unnormalized")
         return ad.DiscreteTransformer(
             attention, ad.MatrixValues(1.0), scheme or ad.PreLN(), depth=5, saveat=ad.SaveAt(1.0)
@@ -395,7 +395,7 @@ def test_overflow_from_beta_46_is_explained_and_its_advice_exists():
 
     with pytest.raises(ad.ParameterError) as raised:
         ad.estimate_probabilities(
-            make, [{"dim": 4, "tokens": 2, "beta": 46.0}], key=jax.random.key(0),
+            make, [{"dim": 4, "n_tokens": 2, "beta": 46.0}], key=jax.random.key(0),
             n_trajectories=4, progress=False, route="full",
         )  # fmt: skip
     message = str(raised.value)
@@ -409,7 +409,7 @@ def test_overflow_from_beta_46_is_explained_and_its_advice_exists():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ds = ad.estimate_probabilities(
-            lambda **p: make(**p, scheme=ad.PostLN()), [{"dim": 4, "tokens": 2, "beta": 46.0}],
+            lambda **p: make(**p, scheme=ad.PostLN()), [{"dim": 4, "n_tokens": 2, "beta": 46.0}],
             key=jax.random.key(0), n_trajectories=4, progress=False, route="full",
             on_merged="count",
         )  # fmt: skip
@@ -420,15 +420,15 @@ def test_overflow_from_beta_46_is_explained_and_its_advice_exists():
 @two_cpu_devices
 def test_chunk_is_capped_at_the_trajectory_count():
     # Why 8: --chunk-size 1e7 with 40 trajectories padded every chunk to 1e7.
-    def make(beta, dim, tokens):
-        del dim, tokens
+    def make(beta, dim, n_tokens):
+        del dim, n_tokens
         return ad.DiscreteTransformer(
             ad.Attention(beta, kind="unnormalized"), ad.MatrixValues(1.0), depth=5,
             saveat=ad.SaveAt(1.0),
         )  # fmt: skip
 
     ds = ad.estimate_probabilities(
-        make, [{"dim": 4, "tokens": 2, "beta": 1.0}], key=jax.random.key(0),
+        make, [{"dim": 4, "n_tokens": 2, "beta": 1.0}], key=jax.random.key(0),
         n_trajectories=4, chunk_size=10**7, progress=False, route="full",
     )  # fmt: skip
     # One tile per device: the study's 4 trajectories rounded up to a tile of 8, on each of
@@ -460,13 +460,13 @@ def make(beta, dim, tokens):
 
 key = jax.random.key(0)
 ds = ad.estimate_probabilities(
-    make, [dict(dim=3, tokens=2, beta=jnp.asarray(1.0))], key=key,
+    make, [dict(dim=3, n_tokens=2, beta=jnp.asarray(1.0))], key=key,
     n_trajectories=np.int64(8), tol=np.float32(1e-3), progress=False,
 )
 print(int(ds["n_valid"][0]))
-bad = [dict(dim=3, tokens=2, beta=1.0), dict(dim=3, tokens=2, beta=jnp.ones(2))]
+bad = [dict(dim=3, n_tokens=2, beta=1.0), dict(dim=3, n_tokens=2, beta=jnp.ones(2))]
 print(refused(lambda: ad.estimate_probabilities(make, bad, key=key, n_trajectories=8)))
-one = dict(dim=3, tokens=2, beta=1.0)
+one = dict(dim=3, n_tokens=2, beta=1.0)
 print(refused(lambda: ad.estimate_probabilities(make, one, key=key, n_trajectories=8)))
 """
 
@@ -488,17 +488,17 @@ def test_wrong_kinds_and_numpy_scalars_as_a_user_meets_them():
     assert lines[6].startswith("points must be a list of dicts")
 
 
-def _merging(beta, dim, tokens, horizon):
+def _merging(beta, dim, n_tokens, horizon):
     # Deterministic Post-LN at β = 4 over t = 30 merges the tokens to float32 resolution:
     # their class is then the arithmetic's.
-    del dim, tokens
+    del dim, n_tokens
     return ad.DiscreteTransformer(
         ad.Attention(beta), ad.DeterministicValues(), ad.PostLN(), depth=5,
         saveat=ad.SaveAt(horizon, (horizon / 2, horizon)),
     )  # fmt: skip
 
 
-_MERGING = [dict(dim=3, tokens=5, beta=4.0, horizon=30.0)]
+_MERGING = [dict(dim=3, n_tokens=5, beta=4.0, horizon=30.0)]
 _run_merging = functools.partial(
     ad.estimate_probabilities, _merging, key=jax.random.key(0), n_trajectories=40,
     route="full", progress=False,
@@ -604,13 +604,13 @@ def test_wilson_interval_refuses_more_successes_than_trials():
 def test_a_symmetric_start_that_does_not_fit_the_dimension_is_refused():
     # 5 tokens with pairwise equal overlaps from an orthogonal start need d ≥ 5; at d = 3
     # the estimator used to return numbers.
-    def make(beta, dim, tokens):
+    def make(beta, dim, n_tokens):
         del dim
-        return ad.SymmetricODE(ad.PostLN(), beta, n_tokens=tokens, saveat=ad.SaveAt(1.0))
+        return ad.SymmetricODE(ad.PostLN(), beta, n_tokens=n_tokens, saveat=ad.SaveAt(1.0))
 
     with pytest.raises(ad.ParameterError, match="needs n_tokens <= dim; got n_tokens=5, dim=3"):
         ad.estimate_probabilities(
-            make, [dict(dim=3, tokens=5, beta=1.0)], key=jax.random.key(0), n_trajectories=8,
+            make, [dict(dim=3, n_tokens=5, beta=1.0)], key=jax.random.key(0), n_trajectories=8,
             progress=False,
         )  # fmt: skip
 
@@ -621,8 +621,8 @@ def test_softmax_past_its_float32_resolution_is_named_as_the_cause():
     # products fused into both the row maximum and the exponentials rounded differently,
     # every weight of a row underflowed and the row was 0/0. The error said no parameter
     # was past a threshold (audit). The threshold is ln(max)/eps = 7.4·10⁸ in float32.
-    def make(beta, dim, tokens):
-        del dim, tokens
+    def make(beta, dim, n_tokens):
+        del dim, n_tokens
         return ad.DiscreteTransformer(ad.Attention(beta), depth=5, saveat=ad.SaveAt(1.0))
 
     assert "No parameter of the model is past" in overflow_message(make(1e6, 4, 3))
@@ -633,7 +633,7 @@ def test_softmax_past_its_float32_resolution_is_named_as_the_cause():
         # the row maximum and the exponentials from the same rounded scores, so no row
         # came out 0/0 and there was nothing to report. The message is checked above.
         return
-    points = [{"beta": 1e12, "dim": 4, "tokens": 3}]
+    points = [{"beta": 1e12, "dim": 4, "n_tokens": 3}]
     with pytest.raises(ad.NonFiniteError, match=r"softmax attention \(attention.beta\)"):
         ad.estimate_probabilities(
             make, points, key=jax.random.key(0), n_trajectories=8, progress=False, route="full"

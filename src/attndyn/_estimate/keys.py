@@ -20,6 +20,11 @@ from .._core.errors import ParameterError
 
 Point = Mapping[str, Any]
 
+#: Point names renamed since their values first entered :func:`point_id`: a point is hashed
+#: under its first name, so that a rename never changes its random numbers (0.5 renamed
+#: ``tokens`` to ``n_tokens``). Frozen, as :func:`canonical` is.
+HASHED_AS = {"n_tokens": "tokens"}
+
 
 def canonical(value: Any) -> Any:
     """A point value as it enters :func:`point_id` (NumPy scalars as Python numbers,
@@ -34,8 +39,10 @@ def canonical(value: Any) -> Any:
 
 
 def point_text(point: Point) -> str:
-    """The point's canonical JSON: equal for equal points as written (``1`` ≠ ``1.0``)."""
-    return json.dumps({k: canonical(v) for k, v in sorted(point.items())}, sort_keys=True)
+    """The point's canonical JSON, each parameter under its hashed name (:data:`HASHED_AS`):
+    equal for equal points as written (``1`` ≠ ``1.0``)."""
+    named = {HASHED_AS.get(k, k): canonical(v) for k, v in point.items()}
+    return json.dumps(named, sort_keys=True)
 
 
 def point_id(point: Point) -> int:

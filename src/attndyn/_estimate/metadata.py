@@ -29,6 +29,8 @@ import xarray as xr
 
 #: The CF version the datasets follow.
 CONVENTIONS = "CF-1.10"
+#: Coordinates that attndyn 0.4 named otherwise (old name → new), renamed on reading.
+RENAMED_COORDINATES = {"tokens": "n_tokens"}
 #: The attribute naming the levels of the ``point`` MultiIndex in a written file.
 POINT_INDEX = "point_index"
 #: The papers the models come from (``references`` of every dataset; docs/references.md).
@@ -65,6 +67,8 @@ VARIABLES: dict[str, Variable] = {
     "point": Variable("point", "index of the point in the study's list of points"),
     "beta": Variable("inverse temperature beta", "β of the attention exp(β⟨Qx, Ky⟩)"),
     "dim": Variable("token dimension d", "dimension d of each token (the sphere S^{d-1})"),
+    "n_tokens": Variable("number of tokens N", "tokens per trajectory"),
+    # 0.4's name of n_tokens (points that still give it; open_dataset renames old files').
     "tokens": Variable("number of tokens N", "tokens per trajectory"),
     "eps": Variable(
         "hybrid noise size epsilon",
@@ -306,10 +310,15 @@ def to_netcdf(ds: xr.Dataset, path: str | os.PathLike, **kwargs: Any) -> None:
 def open_dataset(path: str | os.PathLike, **kwargs: Any) -> xr.Dataset:
     """Open an attndyn results file with ``xarray.open_dataset`` and restore its point
     index (the ``point_index`` attribute), so ``ds.sel(beta=2.0, dim=4)`` works. The data
-    are loaded into memory and the file closed."""
+    are loaded into memory and the file closed. A file of attndyn 0.4 reads in today's
+    names (its ``tokens`` coordinate as ``n_tokens``)."""
     with xr.open_dataset(path, **kwargs) as ds:
         ds = ds.load()
     names = str(ds.attrs.pop(POINT_INDEX, "")).split()
+    old = {o: n for o, n in RENAMED_COORDINATES.items() if o in ds.coords and n not in ds.variables}
+    if old and "provenance" in ds.attrs:  # a study's file from attndyn 0.4: today's names
+        ds = ds.rename(old)
+        names = [old.get(n, n) for n in names]
     if names and all(n in ds.coords for n in names):
         ds = ds.set_xindex(names)
     return ds

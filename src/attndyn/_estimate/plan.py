@@ -20,6 +20,7 @@ from .._core.errors import (
     check_int,
     check_sequence,
 )
+from .._core.renamed import deprecation
 from .._models.base import ROUTES, AbstractModel, select_route
 from .diagnose import overflow_refusal
 from .keys import Point, numeric_identity, point_id, point_text
@@ -135,7 +136,7 @@ def check_options(
 
 
 def check_points(points: Sequence[Point]) -> list[dict[str, Any]]:
-    """The points as dicts; each names an integer ``dim`` ≥ 2 and ``tokens`` ≥ 1, and each
+    """The points as dicts; each names an integer ``dim`` ≥ 2 and ``n_tokens`` ≥ 1, and each
     has an identity (:func:`.keys.point_id`), checked before any point runs."""
     if not isinstance(points, Sequence) or not all(isinstance(p, Mapping) for p in points):
         raise ParameterError(
@@ -145,10 +146,18 @@ def check_points(points: Sequence[Point]) -> list[dict[str, Any]]:
     if not points:
         raise ParameterError("points is empty; give at least one parameter point.")
     for p in points:
-        for name, lower, upper in (("dim", 2, MAX_DIM), ("tokens", 1, MAX_TOKENS)):
-            if name not in p:
+        if "tokens" in p:
+            # 0.4's name: kept (model_fn may take it), hashed as n_tokens is (keys.HASHED_AS).
+            if "n_tokens" in p:
+                raise ParameterError(f"point {p} gives n_tokens twice (tokens is its old name).")
+            warnings.warn(
+                deprecation("tokens", "n_tokens", "a point's key"), DeprecationWarning, stacklevel=4
+            )
+        for name, lower, upper in (("dim", 2, MAX_DIM), ("n_tokens", 1, MAX_TOKENS)):
+            value = p.get(name, p.get("tokens")) if name == "n_tokens" else p.get(name)
+            if value is None:
                 raise ParameterError(f"every point must give {name!r}; got {p}.")
-            check_int(name, p[name], lower=lower, upper=upper)
+            check_int(name, value, lower=lower, upper=upper)
         try:
             point_id(p)
         except (TypeError, ValueError):
@@ -229,7 +238,10 @@ def plan_point(
 ) -> PointPlan:
     """Build the point's model, take its reduced form where allowed, make it absorbing
     (where it can be, when ``absorption_required`` is false)."""
-    n_tokens, dim = int(point["tokens"]), int(point["dim"])
+    n_tokens, dim = (
+        int(point["n_tokens"] if "n_tokens" in point else point["tokens"]),
+        int(point["dim"]),
+    )
     user_model = model_fn(**point)
     if not isinstance(user_model, AbstractModel):
         raise ParameterError(

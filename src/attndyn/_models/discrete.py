@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
+from .._core import defaults
 from .._core.attention import Attention
 from .._core.eigenmaps import EigenmapsStep
 from .._core.errors import (
@@ -31,8 +32,8 @@ from .._core.weights import DrawnWeights, RandomWeights
 from .base import AbstractTrajectoryModel, Reduction, advance_saves, begin_saves
 from .reduced.reduction import reduce_discrete
 
-#: The depth L when neither ``depth`` nor ``step`` is given.
-DEFAULT_DEPTH = 100
+#: The depth L when neither ``depth`` nor ``step`` is given (:mod:`attndyn._core.defaults`).
+DEFAULT_DEPTH = defaults.DEPTH
 
 
 def _optional_python_float(value) -> float | None:

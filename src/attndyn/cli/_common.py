@@ -19,7 +19,9 @@ from click.core import ParameterSource
 
 # Only modules that import nothing heavy at the top: `attndyn --help` and the options'
 # own errors never import JAX (each command imports what it runs when it runs).
+from .._core import defaults
 from .._core.names import DISTRIBUTIONS, NORM_NAMES, SDE_SOLVER_NAMES
+from .._core.renamed import DEPRECATED_FLAGS, REMOVED_IN
 from .._estimate.defaults import DEFAULT_COORDINATOR_TIMEOUT
 from ..studies._names import ENGINES
 
@@ -114,7 +116,7 @@ def run_failure(error: BaseException) -> click.ClickException:
     if isinstance(error, MemoryError) or "RESOURCE_EXHAUSTED" in str(error):
         context = click.get_current_context(silent=True)
         known = {o for p in context.command.params for o in p.opts} if context else set()
-        lower = "--tokens or --dim"
+        lower = "--n-tokens or --dim"
         if "--chunk-size" in known:  # a smaller batch needs less memory, same results
             lower = "--chunk-size (trajectories per batch; results unchanged), or " + lower
         return click.ClickException(
@@ -206,6 +208,43 @@ def _apply(func: Callable, options: list[Callable]) -> Callable:
     return func
 
 
+def deprecated_option(old: str, new: str, **attrs: Any) -> Callable:
+    """A hidden option ``old``, 0.4's spelling of ``new``: it still works for one release,
+    with a one-line note on stderr (:func:`take_deprecated` moves its value)."""
+
+    def note(context: click.Context, param: click.Parameter, value: Any) -> Any:
+        if value is not None and context.get_parameter_source(str(param.name)) not in (
+            ParameterSource.DEFAULT,
+            None,
+        ):
+            click.echo(
+                f"note: {old} is deprecated, use {new} (the old flag goes in {REMOVED_IN}).",
+                err=True,
+            )
+        return value
+
+    attrs.setdefault("default", None)
+    return click.option(old, hidden=True, callback=note, **attrs)
+
+
+def take_deprecated(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with the values of deprecated flags moved to their new names (both
+    spellings given: refused, naming them)."""
+    from .._core.errors import ParameterError
+
+    for old, (new, convert) in DEPRECATED_FLAGS.items():
+        if old not in options:
+            continue
+        value = options.pop(old)
+        if value is None:
+            continue
+        if given(new):
+            flag, new_flag = "--" + old.replace("_", "-"), "--" + new.replace("_", "-")
+            raise ParameterError(f"give {new_flag} only ({flag} is its deprecated name).")
+        options[new] = convert(value)
+    return options
+
+
 def study_options(func: Callable) -> Callable:
     """The options every Monte Carlo study command takes: the value noise, the engine, the
     sample, the output folder, and the estimator's route, absorption, non-finite policy
@@ -214,7 +253,7 @@ def study_options(func: Callable) -> Callable:
     options = [
         click.option(
             "--engine",
-            default="discrete",
+            default=defaults.ENGINE,
             show_default=True,
             type=click.Choice(ENGINES),
             help="discrete: the depth-L layer maps; sde: the L → ∞ SDE (eq. 6 / eq. 8).",
@@ -229,14 +268,14 @@ def study_options(func: Callable) -> Callable:
         ),
         click.option(
             "--sigma",
-            default=1.0,
+            default=defaults.SIGMA,
             show_default=True,
             type=float,
             help="σ > 0: the scale of the full value noise (not of the hybrid model's ε).",
         ),
         click.option(
             "--norm",
-            default="rms",
+            default=defaults.NORM,
             show_default=True,
             type=click.Choice(NORM_NAMES),
             help="Token normalisation of Post-LN: rms (the unit sphere) or layernorm "
@@ -252,22 +291,37 @@ def study_options(func: Callable) -> Callable:
         ),
         click.option(
             "--solver",
-            default="euler",
+            default=defaults.SOLVER,
             show_default=True,
             type=click.Choice(SDE_SOLVER_NAMES),
             help="SDE engine: euler (projected Euler–Maruyama, Itô), heun or spark "
             "(diffrax's Heun and SPaRK, on the Stratonovich form).",
         ),
         click.option(
-            "--dt", default=0.01, show_default=True, type=float, help="SDE engine: step in (0, T]."
+            "--dt",
+            default=defaults.DT,
+            show_default=True,
+            type=float,
+            help="SDE engine: step in (0, T].",
         ),
         click.option(
-            "--trajectories", default=2000, show_default=True, type=int, help="Per point."
+            "--n-trajectories",
+            default=defaults.N_TRAJECTORIES,
+            show_default=True,
+            type=int,
+            help="Trajectories per point.",
+        ),
+        deprecated_option("--trajectories", "--n-trajectories", type=int),
+        click.option(
+            "--tol",
+            default=defaults.TOL,
+            show_default=True,
+            type=float,
+            help="Clustering tolerance.",
         ),
         click.option(
-            "--tol", default=1e-3, show_default=True, type=float, help="Clustering tolerance."
+            "--seed", default=defaults.SEED, show_default=True, type=int, help="PRNG seed."
         ),
-        click.option("--seed", default=0, show_default=True, type=int, help="PRNG seed."),
         click.option(
             "--chunk-size",
             default=None,
@@ -338,7 +392,7 @@ class AbsorptionBound(click.ParamType):
 
 
 def scale_options(func: Callable) -> Callable:
-    """``--route``, ``--early-absorption``, ``--exclude-nonfinite`` and the multi-host flags."""
+    """``--route``, ``--early-absorption``, ``--on-nonfinite`` and the multi-host flags."""
     options = [
         click.option(
             "--route",
@@ -366,7 +420,7 @@ def scale_options(func: Callable) -> Callable:
         click.option(
             "--on-merged",
             type=click.Choice(["auto", "raise", "exclude", "count"]),
-            default="auto",
+            default=defaults.ON_MERGED,
             show_default=True,
             help="Trajectories whose tokens merged numerically (float precision, not the "
             "dynamics, fixed their class): auto bounds the chance that each merged pair "
@@ -377,10 +431,16 @@ def scale_options(func: Callable) -> Callable:
             "arithmetic's class. n_merged counts them always.",
         ),
         click.option(
-            "--exclude-nonfinite",
-            is_flag=True,
-            help="Drop trajectories that overflow (NaN/inf) from the probabilities, with a "
-            "warning and their count in n_nonfinite, instead of stopping with an error.",
+            "--on-nonfinite",
+            type=click.Choice(["raise", "exclude"]),
+            default=defaults.ON_NONFINITE,
+            show_default=True,
+            help="Trajectories that overflow (NaN/inf): raise stops with an error naming "
+            "them; exclude drops them from the probabilities, with a warning and their "
+            "count in n_nonfinite.",
+        ),
+        deprecated_option(
+            "--exclude-nonfinite", "--on-nonfinite exclude", is_flag=True, default=None
         ),
         click.option(
             "--coordinator",
@@ -542,13 +602,13 @@ def monte_carlo(options: dict[str, Any]) -> MonteCarlo:
     from ..studies.phase import MonteCarlo
 
     return MonteCarlo(
-        trajectories=options["trajectories"],
+        n_trajectories=options["n_trajectories"],
         seed=options["seed"],
         tol=options["tol"],
         chunk_size=options["chunk_size"],
         route=options.get("route", "auto"),
         early_absorption=options.get("early_absorption"),
-        exclude_nonfinite=options.get("exclude_nonfinite", False),
+        on_nonfinite=options.get("on_nonfinite", defaults.ON_NONFINITE),
         x64=options.get("x64", False),
         on_merged=options.get("on_merged", "auto"),
     )
@@ -699,7 +759,7 @@ def warn_merged(ds) -> None:
     for i in [i for i, n in enumerate(most) if n > 0]:
         row = ds.isel(point=i)
         params = ", ".join(
-            f"{k}={row[k].item()}" for k in ("beta", "eps", "dim", "tokens") if k in row.coords
+            f"{k}={row[k].item()}" for k in ("beta", "eps", "dim", "n_tokens") if k in row.coords
         )
         say(
             f"warning: {int(most[i])} of {int(row['n_valid'])} trajectories at {params} have "

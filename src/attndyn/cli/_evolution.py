@@ -5,10 +5,12 @@ import time
 
 import click
 
+from .._core import defaults
 from .._core.names import ATTENTION_KINDS
 from ._common import (
     check_engine_flags,
     cli_errors,
+    deprecated_option,
     depth_conflicts,
     finish,
     floats,
@@ -24,6 +26,7 @@ from ._common import (
     study_metadata,
     study_options,
     study_output,
+    take_deprecated,
 )
 
 #: What the command runs, imported when it runs (a --help imports no JAX).
@@ -50,7 +53,8 @@ PAIR_DENSITY_FIGURE = "evolution_pair_density.png"
 )
 @click.option("--beta", default="5", show_default=True, help="β values: a:b:step or a,b,c.")
 @click.option("--dim", default="4", show_default=True, help="Dimensions d ≥ 2.")
-@click.option("--tokens", default="50", show_default=True, help="Numbers of tokens N ≥ 1.")
+@click.option("--n-tokens", default="50", show_default=True, help="Numbers of tokens N ≥ 1.")
+@deprecated_option("--tokens", "--n-tokens")
 @click.option(
     "--eps",
     default="1.0",
@@ -59,27 +63,39 @@ PAIR_DENSITY_FIGURE = "evolution_pair_density.png"
 )
 @click.option(
     "--attention",
-    default="softmax",
+    default=defaults.ATTENTION,
     show_default=True,
     type=click.Choice(ATTENTION_KINDS),
     help="Attention kind.",
 )
 @click.option(
     "--depth",
-    default=100,
+    default=defaults.DEPTH,
     show_default=True,
     type=int,
     help="L: layers per unit time (discrete engine; not with --step).",
 )
-@click.option("--horizon", default=50.0, show_default=True, type=float, help="T: time horizon.")
-@click.option("--saves", default=51, show_default=True, type=int, help="Save times in [0, T].")
+@click.option(
+    "--horizon",
+    default=defaults.horizon_of("evolution"),
+    show_default=True,
+    type=float,
+    help="T: time horizon.",
+)
+@click.option(
+    "--saves",
+    default=defaults.STUDY_DEFAULTS["saves"]["evolution"],
+    show_default=True,
+    type=int,
+    help="Save times in [0, T].",
+)
 @study_options
 @cli_errors
 def evolution(**options) -> None:
     """Fractions of single / antipodal / unclustered (and has-an-antipodal-pair) against
     time, with Wilson 95 % error bars (seed 003 Figs. 7-9).
 
-    Fig. 7: --beta 5 --dim 4 --tokens 50 --horizon 50. Fig. 8: --tokens 2 --dim 4,6,8,10
+    Fig. 7: --beta 5 --dim 4 --n-tokens 50 --horizon 50. Fig. 8: --n-tokens 2 --dim 4,6,8,10
     --beta 0.25,1,3 --horizon 50 (and 100). Fig. 9: --model full,deterministic --beta 0.5
     --horizon 15, and --beta 4.5 --horizon 30. Writes OUT/evolution.nc,
     OUT/evolution.png and OUT/evolution_pair_density.png (the (t, β) heatmap of the
@@ -87,6 +103,7 @@ def evolution(**options) -> None:
     mean pair density and span dimension (Gram eigenvalues > 1e-3) with standard errors.
     """
     options["started"] = time.perf_counter()
+    take_deprecated(options)
     writer = start_processes(options)  # jax.distributed must start before other JAX work
     run = sys.modules[__name__]  # the study's names, loaded now (see __getattr__)
     check_engine_flags(options)
@@ -95,7 +112,7 @@ def evolution(**options) -> None:
         models,
         betas=floats("beta", options["beta"]),
         dims=ints("dim", options["dim"]),
-        tokens=ints("tokens", options["tokens"]),
+        n_tokens=ints("n-tokens", options["n_tokens"]),
         eps=floats("eps", options["eps"]),
     )
     # Checked here as the study checks it, before the output folder (and the space the

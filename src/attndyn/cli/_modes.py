@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from .._core import defaults
 from .._core.names import (
     ATTENTION_KINDS,
     DISTRIBUTIONS,
@@ -21,6 +22,7 @@ from ..studies._names import ENGINES, MODES_NOISES
 from ._common import (
     cli_errors,
     command_line,
+    deprecated_option,
     emit_json,
     floats,
     given,
@@ -32,6 +34,7 @@ from ._common import (
     png_metadata,
     save_png,
     say,
+    take_deprecated,
 )
 
 if TYPE_CHECKING:
@@ -55,7 +58,8 @@ NAME = "modes"
     help="Instead of --beta: β = γ log N per N (long context), γ > 0 (a list).",
 )
 @click.option("--dim", default="2", show_default=True, help="Dimensions d ≥ 2 (a list).")
-@click.option("--tokens", default="4096", show_default=True, help="Numbers of tokens N ≥ 2.")
+@click.option("--n-tokens", default="4096", show_default=True, help="Numbers of tokens N ≥ 2.")
+@deprecated_option("--tokens", "--n-tokens")
 @click.option(
     "--attention",
     default="softmax",
@@ -88,10 +92,20 @@ NAME = "modes"
     help="Law of the noise [default: rademacher for scalar, gaussian for matrix].",
 )
 @click.option("--engine", default="discrete", show_default=True, type=click.Choice(ENGINES))
-@click.option("--depth", default=100, show_default=True, type=int, help="L: layers per unit time.")
+@click.option(
+    "--depth", default=defaults.DEPTH, show_default=True, type=int, help="L: layers per unit time."
+)
 @click.option("--step", default=None, type=float, help="A real layer step η instead of --depth.")
-@click.option("--horizon", default=12.0, show_default=True, type=float, help="T.")
-@click.option("--saves", default=121, show_default=True, type=int, help="Save times in [0, T].")
+@click.option(
+    "--horizon", default=defaults.horizon_of("modes"), show_default=True, type=float, help="T."
+)
+@click.option(
+    "--saves",
+    default=defaults.STUDY_DEFAULTS["saves"]["modes"],
+    show_default=True,
+    type=int,
+    help="Save times in [0, T].",
+)
 @click.option(
     "--solver",
     default="euler",
@@ -99,7 +113,7 @@ NAME = "modes"
     type=click.Choice(SDE_SOLVER_NAMES),
     help="SDE engine: euler (Itô), heun or spark (Stratonovich): diffrax's Euler, Heun, SPaRK.",
 )
-@click.option("--dt", default=0.01, show_default=True, type=float, help="SDE engine: step.")
+@click.option("--dt", default=defaults.DT, show_default=True, type=float, help="SDE engine: step.")
 @click.option(
     "--implementation",
     default="auto",
@@ -107,7 +121,14 @@ NAME = "modes"
     type=click.Choice(IMPLEMENTATIONS),
     help="Attention: auto attends in blocks above 2,048 tokens (memory block × N).",
 )
-@click.option("--trajectories", default=8, show_default=True, type=int, help="Per point (≥ 2).")
+@click.option(
+    "--n-trajectories",
+    default=defaults.STUDY_DEFAULTS["n_trajectories"]["modes"],
+    show_default=True,
+    type=int,
+    help="Trajectories per point (≥ 2).",
+)
+@deprecated_option("--trajectories", "--n-trajectories", type=int)
 @click.option("--ell-max", default=16, show_default=True, type=int, help="Largest degree ℓ.")
 @click.option(
     "--tol",
@@ -116,7 +137,7 @@ NAME = "modes"
     help="Clustering tolerance in (0, 1) [default: from N and d, a tenth of the uniform "
     "spacing, at most 1e-3].",
 )
-@click.option("--seed", default=0, show_default=True, type=int, help="PRNG seed.")
+@click.option("--seed", default=defaults.SEED, show_default=True, type=int, help="PRNG seed.")
 @click.option(
     "--chunk-size",
     default=None,
@@ -142,14 +163,15 @@ def modes(**options) -> None:
     growth rate of each degree fitted over its linear window beside the theory 2λ_ℓ and the
     most unstable degree ℓ*, and the metastable plateau.
 
-    Examples: --dim 2 --tokens 4096 --beta 4,9,16 --horizon 3 --saves 61 (the growth
-    rates); --tokens 512 --beta 4 --noise scalar --eps 0,0.5,1 --horizon 100 (noise and
-    the plateau); --dim 32 --tokens 64,256,1024 --gamma 0.5:2:0.25 --horizon 5 (long
+    Examples: --dim 2 --n-tokens 4096 --beta 4,9,16 --horizon 3 --saves 61 (the growth
+    rates); --n-tokens 512 --beta 4 --noise scalar --eps 0,0.5,1 --horizon 100 (noise and
+    the plateau); --dim 32 --n-tokens 64,256,1024 --gamma 0.5:2:0.25 --horizon 5 (long
     context, β = γ log N). Writes OUT/modes.nc (CF-1.10) and OUT/modes.png.
     """
     from ._output import Output, result_arguments
 
     options["started"] = time.perf_counter()
+    take_deprecated(options)
     spec, run, points = _parse(options)
     arguments = result_arguments({k: v for k, v in options.items() if k not in ("cache_dir",)})
     if options["cache"]:
@@ -216,7 +238,7 @@ def _parse(options: dict[str, Any]) -> tuple[ModesSpec, ModesRun, list[dict[str,
         implementation=options["implementation"],
     )
     run = ModesRun(
-        trajectories=options["trajectories"],
+        n_trajectories=options["n_trajectories"],
         seed=options["seed"],
         tol=options["tol"],
         ell_max=options["ell_max"],
@@ -229,7 +251,7 @@ def _parse(options: dict[str, Any]) -> tuple[ModesSpec, ModesRun, list[dict[str,
     )
     points = run_module.modes_points(
         dims=ints("dim", options["dim"]),
-        tokens=ints("tokens", options["tokens"]),
+        n_tokens=ints("n-tokens", options["n_tokens"]),
         levels=levels,
         level_name=level_name,
         **scales,
@@ -238,7 +260,7 @@ def _parse(options: dict[str, Any]) -> tuple[ModesSpec, ModesRun, list[dict[str,
         spec.model(
             beta=point["beta"],
             dim=point["dim"],
-            tokens=point["tokens"],
+            n_tokens=point["n_tokens"],
             level=point.get(level_name or "", 0.0),
         )
     return spec, run, points

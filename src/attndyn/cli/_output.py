@@ -228,9 +228,22 @@ def _recorded_arguments(path: Path) -> dict[str, Any] | None:
             return json.loads(ds.attrs["provenance"]).get("arguments")
 
     try:
-        return uninterrupted(read)
+        recorded = uninterrupted(read)
     except Exception:  # a damaged or foreign file: its arguments are unknown
         return None
+    return _in_todays_names(recorded) if isinstance(recorded, dict) else recorded
+
+
+def _in_todays_names(recorded: dict[str, Any]) -> dict[str, Any]:
+    """Arguments recorded by attndyn 0.4 under the flags 0.5 renamed, in today's names (a
+    rerun of the same command then replaces its own results, as before)."""
+    from .._core.renamed import DEPRECATED_FLAGS
+
+    out = dict(recorded)
+    for old, (new, convert) in DEPRECATED_FLAGS.items():
+        if old in out and new not in out:
+            out[new] = convert(out.pop(old))
+    return out
 
 
 def _difference(theirs: dict[str, Any] | None, ours: dict[str, Any]) -> str:

@@ -16,6 +16,7 @@ from ..studies._names import (
 from ._common import (
     check_engine_flags,
     cli_errors,
+    deprecated_option,
     depth_conflicts,
     finish,
     floats,
@@ -31,6 +32,7 @@ from ._common import (
     study_metadata,
     study_options,
     study_output,
+    take_deprecated,
 )
 
 #: What the command runs, imported when it runs (a --help imports no JAX).
@@ -61,7 +63,8 @@ __getattr__ = lazy_names(
     "within 0.15 of one, where a finite horizon cannot settle].",
 )
 @click.option("--dim", default="4,6,8", show_default=True, help="Dimensions d ≥ 2.")
-@click.option("--tokens", default="2", show_default=True, help="Numbers of tokens N ≥ 1.")
+@click.option("--n-tokens", default="2", show_default=True, help="Numbers of tokens N ≥ 1.")
+@deprecated_option("--tokens", "--n-tokens")
 @click.option(
     "--depth",
     default=DEFAULT_DEPTH,
@@ -100,7 +103,7 @@ def phase_diagram(**options) -> None:
     Fig. 4 (paper: --dim 3 --depth 100 --horizon 50); cells coloured by their most likely
     class and shaded by its probability, ε_c(β) = √(2·exp(−β)) dashed, cells whose layer
     step exceeds 0.1 hatched (the dataset's far_from_limit).
-    --kind beta-n: P(has an antipodal pair) against β, one curve per N in --tokens, Fig. 6.
+    --kind beta-n: P(has an antipodal pair) against β, one curve per N in --n-tokens, Fig. 6.
 
     Uniform starts on the sphere; writes OUT/phase_diagram.nc (probabilities, Wilson 95 %
     intervals, counts, provenance; with --engine sde also the measured drift off the
@@ -117,6 +120,7 @@ def phase_diagram(**options) -> None:
     outputs.
     """
     options["started"] = time.perf_counter()
+    take_deprecated(options)
     writer = start_processes(options)  # jax.distributed must start before other JAX work
     run = sys.modules[__name__]  # the study's names, loaded now (see __getattr__)
     phase_points, EXACT_BETA_MAX = run.phase_points, run.EXACT_BETA_MAX
@@ -126,7 +130,7 @@ def phase_diagram(**options) -> None:
         kind,
         betas=floats("beta", options["beta"]),
         dims=ints("dim", options["dim"]),
-        tokens=ints("tokens", options["tokens"]),
+        n_tokens=ints("n-tokens", options["n_tokens"]),
         eps=floats("eps", options["eps"]) if kind == "beta-eps" else (),
     )
     if kind == "beta-d" and writer and any(p["beta"] > EXACT_BETA_MAX for p in points):

@@ -6,10 +6,12 @@ from typing import Any
 
 import click
 
+from .._core import defaults
 from .._core.names import SCHEME_NAMES
 from ._common import (
     cli_errors,
     command_line,
+    deprecated_option,
     emit_json,
     floats,
     lazy_names,
@@ -20,6 +22,7 @@ from ._common import (
     png_metadata,
     save_png,
     say,
+    take_deprecated,
 )
 
 #: What the command runs, imported when it runs (a --help imports no JAX).
@@ -49,17 +52,18 @@ FIGURES = ("gamma", "ngpt_alpha", "random_weights", "rates")
     help="Comma-separated scheme names.",
 )
 @click.option(
-    "--tokens",
+    "--n-tokens",
     default=32,
     show_default=True,
     type=int,
     help="n tokens of the symmetric start (n ≤ d).",
 )
+@deprecated_option("--tokens", "--n-tokens", type=int)
 @click.option("--dim", default=32, show_default=True, type=int, help="d.")
 @click.option("--beta", default=3.0, show_default=True, type=float, help="β ≥ 0.")
 @click.option(
     "--horizon",
-    default=60.0,
+    default=defaults.horizon_of("schemes"),
     show_default=True,
     type=float,
     help="T of the γ(t) curves (terminal rates run to their own horizon).",
@@ -107,6 +111,7 @@ def schemes(**options) -> None:
     locked, before anything is computed; results of other arguments are never replaced
     unless --overwrite is given.
     """
+    take_deprecated(options)
     from .._core.errors import INT32_MAX, check_int
     from .._estimate.dataset import attach_provenance, provenance
     from .._estimate.metadata import to_netcdf
@@ -129,11 +134,11 @@ def schemes(**options) -> None:
         scheme_names,
         alpha=alphas[0],
         prefix="--",
-        **{k: options[k] for k in ("tokens", "dim", "beta", "tau", "r0")},
+        **{k: options[k] for k in ("n_tokens", "dim", "beta", "tau", "r0")},
     )
     rw: dict[str, Any] = {"rw_layers": options["layers"], "rw_runs": options["runs"]}
     if options["full_size"]:
-        rw.update(rw_dim=512, rw_tokens=256)
+        rw.update(rw_dim=512, rw_n_tokens=256)
     arguments = result_arguments(options)
     with Output(
         options["out"],
@@ -148,7 +153,7 @@ def schemes(**options) -> None:
             alphas=alphas,
             seed=options["seed"],
             progress=not options["no_progress"],
-            **{k: options[k] for k in ("tokens", "dim", "beta", "horizon", "tau", "r0")},
+            **{k: options[k] for k in ("n_tokens", "dim", "beta", "horizon", "tau", "r0")},
             **rw,
         )
         record = {**provenance(ds), "command": command_line(), "arguments": arguments}

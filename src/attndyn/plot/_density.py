@@ -8,7 +8,7 @@ from ._figure import subplots
 from ._style import MAX_WIDTH_INCHES, SYMBOLS, setting_line, swept
 
 #: Coordinates that split a dataset into panels (β and time are the axes of each panel).
-GROUP_KEYS = ("model", "dim", "tokens", "eps")
+GROUP_KEYS = ("model", "dim", "n_tokens", "eps")
 LABELS = {
     "pair_density": "fraction of pairs with cosine > 0.999",
     "span_dim": "dimension of the span (Gram eigenvalues > 1e-3)",

@@ -76,7 +76,7 @@ def _modes(ds: xr.Dataset) -> Figure:
             _rates(axes[0, column], row, color)
             _star_power(axes[1, column], row, color)
             _clusters(axes[2, column], row, color)
-        tokens = sorted({int(ds["tokens"].values[i]) for i in points})
+        tokens = sorted({int(ds["n_tokens"].values[i]) for i in points})
         axes[0, column].set_title(
             f"d = {dim}, N = {', '.join(f'{n:,}' for n in tokens)}: growth rate of P_ℓ",
             fontsize=9,
@@ -153,7 +153,7 @@ def _rates(ax, row: xr.Dataset, color) -> None:
 def _star_power(ax, row: xr.Dataset, color) -> None:
     times = row["time"].values
     star = int(row["ell_star"])
-    n_tokens = int(row["tokens"])
+    n_tokens = int(row["n_tokens"])
     mean = row["mode_power"].values[:, star] * n_tokens
     se = row["mode_power_se"].values[:, star] * n_tokens
     ax.plot(times, mean, color=color, lw=1.0)
@@ -291,11 +291,11 @@ def _noise(ds: xr.Dataset, level: str) -> Figure:
 
 def _long_context(ds: xr.Dataset) -> Figure:
     fig, axes = subplots(1, 2, figsize=(11.6, 4.4), squeeze=False)
-    tokens = sorted({int(n) for n in ds["tokens"].values})
+    tokens = sorted({int(n) for n in ds["n_tokens"].values})
     colors = dict(zip(tokens, ordered_colors(len(tokens)), strict=True))
     left, right = axes[0]
     for n in tokens:
-        idx = [i for i in range(ds.sizes["point"]) if int(ds["tokens"].values[i]) == n]
+        idx = [i for i in range(ds.sizes["point"]) if int(ds["n_tokens"].values[i]) == n]
         idx = sorted(idx, key=lambda i: float(ds["gamma"].values[i]))
         gamma = ds["gamma"].values[idx]
         last = ds.isel(point=idx, time=-1)

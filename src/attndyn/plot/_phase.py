@@ -35,7 +35,7 @@ def plot_phase_diagram(
     assert ax is not None
     last = ds.isel(time=-1).sel(outcome=outcome)
     dims = np.unique(last["dim"].values)
-    tokens = np.unique(last["tokens"].values)
+    tokens = np.unique(last["n_tokens"].values)
     exact = theory and outcome == "antipodal" and list(tokens) == [2]
     for color, d in zip(ordered_colors(len(dims)), dims):
         sel = last.where(last["dim"] == d, drop=True).sortby("beta")
@@ -52,7 +52,7 @@ def plot_phase_diagram(
     if exact:
         handles += [key("exact"), key("critical")]
         labels += ["exact t = ∞", "β_c(d)"]
-    setting = setting_line(ds, ("tokens",))
+    setting = setting_line(ds, ("n_tokens",))
     if norm != "rms":
         setting += f"; {norm} tokens: the exact curves of d − 1 dimensions"
     text = f"{title}\n{setting}" if title else setting

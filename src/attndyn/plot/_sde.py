@@ -189,7 +189,7 @@ def _exact_panel(ax, last: xr.Dataset, attention: str) -> list[tuple[object, str
     t = ∞ curve; returns the β legend entries."""
     all_betas = np.unique(last["beta"].values)
     betas = shown_betas(all_betas)
-    dim, tokens = int(last["dim"].values[0]), int(last["tokens"].values[0])
+    dim, tokens = int(last["dim"].values[0]), int(last["n_tokens"].values[0])
     entries = []
     for color, beta in zip(ordered_colors(len(betas)), betas):
         sel = last.where(last["beta"] == beta, drop=True).sortby("eps")
@@ -227,7 +227,7 @@ def plot_beta_eps(ds: xr.Dataset, *, title: str | None = None) -> Figure:
     setting (``title`` adds a first line)."""
     last = ds.isel(time=-1)
     attention = str(ds.attrs.get("attention", "unnormalized"))
-    groups = _groups(last, ("dim", "tokens"))
+    groups = _groups(last, ("dim", "n_tokens"))
     fig, axes = subplots(
         len(groups), 3, figsize=(MAX_WIDTH_INCHES, 3.9 * len(groups) + 1.3), squeeze=False
     )
@@ -239,7 +239,7 @@ def plot_beta_eps(ds: xr.Dataset, *, title: str | None = None) -> Figure:
         if len(groups) > 1:
             row_axes[0].set_title(f"{label}: {row_axes[0].get_title()}")
     _beta_eps_legend(fig, ds, attention, entries)
-    setting = setting_line(ds, ("dim", "tokens"))
+    setting = setting_line(ds, ("dim", "n_tokens"))
     head = f"hybrid model (seed 003 eq. 7/8), {attention} attention, {setting}"
     fig.suptitle(wrap(f"{title}\n{head}" if title else head, MAX_WIDTH_INCHES, 10.0), fontsize=10)
     return fig  # type: ignore[return-value]
@@ -260,7 +260,7 @@ def _beta_eps_legend(fig, ds: xr.Dataset, attention: str, entries) -> None:
     items: list[tuple[Any, str]] = [(Patch(color=c), f"{o} most likely") for o, c in _DOMINANT]
     items += _boundary_keys(attention)
     items.append((key("estimate"), "Monte Carlo ± Wilson 95 %"))
-    if int(ds["tokens"].values.min()) == 2:
+    if int(ds["n_tokens"].values.min()) == 2:
         items.append((key("exact"), "exact t = ∞ (two tokens)"))
     if "far_from_limit" in ds and bool(np.asarray(ds["far_from_limit"].values).any()):
         far = (
@@ -282,11 +282,11 @@ def plot_beta_n(
     three-token reading (3/2)·P₂·F·e^{−T/τ} (N = 3, dashed). The legend explains every
     mark and line; the title states the setting (``title`` adds a first line)."""
     last = ds.isel(time=-1).sel(outcome=outcome)
-    tokens = np.unique(last["tokens"].values)
+    tokens = np.unique(last["n_tokens"].values)
     fig, ax = subplots(figsize=(7.5, 4.8))
     styles: dict[str, str] = {}
     for color, n in zip(ordered_colors(len(tokens)), tokens):
-        sel = last.where(last["tokens"] == n, drop=True).sortby("beta")
+        sel = last.where(last["n_tokens"] == n, drop=True).sortby("beta")
         errorbars(ax, sel["beta"].values, sel, color=color, label=f"N = {int(n)}")
         styles.update(_beta_n_references(ax, sel, color, outcome, str(ds.attrs.get("norm", "rms"))))
     name = outcome.replace("_", " ")
@@ -337,7 +337,7 @@ def _beta_n_references(ax, sel: xr.Dataset, color, outcome: str, norm: str) -> d
 
 
 #: The point coordinates an evolution figure splits into panels, rows first.
-_EVOLUTION_KEYS = ("model", "dim", "tokens", "eps", "beta")
+_EVOLUTION_KEYS = ("model", "dim", "n_tokens", "eps", "beta")
 
 
 def plot_evolution(
@@ -421,7 +421,7 @@ def _evolution_panel(ax, row: xr.Dataset, keys: list[str], attrs) -> bool:
         sel = row.sel(outcome=outcome)
         ax.plot(times, sel["probability"], color=color, lw=1.2, label=outcome)
         errorbars(ax, times, sel, color=color, ms=0, capsize=0, elinewidth=0.8, alpha=0.7)
-    if int(row["tokens"]) > 2:
+    if int(row["n_tokens"]) > 2:
         sel = row.sel(outcome="has_antipodal_pair")
         ax.plot(times, sel["probability"], ":", color=ANTIPODAL_COLOR, label="has antipodal pair")
     exact = _exact_evolution(row, attrs)
@@ -437,7 +437,7 @@ def _evolution_panel(ax, row: xr.Dataset, keys: list[str], attrs) -> bool:
 def _exact_evolution(row: xr.Dataset, attrs) -> float | None:
     """The exact t = ∞ probability that two tokens end antipodal, where the theory module
     has one: full value noise (RMS or centred LayerNorm tokens) or the hybrid model."""
-    if int(row["tokens"]) != 2:
+    if int(row["n_tokens"]) != 2:
         return None
     model = str(row["model"].item()).strip('"') if "model" in row.coords else "full"
     beta, dim = float(row["beta"]), int(row["dim"])
@@ -456,7 +456,7 @@ def _evolution_legend(fig, ds: xr.Dataset, exact: bool) -> None:
         (Line2D([], [], color=ANTIPODAL_COLOR, lw=1.2), "antipodal"),
         (Line2D([], [], color=UNCLUSTERED_COLOR, lw=1.2), "unclustered"),
     ]
-    if int(np.max(ds["tokens"].values)) > 2:
+    if int(np.max(ds["n_tokens"].values)) > 2:
         items.append((Line2D([], [], color=ANTIPODAL_COLOR, ls=":"), "has antipodal pair"))
     items.append((Line2D([], [], color="0.3", lw=0, marker="|", ms=8), "Wilson 95 % (bars)"))
     if exact:

@@ -147,7 +147,7 @@ def setting_line(ds: xr.Dataset, keys: Sequence[str] = ()) -> str:
 
 
 #: How figures name the point coordinates.
-SYMBOLS = {"beta": "β", "dim": "d", "tokens": "N", "eps": "ε", "model": "model"}
+SYMBOLS = {"beta": "β", "dim": "d", "n_tokens": "N", "eps": "ε", "model": "model"}
 
 
 def _value(value: Any) -> str:

@@ -164,7 +164,7 @@ def _theory(spec, points: Sequence[Mapping[str, Any]], ell: np.ndarray) -> dict[
         depth = 1 / spec.step if spec.step is not None else spec.depth
     rates, stars, weights, gamma_c = [], [], [], []
     for p in points:
-        beta, dim, n = float(p["beta"]), int(p["dim"]), int(p["tokens"])
+        beta, dim, n = float(p["beta"]), int(p["dim"]), int(p["n_tokens"])
         rates.append(2 * mode_growth_rate(beta, dim, ell, spec.attention, depth=depth, n_tokens=n))
         stars.append(most_unstable_degree(beta, dim, spec.attention, depth=depth, n_tokens=n))
         weights.append(self_attention_weight(beta, dim, n))
@@ -182,7 +182,7 @@ def analyse(
 ) -> xr.Dataset:
     """The study's dataset from its per-trajectory observables (``raw``)."""
     ell = np.arange(raw.sizes["ell"])
-    tokens = np.asarray([int(p["tokens"]) for p in points])
+    tokens = np.asarray([int(p["n_tokens"]) for p in points])
     power = raw["mode_power"].values  # (point, traj, time, ell)
     variables: dict[str, Any] = {}
     for name, values in (
@@ -290,7 +290,7 @@ CF = {
     "ell": ("spherical-harmonic degree l", "1"),
     "size_bin": ("lower edge 2^k of the cluster-size class [2^k, 2^(k+1))", "1"),
     "dim": ("token dimension d (tokens on S^(d-1))", "1"),
-    "tokens": ("number of tokens N", "1"),
+    "n_tokens": ("number of tokens N", "1"),
     "beta": ("inverse temperature beta of attention", "1"),
     "gamma": ("long-context scaling gamma, beta = gamma log N", "1"),
     "eps": ("scalar value-noise level epsilon (seed 003 eq. 7)", "1"),
@@ -371,7 +371,7 @@ def modes_summary(ds: xr.Dataset) -> list[dict[str, Any]]:
         row = ds.isel(point=i)
         record: dict[str, Any] = {
             name: row[name].item()
-            for name in ("dim", "tokens", "beta", "gamma", "eps", "sigma")
+            for name in ("dim", "n_tokens", "beta", "gamma", "eps", "sigma")
             if name in row.coords
         }
         linear = row["linear"].values.astype(bool)

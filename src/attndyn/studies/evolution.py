@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from .._core import defaults
 from .._core.errors import (
     ParameterError,
     check_bound,
@@ -15,6 +16,7 @@ from .._core.errors import (
     check_int,
     check_sequence,
 )
+from .._core.renamed import renamed, translate
 from .._estimate.metadata import describe, index_points
 from .._estimate.plan import BuiltModels
 from .phase import (
@@ -27,27 +29,29 @@ from .phase import (
     phase_points,
 )
 
-#: full: Post-LN with full value noise (eq. 4 / eq. 6); hybrid: scalar noise ε (eq. 7 /
-#: eq. 8); deterministic: ε = 0 (Lemma 2's attention flow).
+#: The models, by name: full: Post-LN with full value noise (eq. 4 / eq. 6); hybrid: scalar
+#: noise ε (eq. 7 / eq. 8); deterministic: ε = 0 (Lemma 2's attention flow), the model
+#: whose value noise is ``"none"`` (:data:`NOISE_OF`). A model name, not a noise value.
 MODELS = ("full", "hybrid", "deterministic")
 #: At most this many save times (each one is a plotted curve point and a dataset row).
 MAX_SAVES = 100_000
 NOISE_OF = {"full": "full", "hybrid": "hybrid", "deterministic": "none"}
 
 
+@renamed(tokens="n_tokens")
 def evolution_points(
     models: Sequence[str],
     *,
     betas: Sequence[float | int],
     dims: Sequence[int],
-    tokens: Sequence[int],
+    n_tokens: Sequence[int],
     eps: Sequence[float | int],
 ) -> list[dict[str, Any]]:
     """Points (model, d, N, ε, β). ε is NaN (reported as null) for the models without
     scalar noise, so every point has the same numeric coordinates. β and ε are written as
     floats, as the CLI writes them (see :func:`phase_points`); a point given twice is
     refused (a model given twice, or a value twice in a model's grid)."""
-    axes = {"models": models, "betas": betas, "dims": dims, "tokens": tokens, "eps": eps}
+    axes = {"models": models, "betas": betas, "dims": dims, "n_tokens": n_tokens, "eps": eps}
     for name, values in axes.items():
         check_sequence(name, values)
     if not models:
@@ -60,11 +64,11 @@ def evolution_points(
     points = []
     for m in models:
         if m == "hybrid":
-            axes = phase_points("beta-eps", betas=betas, dims=dims, tokens=tokens, eps=eps)
+            axes = phase_points("beta-eps", betas=betas, dims=dims, n_tokens=n_tokens, eps=eps)
         else:
             axes = [
-                {"dim": p["dim"], "tokens": p["tokens"], "eps": float("nan"), "beta": p["beta"]}
-                for p in phase_points("beta-d", betas=betas, dims=dims, tokens=tokens)
+                {"dim": p["dim"], "n_tokens": p["n_tokens"], "eps": float("nan"), "beta": p["beta"]}
+                for p in phase_points("beta-d", betas=betas, dims=dims, n_tokens=n_tokens)
             ]
         points += [{"model": m, **p} for p in axes]
     # Each model's grid was refused a repeated point by phase_points, and the models
@@ -91,17 +95,22 @@ def evolution_study(
     mc: MonteCarlo,
     points: Sequence[Mapping[str, Any]],
     *,
-    saves: int = 51,
+    saves: int = defaults.STUDY_DEFAULTS["saves"]["evolution"],
     checkpoint: Path | None = None,
     progress: bool = True,
     metadata: Mapping[str, Any] | None = None,
 ) -> xr.Dataset:
     """Fractions of every class at ``saves`` evenly spaced times in [0, T], per point;
-    each point's ``model`` picks the noise of ``spec``'s equation."""
+    each point's ``model`` picks the noise of ``spec``'s equation. ``spec.horizon=None`` is
+    evolution's T = 50 (seed 003 Figs. 7-8; :mod:`attndyn._core.defaults`)."""
     # One save would be t = 0 alone: the start, after the whole horizon was simulated.
     check_int("saves", saves, lower=2, upper=MAX_SAVES)
-    save_at = tuple(np.linspace(0.0, spec.horizon, saves).tolist())
-    spec = dataclasses.replace(spec, save_at=save_at)
+    points = [
+        translate(dict(p), {"tokens": "n_tokens"}, "a point's key", stacklevel=3) for p in points
+    ]
+    spec = spec.for_study("evolution")
+    saveat = tuple(np.linspace(0.0, spec.study_horizon("evolution"), saves).tolist())
+    spec = dataclasses.replace(spec, saveat=saveat)
     fields = dataclasses.asdict(spec)
     del fields["noise"]
 

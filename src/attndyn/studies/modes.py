@@ -31,6 +31,7 @@ import numpy as np
 import xarray as xr
 from tqdm.auto import tqdm
 
+from .._core import defaults
 from .._core.attention import ATTENTION_KINDS, Attention
 from .._core.errors import (
     INT32_MAX,
@@ -44,6 +45,7 @@ from .._core.errors import (
 )
 from .._core.many_tokens import many_token_observables, size_bins
 from .._core.norms import NORM_NAMES
+from .._core.renamed import old_attribute, renamed
 from .._core.saveat import SaveAt
 from .._core.schemes import SCHEME_NAMES, scheme_from_name
 from .._core.sphere import uniform_sphere
@@ -91,18 +93,18 @@ class ModesSpec:
     ``implementation``: how attention is computed (``auto`` attends in blocks above 2,048
     tokens)."""
 
-    attention: str = "softmax"
+    attention: str = defaults.ATTENTION
     scheme: str = "post-ln"
-    norm: str = "rms"
+    norm: str = defaults.NORM
     noise: str = "none"
     values: str | None = None
-    engine: str = "discrete"
-    depth: int = 100
+    engine: str = defaults.ENGINE
+    depth: int = defaults.DEPTH
     step: float | None = None
-    horizon: float = 12.0
-    saves: int = 121
-    solver: str = "euler"
-    dt: float = 0.01
+    horizon: float = defaults.horizon_of("modes")
+    saves: int = defaults.STUDY_DEFAULTS["saves"]["modes"]
+    solver: str = defaults.SOLVER
+    dt: float = defaults.DT
     implementation: str = "auto"
 
     def __post_init__(self):
@@ -121,7 +123,7 @@ class ModesSpec:
         Attention(1.0, implementation=self.implementation)  # validates the name
         if self.engine == "sde":
             self._check_sde()
-        elif self.solver != "euler" or self.dt != 0.01:
+        elif self.solver != defaults.SOLVER or self.dt != defaults.DT:
             raise ParameterError(
                 "solver and dt apply to engine='sde' only; the discrete engine steps by 1/depth."
             )
@@ -146,16 +148,19 @@ class ModesSpec:
         check_choice("solver", self.solver, SDE_SOLVERS)
         check_bound("dt", self.dt, lower=0.0, lower_open=True, upper=self.horizon)
 
+    save_at = old_attribute("save_at", "saveat", "ModesSpec")  # 0.4's name
+
     @property
-    def save_at(self) -> tuple[float, ...]:
+    def saveat(self) -> tuple[float, ...]:
+        """The save times: ``saves`` evenly spaced times in [0, T]."""
         return tuple(np.linspace(0.0, self.horizon, self.saves).tolist())
 
-    def model(self, *, beta: float, dim: int, tokens: int, level: float = 0.0) -> AbstractModel:
+    def model(self, *, beta: float, dim: int, n_tokens: int, level: float = 0.0) -> AbstractModel:
         """The model of one point: β, d, N and the noise level (ε or σ)."""
-        del tokens
+        del n_tokens
         check_int("dim", dim, lower=2)
         att = Attention(beta, kind=self.attention, implementation=self.implementation)  # type: ignore[arg-type]
-        saveat = SaveAt(self.horizon, self.save_at)
+        saveat = SaveAt(self.horizon, self.saveat)
         if self.engine == "sde":
             integrator = SDEIntegrator(sde_solver(self.solver), self.dt)
             return HybridSDE(att, eps=level, saveat=saveat, integrator=integrator)
@@ -194,6 +199,7 @@ class ModesSpec:
         return record
 
 
+@renamed(trajectories="n_trajectories")
 @dataclasses.dataclass(frozen=True)
 class ModesRun:
     """How a modes study is sampled: trajectories per point, seed, clustering tolerance,
@@ -204,15 +210,15 @@ class ModesRun:
     (:func:`auto_tol`): small enough that the uniform start is not one chain of touching
     tokens."""
 
-    trajectories: int = 8
-    seed: int = 0
+    n_trajectories: int = defaults.STUDY_DEFAULTS["n_trajectories"]["modes"]
+    seed: int = defaults.SEED
     tol: float | None = None
     ell_max: int = 16
     chunk_size: int | None = None
 
     def __post_init__(self):
         # Two at least: every estimate carries a standard error across trajectories.
-        check_int("trajectories", self.trajectories, lower=2, upper=1 << 20)
+        check_int("n_trajectories", self.n_trajectories, lower=2, upper=1 << 20)
         check_seed("seed", self.seed)
         if self.tol is not None:
             check_bound("tol", self.tol, lower=0.0, upper=1.0, lower_open=True, upper_open=True)
@@ -239,10 +245,11 @@ def auto_tol(n_tokens: int, dim: int) -> float:
     return float(min(1e-3, (0.1 * spacing) ** 2 / 2))
 
 
+@renamed(tokens="n_tokens")
 def modes_points(
     *,
     dims: Sequence[int],
-    tokens: Sequence[int],
+    n_tokens: Sequence[int],
     betas: Sequence[float | int] = (),
     gammas: Sequence[float | int] = (),
     levels: Sequence[float | int] = (0.0,),
@@ -252,14 +259,14 @@ def modes_points(
     ``gammas`` (the long-context scaling of Chen, Lin, Polyanskiy, Rigollet), one of the
     two. ``level_name`` (``eps`` or ``sigma``) names the noise level axis; without it the
     levels must be ``(0,)``. Values are written as floats, as the CLI writes them."""
-    for name, values in (("dims", dims), ("tokens", tokens), ("levels", levels)):
+    for name, values in (("dims", dims), ("n_tokens", n_tokens), ("levels", levels)):
         check_sequence(name, values)
     if bool(len(betas)) == bool(len(gammas)):
         raise ParameterError("give beta values or gamma values (beta = gamma log N), one of them.")
     for d in dims:
         check_int("dim", d, lower=2, upper=4096)
-    for n in tokens:
-        check_int("tokens", n, lower=2, upper=MAX_TOKENS)
+    for n in n_tokens:
+        check_int("n_tokens", n, lower=2, upper=MAX_TOKENS)
     for name, values in (("beta", betas), ("gamma", gammas)):
         for value in values:
             check_bound(name, float(value), lower=0.0, lower_open=True)
@@ -269,11 +276,11 @@ def modes_points(
         raise ParameterError("noise levels need noise='scalar' (eps) or 'matrix' (sigma).")
     points = []
     for d in dims:
-        for n in tokens:
+        for n in n_tokens:
             scales = [("beta", float(b)) for b in betas] or [("gamma", float(g)) for g in gammas]
             for name, value in scales:
                 for level in levels:
-                    p: dict[str, Any] = {"dim": int(d), "tokens": int(n)}
+                    p: dict[str, Any] = {"dim": int(d), "n_tokens": int(n)}
                     if name == "gamma":
                         p.update(gamma=value, beta=value * math.log(n))
                     else:
@@ -287,7 +294,7 @@ def modes_points(
 
 def _point_model(spec: ModesSpec, point: Mapping[str, Any]) -> AbstractModel:
     level = point.get(spec.level_name or "", 0.0)
-    return spec.model(beta=point["beta"], dim=point["dim"], tokens=point["tokens"], level=level)
+    return spec.model(beta=point["beta"], dim=point["dim"], n_tokens=point["n_tokens"], level=level)
 
 
 @eqx.filter_jit
@@ -419,7 +426,7 @@ def modes_study(
     for model, p in zip(models, points, strict=True):
         _check_fits(model, p)
     save_times = np.asarray(models[0].save_times, np.float64)
-    bins = size_bins(max(int(p["tokens"]) for p in points))
+    bins = size_bins(max(int(p["n_tokens"]) for p in points))
     record = _study_record(spec, mc, points, save_times)
     started = time.perf_counter()
     lock = None
@@ -436,7 +443,7 @@ def modes_study(
     try:
         if checkpoint is not None:
             store = _open_checkpoint(checkpoint, record)
-        store = store or _Store(len(points), mc.trajectories, len(save_times), mc.ell_max, bins)
+        store = store or _Store(len(points), mc.n_trajectories, len(save_times), mc.ell_max, bins)
         before = store.seconds
         _run(spec, mc, points, models, store, checkpoint, record, progress, started, before)
     finally:
@@ -449,12 +456,12 @@ def modes_study(
         "kind": "modes",
         **spec.metadata(),
         "seed": mc.seed,
-        "n_trajectories": mc.trajectories,
-        "tol": [mc.tol_for(int(p["tokens"]), int(p["dim"])) for p in points],
+        "n_trajectories": mc.n_trajectories,
+        "tol": [mc.tol_for(int(p["n_tokens"]), int(p["dim"])) for p in points],
         "ell_max": mc.ell_max,
-        "tile": [tile_size(int(p["tokens"])) for p in points],
+        "tile": [tile_size(int(p["n_tokens"])) for p in points],
         "implementation": [
-            m.attention.implementation_for(int(p["tokens"]))  # type: ignore[attr-defined]
+            m.attention.implementation_for(int(p["n_tokens"]))  # type: ignore[attr-defined]
             for m, p in zip(models, points, strict=True)
         ],
         "key_data": np.asarray(jax.random.key_data(jax.random.key(mc.seed))).tolist(),
@@ -473,7 +480,7 @@ def _check_fits(model: AbstractModel, point: Mapping[str, Any]) -> None:
 
 
 def _run(spec, mc, points, models, store, checkpoint, record, progress, started, before):
-    total = len(points) * mc.trajectories
+    total = len(points) * mc.n_trajectories
     bar = tqdm(
         total=total,
         initial=int(store.n_done.sum()),
@@ -492,7 +499,7 @@ def _run(spec, mc, points, models, store, checkpoint, record, progress, started,
 
     try:
         for index, (point, model) in enumerate(zip(points, models, strict=True)):
-            n_tokens, dim = int(point["tokens"]), int(point["dim"])
+            n_tokens, dim = int(point["n_tokens"]), int(point["dim"])
             tile = tile_size(n_tokens)
             chunk = max(tile, mc.chunk_size or tile)
             key = point_key(jax.random.key(mc.seed), point)
@@ -502,11 +509,11 @@ def _run(spec, mc, points, models, store, checkpoint, record, progress, started,
             # Tiles start at multiples of the tile: a resumed run continues at the first
             # unfinished tile (a finished tile is never run twice).
             first -= first % tile
-            for start in range(first, mc.trajectories, tile):
+            for start in range(first, mc.n_trajectories, tile):
                 indices = jnp.arange(start, start + tile, dtype=jnp.uint32)
                 keys = jax.vmap(lambda i, key=key: jax.random.fold_in(key, i))(indices)
                 observed, finite = _observe_tile(model, keys, n_tokens, dim, *args, mc.ell_max)
-                count = min(tile, mc.trajectories - start)
+                count = min(tile, mc.n_trajectories - start)
                 if not bool(np.all(np.asarray(finite)[:count])):
                     save()
                     raise NonFiniteError(

@@ -18,6 +18,7 @@ import jax
 import numpy as np
 import xarray as xr
 
+from .._core import defaults
 from .._core.attention import ATTENTION_KINDS, Attention
 from .._core.errors import (
     INT32_MAX,
@@ -30,6 +31,7 @@ from .._core.errors import (
     check_sequence,
 )
 from .._core.norms import NORM_NAMES
+from .._core.renamed import renamed, translate
 from .._core.saveat import SaveAt
 from .._core.schemes import PostLN
 from .._core.sphere import uniform_sphere
@@ -71,9 +73,9 @@ from ._names import (
 NOISE_OF_KIND = {"beta-d": "full", "beta-eps": "hybrid", "beta-n": "full"}
 #: The keys every point of a kind gives (:func:`phase_points`).
 POINT_KEYS = {
-    "beta-d": ("dim", "tokens", "beta"),
-    "beta-eps": ("dim", "tokens", "eps", "beta"),
-    "beta-n": ("dim", "tokens", "beta"),
+    "beta-d": ("dim", "n_tokens", "beta"),
+    "beta-eps": ("dim", "n_tokens", "eps", "beta"),
+    "beta-n": ("dim", "n_tokens", "beta"),
 }
 NOISES = ("full", "hybrid", "none")
 EQUATIONS = {
@@ -86,23 +88,24 @@ EQUATIONS = {
 }
 
 
+@renamed(tokens="n_tokens", save_at="saveat")
 def phase_model(
     *,
     beta: float,
     dim: int,
-    tokens: int,
+    n_tokens: int,
     eps: float | None = None,
-    noise: str = "full",
-    engine: str = "discrete",
-    attention: str = "softmax",
+    noise: str = defaults.NOISE,
+    engine: str = defaults.ENGINE,
+    attention: str = defaults.ATTENTION,
     values: str | None = None,
-    sigma: float = 1.0,
-    depth: int = 20,
-    horizon: float = 40.0,
-    solver: str = "euler",
-    dt: float = 0.01,
-    save_at: tuple[float | int, ...] | None = None,
-    norm: str = "rms",
+    sigma: float = defaults.SIGMA,
+    depth: int = defaults.DEPTH,
+    horizon: float | None = None,
+    solver: str = defaults.SOLVER,
+    dt: float = defaults.DT,
+    saveat: tuple[float | int, ...] | None = None,
+    norm: str = defaults.NORM,
     step: float | None = None,
 ) -> AbstractModel:
     """The model of one phase-diagram point.
@@ -116,9 +119,13 @@ def phase_model(
     in the paper's experiments) and Rademacher scalars v_n (eq. 7 assumes them bounded).
     ``norm="layernorm"``: Post-LN with centred LayerNorm (discrete engine; d ≥ 3), whose
     law is the RMS model's in d − 1 dimensions. ``step``: a real layer step η instead of
-    ``depth`` (t = nη).
+    ``depth`` (t = nη). ``horizon``: T (default: the phase diagram's,
+    :data:`attndyn._core.defaults.HORIZON`); ``saveat``: the save times in [0, T] (default:
+    T only).
     """
-    del tokens
+    del n_tokens
+    if horizon is None:
+        horizon = defaults.horizon_of("phase-diagram")
     check_choice("norm", norm, NORM_NAMES)
     if norm != "rms" and not (isinstance(dim, int) and dim >= 3):
         raise ParameterError(
@@ -127,7 +134,7 @@ def phase_model(
             "d − 2; give a larger dim or norm='rms'."
         )
     att = Attention(beta, kind=attention)  # type: ignore[arg-type]
-    saveat = SaveAt(horizon, save_at)
+    when = SaveAt(horizon, saveat)
     if engine == "discrete":
         if noise == "full":
             vals = MatrixValues(sigma, distribution=values or "gaussian")
@@ -136,9 +143,9 @@ def phase_model(
         else:
             vals = ScalarValues(0.0)
         if step is not None:
-            return DiscreteTransformer(att, vals, PostLN(norm=norm), saveat=saveat, step=step)
+            return DiscreteTransformer(att, vals, PostLN(norm=norm), saveat=when, step=step)
         scheme = PostLN() if norm == "rms" else PostLN(norm=norm)
-        return DiscreteTransformer(att, vals, scheme, depth=depth, saveat=saveat)
+        return DiscreteTransformer(att, vals, scheme, depth=depth, saveat=when)
     if norm != "rms":
         raise ParameterError(
             f"norm={norm!r} is defined for the discrete engine; its SDE limit is the RMS SDE "
@@ -146,30 +153,52 @@ def phase_model(
         )
     integrator = SDEIntegrator(sde_solver(solver), dt)
     if noise == "full":
-        return TransformerSDE(att, sigma=sigma, saveat=saveat, integrator=integrator)
-    return HybridSDE(
-        att, eps=eps if noise == "hybrid" else 0.0, saveat=saveat, integrator=integrator
-    )
+        return TransformerSDE(att, sigma=sigma, saveat=when, integrator=integrator)
+    return HybridSDE(att, eps=eps if noise == "hybrid" else 0.0, saveat=when, integrator=integrator)
 
 
+@renamed(save_at="saveat")
 @dataclasses.dataclass(frozen=True)
 class ModelSpec:
-    """Which model every point of a study runs (its point supplies β, d, N and ε)."""
+    """Which model every point of a study runs (its point supplies β, d, N and ε).
 
-    noise: str = "full"
-    engine: str = "discrete"
-    attention: str = "softmax"
+    Every default is :mod:`attndyn._core.defaults`'s. ``horizon=None`` is the study's own
+    (the phase diagram's T = 100, evolution's T = 50: ``defaults.HORIZON``). ``saveat``:
+    the save times in [0, T], a tuple (default: T only); the spec holds the horizon
+    itself, so it takes the times, not a :class:`attndyn.SaveAt` (which would give T
+    twice); a ``SaveAt`` of the spec's horizon is read as its times."""
+
+    noise: str = defaults.NOISE
+    engine: str = defaults.ENGINE
+    attention: str = defaults.ATTENTION
     values: str | None = None
-    sigma: float = 1.0
-    depth: int = DEFAULT_DEPTH
-    horizon: float = DEFAULT_HORIZON
-    solver: str = "euler"
-    dt: float = 0.01
-    save_at: tuple[float | int, ...] | None = None
-    norm: str = "rms"
+    sigma: float = defaults.SIGMA
+    depth: int = defaults.DEPTH
+    horizon: float | None = None
+    solver: str = defaults.SOLVER
+    dt: float = defaults.DT
+    saveat: tuple[float | int, ...] | SaveAt | None = None
+    norm: str = defaults.NORM
     step: float | None = None
 
+    def study_horizon(self, study: str) -> float:
+        """The horizon T, ``study``'s default where ``horizon=None``."""
+        return defaults.horizon_of(study) if self.horizon is None else self.horizon
+
+    def for_study(self, study: str) -> "ModelSpec":
+        """This spec with ``horizon=None`` read as ``study``'s default horizon."""
+        return dataclasses.replace(self, horizon=self.study_horizon(study))
+
     def __post_init__(self):
+        if isinstance(self.saveat, SaveAt):
+            if self.horizon is not None and self.saveat.horizon != self.horizon:
+                raise ParameterError(
+                    f"saveat=SaveAt({self.saveat.horizon:g}, ...) has another horizon than "
+                    f"horizon={self.horizon:g}; give the save times alone (saveat=(...))."
+                )
+            horizon = self.saveat.horizon if self.horizon is None else self.horizon
+            object.__setattr__(self, "horizon", horizon)
+            object.__setattr__(self, "saveat", None if self.saveat.ts is None else self.saveat.ts)
         check_choice("noise", self.noise, NOISES)
         check_choice("engine", self.engine, ENGINES)
         check_choice("norm", self.norm, NORM_NAMES)
@@ -189,9 +218,10 @@ class ModelSpec:
             check_choice("values", self.values, DISTRIBUTIONS)
         check_bound("sigma", self.sigma, lower=0.0, lower_open=True)
         check_int("depth", self.depth, lower=1, upper=INT32_MAX)
-        check_bound("horizon", self.horizon, lower=0.0, lower_open=True)
+        if self.horizon is not None:
+            check_bound("horizon", self.horizon, lower=0.0, lower_open=True)
         if self.engine == "discrete":
-            for name, default in (("solver", "euler"), ("dt", 0.01)):
+            for name, default in (("solver", defaults.SOLVER), ("dt", defaults.DT)):
                 if getattr(self, name) != default:
                     raise ParameterError(
                         f"{name}={getattr(self, name)!r} applies to engine='sde' only; the "
@@ -200,7 +230,7 @@ class ModelSpec:
         if self.engine == "sde":
             check_choice("solver", self.solver, SDE_SOLVERS)
             check_bound("dt", self.dt, lower=0.0, lower_open=True)
-            if self.dt > self.horizon:
+            if self.horizon is not None and self.dt > self.horizon:
                 raise ParameterError(
                     f"dt={self.dt} is larger than the horizon={self.horizon}; the step must "
                     "lie in (0, horizon]."
@@ -238,40 +268,45 @@ class ModelSpec:
 
 
 #: The estimator's arguments as :class:`MonteCarlo` names them (in its refusals).
-MONTE_CARLO_NAMES = {
-    "n_trajectories": "trajectories",
-    "chunk_size": "chunk-size",
-    "early_absorption": "early-absorption",
-}
+MONTE_CARLO_NAMES = {"chunk_size": "chunk-size", "early_absorption": "early-absorption"}
 
 
+def _on_nonfinite(exclude: bool) -> str:
+    """0.4's ``exclude_nonfinite`` flag as an ``on_nonfinite`` policy."""
+    return "exclude" if exclude else "raise"
+
+
+@renamed(trajectories="n_trajectories", exclude_nonfinite=("on_nonfinite", _on_nonfinite))
 @dataclasses.dataclass(frozen=True)
 class MonteCarlo:
-    """How a study is estimated: sample size, seed, tolerance and the estimator's options."""
+    """How a study is estimated: sample size, seed, tolerance and the estimator's options
+    (defaults: :mod:`attndyn._core.defaults`)."""
 
-    trajectories: int = 2000
-    seed: int = 0
-    tol: float = 1e-3
+    n_trajectories: int = defaults.N_TRAJECTORIES
+    seed: int = defaults.SEED
+    tol: float = defaults.TOL
     chunk_size: int | None = None
     route: str = "auto"
     #: A per-trajectory bound, ``"auto"`` (10⁻⁷ where the route supports it: the CLI's
     #: default) or ``None`` (off).
     early_absorption: float | Literal["auto"] | None = None
-    exclude_nonfinite: bool = False
+    #: Trajectories that overflow (NaN or inf): "raise" (stop with an error) or "exclude"
+    #: (drop them from the probabilities, counted in n_nonfinite).
+    on_nonfinite: str = defaults.ON_NONFINITE
     x64: bool = False
     #: Trajectories whose tokens merged numerically: "auto" (bound, rerun in float64 where
     #: the bound is weak, count), or "raise", "exclude", "count" (see
     #: :func:`attndyn.estimate_probabilities`).
-    on_merged: str = "auto"
+    on_merged: str = defaults.ON_MERGED
 
     def __post_init__(self):
         # Checked here, where a study's options enter, by the estimator's own rules (in
         # this class's names); the estimator trusts them (estimate_checked).
         check_options(
-            n_trajectories=self.trajectories,
+            n_trajectories=self.n_trajectories,
             tol=self.tol,
             radius=1.0,
-            on_nonfinite="raise",
+            on_nonfinite=self.on_nonfinite,
             chunk_size=self.chunk_size,
             route=self.route,
             on_merged=self.on_merged,
@@ -279,7 +314,6 @@ class MonteCarlo:
             names=MONTE_CARLO_NAMES,
         )
         check_seed("seed", self.seed)
-        check_bool("exclude_nonfinite", self.exclude_nonfinite)
         check_bool("x64", self.x64)
 
     def absorption(self) -> float | str | bool:
@@ -302,7 +336,7 @@ class MonteCarlo:
             model_fn,
             points,
             key=jax.random.key(self.seed),
-            n_trajectories=self.trajectories,
+            n_trajectories=self.n_trajectories,
             tol=self.tol,
             radius=1.0,
             chunk_size=self.chunk_size,
@@ -312,18 +346,19 @@ class MonteCarlo:
             metadata={"random_seed": self.seed, **(metadata or {})},
             route=route or self.route,
             early_absorption=self.absorption(),
-            on_nonfinite="exclude" if self.exclude_nonfinite else "raise",
+            on_nonfinite=self.on_nonfinite,
             x64=self.x64,
             on_merged=self.on_merged,
         )
 
 
+@renamed(tokens="n_tokens")
 def phase_points(
     kind: str,
     *,
     betas: Sequence[float | int],
     dims: Sequence[int],
-    tokens: Sequence[int],
+    n_tokens: Sequence[int],
     eps: Sequence[float | int] = (),
 ) -> list[dict[str, Any]]:
     """The grid of a phase diagram: (d, N, β), or (d, N, ε, β) for ``beta-eps``.
@@ -333,14 +368,14 @@ def phase_points(
     floats, so the API and the CLI draw the same trajectories for the same point. A value
     given twice is refused (:func:`attndyn._estimate.plan.check_distinct`)."""
     check_choice("kind", kind, KINDS)
-    for name, values in (("betas", betas), ("dims", dims), ("tokens", tokens), ("eps", eps)):
+    for name, values in (("betas", betas), ("dims", dims), ("n_tokens", n_tokens), ("eps", eps)):
         check_sequence(name, values)
     check_bound("beta", np.asarray(betas, dtype=np.float64), lower=0.0)
     for d in dims:
         check_int("dim", d, lower=2, upper=MAX_DIM)
-    for n in tokens:
-        check_int("tokens", n, lower=1, upper=MAX_TOKENS)
-    axes: dict[str, list] = {"dim": [int(d) for d in dims], "tokens": [int(n) for n in tokens]}
+    for n in n_tokens:
+        check_int("n_tokens", n, lower=1, upper=MAX_TOKENS)
+    axes: dict[str, list] = {"dim": [int(d) for d in dims], "n_tokens": [int(n) for n in n_tokens]}
     if kind == "beta-eps":
         check_bound("eps", np.asarray(eps, dtype=np.float64), lower=0.0)
         axes["eps"] = [float(e) for e in eps]
@@ -367,7 +402,8 @@ def phase_diagram_study(
     (``engine="sde"``). ``kind`` fixes
     ``spec.noise`` (beta-d and beta-n: ``"full"``, beta-eps: ``"hybrid"``, as the CLI pairs
     them) and the keys of every point (:func:`phase_points`)."""
-    check_study(kind, spec, points)
+    spec = spec.for_study("phase-diagram")
+    points = check_study(kind, spec, points)
     # Every point's model, built once (and so validated) before anything runs; the
     # estimator and the drift measurement take these.
     model_fn = BuiltModels(spec.model_fn(), points, x64=mc.x64)
@@ -388,7 +424,7 @@ def phase_diagram_study(
     )
     add_exact_curve(ds, exact, hybrid=kind == "beta-eps", norm=spec.norm)
     if three is not None:
-        add_three_token_curve(ds, three, horizon=spec.horizon)
+        add_three_token_curve(ds, three, horizon=spec.study_horizon("phase-diagram"))
     if spec.engine == "sde":
         add_sphere_drift(ds, drift_models(model_fn, mc), points, seed=mc.seed)
     if spec.noise == "hybrid" and spec.engine == "discrete":
@@ -437,10 +473,13 @@ def add_layer_step(ds: xr.Dataset, points: Sequence[Mapping[str, Any]], spec: Mo
     )
 
 
-def check_study(kind: str, spec: ModelSpec, points: Sequence[Mapping[str, Any]]) -> None:
+def check_study(
+    kind: str, spec: ModelSpec, points: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
     """The kind, the spec's noise and the points' keys must fit together, before anything
     runs: another noise would run one model and attach the exact curve of another, and a
-    missing key would fail deep in tracing."""
+    missing key would fail deep in tracing. The points, in today's names (0.4's
+    ``tokens`` read as ``n_tokens``, with a deprecation warning)."""
     check_choice("kind", kind, KINDS)
     noise = NOISE_OF_KIND[kind]
     if spec.noise != noise:
@@ -450,6 +489,9 @@ def check_study(kind: str, spec: ModelSpec, points: Sequence[Mapping[str, Any]])
         )
     if not isinstance(points, Sequence) or not all(isinstance(p, Mapping) for p in points):
         raise ParameterError("points must be a list of dicts, e.g. from phase_points.")
+    points = [
+        translate(dict(p), {"tokens": "n_tokens"}, "a point's key", stacklevel=4) for p in points
+    ]
     keys = POINT_KEYS[kind]
     for p in points:
         if set(p) != set(keys):
@@ -457,6 +499,7 @@ def check_study(kind: str, spec: ModelSpec, points: Sequence[Mapping[str, Any]])
                 f"every point of kind={kind!r} gives exactly the keys {', '.join(keys)} "
                 f"(see phase_points); got {p}."
             )
+    return points
 
 
 def warn_hybrid_step(points: Sequence[Mapping[str, Any]], spec: ModelSpec) -> None:
@@ -494,7 +537,7 @@ def exact_hybrid_curve(points: Sequence[Mapping[str, Any]], attention: str) -> n
                 if p["eps"] > 0
                 else 0.0
             )
-            if p["tokens"] == 2
+            if p["n_tokens"] == 2
             else float("nan")
             for p in points
         ]
@@ -508,7 +551,7 @@ def exact_curve(points: Sequence[Mapping[str, Any]], *, norm: str = "rms") -> np
     return np.asarray(
         [
             p_antipodal_uniform(p["beta"], p["dim"], norm)
-            if p["tokens"] == 2 and p["beta"] <= EXACT_BETA_MAX
+            if p["n_tokens"] == 2 and p["beta"] <= EXACT_BETA_MAX
             else float("nan")
             for p in points
         ]
@@ -544,9 +587,9 @@ def three_token_curve(
     return np.asarray(
         [
             p_antipodal_pair_three_tokens(
-                p["beta"], p["dim"], spec.horizon, tol=tol, sigma=spec.sigma
+                p["beta"], p["dim"], spec.study_horizon("phase-diagram"), tol=tol, sigma=spec.sigma
             )
-            if applies and p["tokens"] == 3 and p["dim"] >= 3 and p["beta"] <= EXACT_BETA_MAX
+            if applies and p["n_tokens"] == 3 and p["dim"] >= 3 and p["beta"] <= EXACT_BETA_MAX
             else float("nan")
             for p in points
         ]
@@ -572,7 +615,7 @@ def sphere_drift_of(model_fn, points, *, seed: int, n: int = 32) -> list[float]:
     keys = jax.random.split(jax.random.key(seed + 7919), n)
     out = []
     for p in points:
-        drift = _max_drift(model_fn(**p), keys, int(p["tokens"]), int(p["dim"]))
+        drift = _max_drift(model_fn(**p), keys, int(p["n_tokens"]), int(p["dim"]))
         out.append(float(np.nanmax(np.asarray(drift))))
     return out
 

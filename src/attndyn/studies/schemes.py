@@ -24,6 +24,7 @@ import xarray as xr
 from jaxtyping import Array, Float, PRNGKeyArray
 from tqdm.auto import tqdm
 
+from .._core import defaults
 from .._core.attention import Attention
 from .._core.errors import (
     INT32_MAX,
@@ -39,6 +40,7 @@ from .._core.errors import (
 )
 from .._core.linalg import dot
 from .._core.observables import mean_cosine
+from .._core.renamed import renamed
 from .._core.saveat import SaveAt
 from .._core.schemes import NGPT, SCHEME_NAMES, AbstractScheme, scheme_from_name
 from .._core.sphere import uniform_sphere
@@ -192,7 +194,7 @@ MAX_SIZE = 2**14
 
 
 def _check_arguments(
-    schemes, *, tokens, dim, beta, horizon, alphas, tau, r0, seed, rw_dim, rw_tokens, rw_beta,
+    schemes, *, n_tokens, dim, beta, horizon, alphas, tau, r0, seed, rw_dim, rw_n_tokens, rw_beta,
     rw_layers, rw_runs,
 ):  # fmt: skip
     """Every argument of :func:`schemes_study`, then :func:`check_schemes_start`."""
@@ -202,7 +204,7 @@ def _check_arguments(
     for name in schemes:
         check_choice("scheme", name, SCHEME_NAMES)
     check_unique("schemes", schemes)  # the CLI refuses them too: two rows of one name
-    check_int("tokens", tokens, lower=2, upper=MAX_SIZE)
+    check_int("n_tokens", n_tokens, lower=2, upper=MAX_SIZE)
     check_int("dim", dim, lower=2, upper=MAX_SIZE)
     check_seed("seed", seed)
     for name, value in (("beta", beta), ("horizon", horizon), ("tau", tau), ("r0", r0)):
@@ -221,13 +223,13 @@ def _check_arguments(
     check_int("rw_layers", rw_layers, lower=1, upper=INT32_MAX)
     check_int("rw_runs", rw_runs, lower=1, upper=INT32_MAX)
     check_int("rw_dim", rw_dim, lower=2, upper=MAX_SIZE)
-    check_int("rw_tokens", rw_tokens, lower=2, upper=MAX_SIZE)
+    check_int("rw_n_tokens", rw_n_tokens, lower=2, upper=MAX_SIZE)
     if rw_beta is not None:
         check_real("rw_beta", rw_beta)
         check_bound("rw_beta", rw_beta, lower=0.0)
     check_horizon_steps(horizon, alphas)
     alpha = float(alphas[0])
-    check_schemes_start(schemes, tokens=tokens, dim=dim, beta=beta, alpha=alpha, tau=tau, r0=r0)
+    check_schemes_start(schemes, n_tokens=n_tokens, dim=dim, beta=beta, alpha=alpha, tau=tau, r0=r0)
 
 
 #: Steps per unit time the explicit ODE solver takes once the tokens cluster under Post-LN
@@ -258,8 +260,9 @@ def check_horizon_steps(horizon: float, alphas: Sequence[float], prefix: str = "
 R0_RANGE = (2.0**-63, 2.0**64)
 
 
+@renamed(tokens="n_tokens")
 def check_schemes_start(
-    schemes: Sequence[str], *, tokens, dim, beta, alpha, tau, r0, prefix: str = ""
+    schemes: Sequence[str], *, n_tokens, dim, beta, alpha, tau, r0, prefix: str = ""
 ) -> None:
     """Refuse, before anything is solved, what the study would only find mid-run.
 
@@ -275,9 +278,9 @@ def check_schemes_start(
     put before every parameter name (``"--"``: the CLI's options).
     """
     p = prefix
-    check_int(p + "tokens", tokens, lower=2, upper=MAX_SIZE)
+    check_int(p + ("n-tokens" if p else "n_tokens"), n_tokens, lower=2, upper=MAX_SIZE)
     check_int(p + "dim", dim, lower=2, upper=MAX_SIZE)
-    check_fits(tokens, dim)
+    check_fits(n_tokens, dim)
     for name, value in (("beta", beta), ("tau", tau), ("r0", r0), ("alpha", alpha)):
         check_real(p + name, value)
     check_bound(p + "beta", beta, lower=0.0)
@@ -294,29 +297,31 @@ def check_schemes_start(
             "a normal number."
         )
     starts = [
-        (s, _fit_start(s, beta=beta, tokens=tokens, r0=r0))
+        (s, _fit_start(s, beta=beta, n_tokens=n_tokens, r0=r0))
         for s in _schemes(schemes, tau=tau, alpha=alpha)
     ]
     late = [(scheme, t) for scheme, t in starts if not t <= FIT_HORIZON]
     if late:
-        raise ParameterError(_late_start(late, beta=beta, tokens=tokens, r0=r0, p=p))
+        raise ParameterError(_late_start(late, beta=beta, n_tokens=n_tokens, r0=r0, p=p))
 
 
-def _fit_start(scheme: AbstractScheme, *, beta: float, tokens: int, r0: float) -> float:
-    return time_to_gap(scheme, beta=beta, n_tokens=tokens, r0=r0, gap=FIT_GAP)
+def _fit_start(scheme: AbstractScheme, *, beta: float, n_tokens: int, r0: float) -> float:
+    return time_to_gap(scheme, beta=beta, n_tokens=n_tokens, r0=r0, gap=FIT_GAP)
 
 
-def _late_start(late, *, beta, tokens, r0, p: str) -> str:
+def _late_start(late, *, beta, n_tokens, r0, p: str) -> str:
     """The one line of :func:`check_schemes_start` for the schemes whose fit would start
     too late (``late``: (scheme, time) pairs): the values that matter, and those of one
     parameter at which every one of them starts in time."""
-    bounds = [_bounds(scheme, t, beta=beta, tokens=tokens, r0=r0) for scheme, t in late]
-    shown = {"beta": beta, "tokens": tokens, "r0": r0}
+    bounds = [_bounds(scheme, t, beta=beta, n_tokens=n_tokens, r0=r0) for scheme, t in late]
+    shown = {"beta": beta, "n_tokens": n_tokens, "r0": r0}
     for scheme, _ in late:
         shown |= scheme.parameters  # nGPT's alpha, Mix-LN's tau
     if not any(_uses_r0(scheme) for scheme, _ in late):
         del shown["r0"]
-    label = {k: p + k for k in shown} | {"alpha": p + "alpha" if p else "alphas[0]"}
+    label = {k: p + (k.replace("_", "-") if p else k) for k in shown} | {
+        "alpha": p + "alpha" if p else "alphas[0]"
+    }
     allowed = []
     for key in ("beta", "r0", "alpha", "tau"):
         if all(key in b for b in bounds):
@@ -345,12 +350,12 @@ def _uses_r0(scheme: AbstractScheme) -> bool:
     return laws is not None and laws[0][1].radius
 
 
-def _bounds(scheme, t: float, *, beta, tokens, r0) -> dict[str, tuple[str, float]]:
+def _bounds(scheme, t: float, *, beta, n_tokens, r0) -> dict[str, tuple[str, float]]:
     """The values of each parameter at which ``scheme``'s fit starts by FIT_HORIZON, the
     others as given: {name: ("≤" or "≥", bound)}."""
 
     def late(**change) -> bool:
-        kw = {"scheme": scheme, "beta": beta, "tokens": tokens, "r0": r0, **change}
+        kw = {"scheme": scheme, "beta": beta, "n_tokens": n_tokens, "r0": r0, **change}
         return not _fit_start(kw.pop("scheme"), **kw) <= FIT_HORIZON
 
     out = {}
@@ -365,7 +370,7 @@ def _bounds(scheme, t: float, *, beta, tokens, r0) -> dict[str, tuple[str, float
         # Mix-LN: the time falls as τ grows, down to its Post-LN stretch's alone, which is
         # the time at τ = FIT_HORIZON whenever that one is in time (bit for bit: the same
         # quadrature), and later than FIT_HORIZON otherwise.
-        post = _fit_start(_replace(scheme, tau=FIT_HORIZON), beta=beta, tokens=tokens, r0=r0)
+        post = _fit_start(_replace(scheme, tau=FIT_HORIZON), beta=beta, n_tokens=n_tokens, r0=r0)
         if post <= FIT_HORIZON:
 
             def late_at(tau: float) -> bool:
@@ -450,18 +455,18 @@ class _Stages:
         self.bar.close()
 
 
-def _scheme_part(scheme, x0, stages, *, beta, tokens, r0, horizon, ts) -> dict[str, Any]:
+def _scheme_part(scheme, x0, stages, *, beta, n_tokens, r0, horizon, ts) -> dict[str, Any]:
     """Part (a) and (d) for one scheme: γ(t) both ways, initial slopes, terminal rate."""
     stages.begin(f"{scheme.name}: symmetric start")
-    red = SymmetricODE(scheme, beta, n_tokens=tokens, r0=r0, saveat=SaveAt(horizon, ts)).solve()
+    red = SymmetricODE(scheme, beta, n_tokens=n_tokens, r0=r0, saveat=SaveAt(horizon, ts)).solve()
     full = NormalizedAttentionODE(Attention(beta), scheme, saveat=SaveAt(horizon, ts)).solve(x0)
     _check_solved(f"{scheme.name} (symmetric start)", horizon, red.gamma, red.r)
     # nGPT's clustered tokens make its full ODE stiff at rate α: about 0.3·α·horizon steps.
     lower = "the horizon, or alpha" if "alpha" in scheme.parameters else "the horizon"
     _check_solved(f"{scheme.name} (full ODE)", horizon, full.theta, lower=lower)
-    theory_slope = initial_slope(scheme, beta=beta, n_tokens=tokens, r0=r0)
+    theory_slope = initial_slope(scheme, beta=beta, n_tokens=n_tokens, r0=r0)
     stages.begin(f"{scheme.name}: terminal rate")
-    theory, fit, curve = terminal_fit(scheme, beta=beta, n_tokens=tokens, r0=r0)
+    theory, fit, curve = terminal_fit(scheme, beta=beta, n_tokens=n_tokens, r0=r0)
     return {
         "gamma_reduced": np.asarray(red.gamma),
         "r_reduced": np.asarray(red.r),
@@ -493,12 +498,12 @@ def _check_solved(what: str, horizon: float, *arrays, lower: str = "the horizon"
         )
 
 
-def _ngpt_part(alphas, *, beta, tokens, r0, horizon, ts) -> np.ndarray:
+def _ngpt_part(alphas, *, beta, n_tokens, r0, horizon, ts) -> np.ndarray:
     """Part (b): (alpha, time) γ of nGPT's reduced ODE for every α."""
     saveat = SaveAt(horizon, ts)
     ngpt = np.stack(
         [
-            np.asarray(SymmetricODE(NGPT(alpha=a), beta, tokens, r0, saveat).solve().gamma)
+            np.asarray(SymmetricODE(NGPT(alpha=a), beta, n_tokens, r0, saveat).solve().gamma)
             for a in alphas
         ]
     )
@@ -506,7 +511,7 @@ def _ngpt_part(alphas, *, beta, tokens, r0, horizon, ts) -> np.ndarray:
     return ngpt
 
 
-def _random_weights_part(objs, stages, *, seed, rw_tokens, rw_dim, rw_beta, rw_layers, rw_runs):
+def _random_weights_part(objs, stages, *, seed, rw_n_tokens, rw_dim, rw_beta, rw_layers, rw_runs):
     """Part (c): (scheme, run, layer) mean cosines of random-weight stacks."""
     keys = jax.random.split(jax.random.key(seed), rw_runs)
     rw = []
@@ -515,7 +520,7 @@ def _random_weights_part(objs, stages, *, seed, rw_tokens, rw_dim, rw_beta, rw_l
         run = eqx.filter_jit(
             jax.vmap(
                 lambda k, s=scheme: random_weights_cosine(
-                    s, n_tokens=rw_tokens, dim=rw_dim, beta=rw_beta, n_layers=rw_layers, key=k
+                    s, n_tokens=rw_n_tokens, dim=rw_dim, beta=rw_beta, n_layers=rw_layers, key=k
                 )
             )
         )
@@ -573,19 +578,20 @@ def _dataset(parts, ngpt, rw, *, names, ts, alphas, rw_layers, rw_runs) -> xr.Da
     )
 
 
+@renamed(tokens="n_tokens", rw_tokens="rw_n_tokens")
 def schemes_study(
     *,
     schemes: Sequence[str] = SCHEME_NAMES,
-    tokens: int = 32,
+    n_tokens: int = 32,
     dim: int = 32,
     beta: float = 3.0,
-    horizon: float = 60.0,
+    horizon: float = defaults.horizon_of("schemes"),
     alphas: Sequence[float] = (1.0, 0.5, 2.0, 4.0),
     tau: float = 0.5,
     r0: float = 1.0,
-    seed: int = 0,
+    seed: int = defaults.SEED,
     rw_dim: int = 64,
-    rw_tokens: int = 32,
+    rw_n_tokens: int = 32,
     rw_beta: float | None = None,
     rw_layers: int = 48,
     rw_runs: int = 8,
@@ -597,23 +603,23 @@ def schemes_study(
     # Every argument, and what the study would only find mid-run (n > d, a radius float32
     # cannot hold, a terminal-rate fit that would start after t = 1e7), before any solve.
     _check_arguments(
-        schemes, tokens=tokens, dim=dim, beta=beta, horizon=horizon, alphas=alphas, tau=tau,
-        r0=r0, seed=seed, rw_dim=rw_dim, rw_tokens=rw_tokens, rw_beta=rw_beta,
+        schemes, n_tokens=n_tokens, dim=dim, beta=beta, horizon=horizon, alphas=alphas, tau=tau,
+        r0=r0, seed=seed, rw_dim=rw_dim, rw_n_tokens=rw_n_tokens, rw_beta=rw_beta,
         rw_layers=rw_layers, rw_runs=rw_runs,
     )  # fmt: skip
-    x0 = symmetric_start(tokens, dim, r0)
+    x0 = symmetric_start(n_tokens, dim, r0)
     rw_beta = math.sqrt(rw_dim) if rw_beta is None else rw_beta
     alpha = float(alphas[0])
     objs = _schemes(schemes, tau=tau, alpha=alpha)
     ts = np.linspace(0.0, horizon, N_SAVES)
-    kw = {"beta": beta, "tokens": tokens, "r0": r0, "horizon": horizon, "ts": ts}
+    kw = {"beta": beta, "n_tokens": n_tokens, "r0": r0, "horizon": horizon, "ts": ts}
     stages = _Stages(3 * len(objs) + 1, progress)
     try:
         parts = [_scheme_part(scheme, x0, stages, **kw) for scheme in objs]
         stages.begin("nGPT over alpha")
         ngpt = _ngpt_part(alphas, **kw)
         rw = _random_weights_part(
-            objs, stages, seed=seed, rw_tokens=rw_tokens, rw_dim=rw_dim, rw_beta=rw_beta,
+            objs, stages, seed=seed, rw_n_tokens=rw_n_tokens, rw_dim=rw_dim, rw_beta=rw_beta,
             rw_layers=rw_layers, rw_runs=rw_runs,
         )  # fmt: skip
     finally:
@@ -623,11 +629,11 @@ def schemes_study(
         parts, ngpt, rw, names=names, ts=ts, alphas=alphas, rw_layers=rw_layers, rw_runs=rw_runs
     )
     params = {
-        "beta": beta, "n": tokens, "d": dim, "r0": r0, "alpha": alpha,
+        "beta": beta, "n": n_tokens, "d": dim, "r0": r0, "alpha": alpha,
         "alphas": list(map(float, alphas)), "tau": tau, "horizon": horizon,
         "schemes": list(names),
         "random_weights": {
-            "d": rw_dim, "n": rw_tokens, "beta": rw_beta, "layers": rw_layers, "runs": rw_runs,
+            "d": rw_dim, "n": rw_n_tokens, "beta": rw_beta, "layers": rw_layers, "runs": rw_runs,
         },
     }  # fmt: skip
     return _with_provenance(ds, params, seed=seed, seconds=time.perf_counter() - started)

@@ -28,7 +28,7 @@ def json_points(ds: xr.Dataset) -> list[dict[str, Any]]:
 
         record = {
             name: _coordinate(row[name].item())
-            for name in ("model", "beta", "dim", "tokens", "eps", "sigma")
+            for name in ("model", "beta", "dim", "n_tokens", "eps", "sigma")
             if name in row.coords
         }
         record.update(
@@ -57,7 +57,7 @@ def json_points(ds: xr.Dataset) -> list[dict[str, Any]]:
                 plain(float(row["merge_ci_lower"].sel(outcome="antipodal"))),
                 plain(float(row["merge_ci_upper"].sel(outcome="antipodal"))),
             ]
-        if int(row["tokens"].item()) > 2:
+        if int(row["n_tokens"].item()) > 2:
             record["p_has_antipodal_pair"] = p("has_antipodal_pair")
         for name in ("p_antipodal_exact", "p_antipodal_pair_three_tokens"):
             if name in row and np.isfinite(float(row[name])):
@@ -76,7 +76,7 @@ def series(ds: xr.Dataset) -> list[dict[str, Any]]:
         row = ds.isel(point=i)
         record = {
             k: _coordinate(row[k].item())
-            for k in ("model", "beta", "dim", "tokens", "eps")
+            for k in ("model", "beta", "dim", "n_tokens", "eps")
             if k in row.coords
         }
         record["time"] = [float(t) for t in ds["time"].values]
