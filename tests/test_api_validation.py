@@ -154,7 +154,7 @@ WRONG_TYPES = {
     "grid of 1-d arrays": "accepted",
     "phase_points betas='12'": "ParameterError: betas must be a list of values",  # β = 1, 2
     "phase_points dims=4": "ParameterError: dims must be a list of values",
-    "phase_points n_tokens=None": "ParameterError: tokens must be a list of values",
+    "phase_points n_tokens=None": "ParameterError: n_tokens must be a list of values",
     "phase_points eps='5'": "ParameterError: eps must be a list of values",
     "evolution_points betas='1'": "ParameterError: betas must be a list of values",
     "evolution_points dims=3": "ParameterError: dims must be a list of values",
@@ -247,10 +247,10 @@ def test_phase_study_refuses_a_noise_that_does_not_fit_the_kind(no_simulation, k
 def test_phase_study_refuses_points_without_the_keys_of_the_kind(no_simulation):
     # beta-eps points without eps failed with a raw JAX ValueError while building the model.
     spec = ModelSpec(noise="hybrid", depth=2, horizon=1.0)
-    with pytest.raises(ad.ParameterError, match="gives exactly the keys dim, tokens, eps, beta"):
+    with pytest.raises(ad.ParameterError, match="gives exactly the keys dim, n_tokens, eps, beta"):
         phase_diagram_study("beta-eps", spec, MonteCarlo(), POINTS)
     extra = [{**POINTS[0], "eps": 0.5}]  # eps would be ignored by the full-noise model
-    with pytest.raises(ad.ParameterError, match="gives exactly the keys dim, tokens, beta"):
+    with pytest.raises(ad.ParameterError, match="gives exactly the keys dim, n_tokens, beta"):
         phase_diagram_study("beta-d", SPEC, MonteCarlo(), extra)
 
 

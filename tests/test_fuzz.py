@@ -78,12 +78,12 @@ def _choose(data, name: str, tiny: list[str], wild: bool, flags: list[str]) -> N
 
 #: Tiny valid values (every combination of them runs in well under a second).
 COMMON = {
-    "trajectories": ["1", "2", "4"],
+    "n-trajectories": ["1", "2", "4"],
     "depth": ["1", "2", "3"],
     "horizon": ["0.5", "1", "2"],
     "beta": ["0", "0.5", "1", "0,2", "0:1:0.5"],
     "dim": ["2", "3", "4", "2,4"],
-    "n_tokens": ["1", "2", "3"],
+    "n-tokens": ["1", "2", "3"],
     "sigma": ["0.5", "1"],
     "tol": ["1e-3", "0.5"],
     "seed": ["0", "7", str(2**32 - 1)],
@@ -102,7 +102,7 @@ EVOLUTION = {**COMMON, "model": ["full", "hybrid", "deterministic", "full,hybrid
 EVOLUTION["saves"] = ["1", "2", "3"]
 SCHEMES = {
     "schemes": ["post-ln", "pre-ln,ngpt", "mix-ln"],
-    "n_tokens": ["2", "3"],
+    "n-tokens": ["2", "3"],
     "dim": ["3", "4"],
     "beta": ["0", "1"],
     "horizon": ["1", "2"],
@@ -162,7 +162,7 @@ def _invoke(name: str, flags: list[str], *, simulate: bool, monkeypatch) -> str:
 
 #: Sizes the estimator commands get when the draw leaves them out (their defaults are
 #: sized for real studies).
-SMALL_DEFAULTS = {"trajectories": "2", "depth": "2", "horizon": "1"}
+SMALL_DEFAULTS = {"n-trajectories": "2", "depth": "2", "horizon": "1"}
 
 
 def _draw_flags(data, options: dict[str, list[str]], defaults: dict[str, str]):
@@ -291,11 +291,11 @@ def test_models_build_or_refuse(horizon, ts, depth, dt):
     engine=st.sampled_from(["discrete", "sde", "gpu"]),
 )
 def test_study_options_build_or_refuse(
-    trajectories, seed, tol, chunk, absorption, sigma, depth, horizon, engine
+    n_trajectories, seed, tol, chunk, absorption, sigma, depth, horizon, engine
 ):
     _builds_or_refuses(
         lambda: MonteCarlo(
-            n_trajectories=trajectories,
+            n_trajectories=n_trajectories,
             seed=seed,
             tol=tol,
             chunk_size=chunk,

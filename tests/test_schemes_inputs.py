@@ -116,7 +116,7 @@ def _refused(tmp_path, monkeypatch, args) -> str:
 def test_the_reported_command_is_refused_up_front(tmp_path, monkeypatch):
     # The audit's command: 10 s of computing, then "pre-ln: 1 − γ never reaches 1e-2".
     line = _refused(tmp_path, monkeypatch, ["--beta", "12", "--runs", "4", "--layers", "20"])
-    assert "pre-ln, mix-ln and peri-ln at --beta=12, --n-n_tokens=32, --r0=1, --tau=0.5" in line
+    assert "pre-ln, mix-ln and peri-ln at --beta=12, --n-tokens=32, --r0=1, --tau=0.5" in line
     assert "after t = 1e7; allowed: --beta ≤ 6.26, or leaving pre-ln, mix-ln and" in line
 
 

@@ -280,7 +280,7 @@ def _noise(ds: xr.Dataset, level: str) -> Figure:
             "trajectories left with ≤ 2 clusters before the horizon, of those that gathered.\n"
             + _header(ds)
             + f", d = {', '.join(map(str, np.unique(ds['dim'].values)))}, "
-            f"N = {', '.join(map(str, np.unique(ds['tokens'].values)))}, "
+            f"N = {', '.join(map(str, np.unique(ds['n_tokens'].values)))}, "
             f"β = {', '.join(f'{b:g}' for b in np.unique(ds['beta'].values))}",
             11.6,
         ),

@@ -272,7 +272,9 @@ MONTE_CARLO_NAMES = {"chunk_size": "chunk-size", "early_absorption": "early-abso
 
 
 def _on_nonfinite(exclude: bool) -> str:
-    """0.4's ``exclude_nonfinite`` flag as an ``on_nonfinite`` policy."""
+    """0.4's ``exclude_nonfinite`` flag as an ``on_nonfinite`` policy (a real bool, as 0.4
+    required: a truthy ``"no"`` would switch it on)."""
+    check_bool("exclude_nonfinite", exclude)
     return "exclude" if exclude else "raise"
 
 
