@@ -311,7 +311,7 @@ _MANY_TOKENS_CHILD = textwrap.dedent(
 
     assert len(jax.devices()) == 2
     ds = ad.estimate_probabilities(
-        lambda beta, dim, tokens: ad.DiscreteTransformer(
+        lambda beta, dim, n_tokens: ad.DiscreteTransformer(
             ad.Attention(beta), ad.MatrixValues(1.0), depth=100, saveat=ad.SaveAt(1.0)
         ),
         [{"dim": 16, "n_tokens": 32, "beta": 1.0}],
@@ -354,8 +354,8 @@ _IMPLICIT_CHILD = textwrap.dedent(
     import diffrax, jax, numpy as np
     import attndyn as ad
 
-    def model(beta, dim, tokens):
-        del dim, tokens
+    def model(beta, dim, n_tokens):
+        del dim, n_tokens
         integrator = ad.ODEIntegrator(diffrax.Kvaerno3(), rtol=1e-3, atol=1e-5)
         return ad.NormalizedAttentionODE(
             ad.Attention(beta), ad.PostLN(), saveat=ad.SaveAt(0.2), integrator=integrator
@@ -390,15 +390,15 @@ _SMOKE_CHILD = textwrap.dedent(
 
     assert len(jax.devices()) == 2
     span = ad.estimate_probabilities(
-        lambda beta, dim, tokens: ad.DiscreteTransformer(
+        lambda beta, dim, n_tokens: ad.DiscreteTransformer(
             ad.Attention(beta), ad.MatrixValues(1.0), depth=5, saveat=ad.SaveAt(1.0)
         ),
         [{"dim": 4, "n_tokens": 3, "beta": 1.0}],
         key=jax.random.key(0), n_trajectories=64, progress=False,
     )["span_dim"].values.ravel()[0]
 
-    def implicit(beta, dim, tokens):
-        del dim, tokens
+    def implicit(beta, dim, n_tokens):
+        del dim, n_tokens
         integrator = ad.ODEIntegrator(diffrax.Kvaerno3(), rtol=1e-3, atol=1e-5)
         return ad.NormalizedAttentionODE(
             ad.Attention(beta), ad.PostLN(), saveat=ad.SaveAt(0.2), integrator=integrator

@@ -454,8 +454,8 @@ print(refused(lambda: ad.DiscreteTransformer(ad.Attention(1.0), "gaussian")))
 print(refused(lambda: ad.ODEIntegrator(solver="tsit5")))
 print(refused(lambda: ad.ODEIntegrator(solver=diffrax.SRA1())))
 
-def make(beta, dim, tokens):
-    del dim, tokens
+def make(beta, dim, n_tokens):
+    del dim, n_tokens
     return ad.DiscreteTransformer(ad.Attention(beta), depth=2, saveat=ad.SaveAt(1.0))
 
 key = jax.random.key(0)
