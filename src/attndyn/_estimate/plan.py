@@ -212,9 +212,9 @@ class BuiltModels:
         # Under x64 the model's leaves are made float64 from the values as given, as the
         # estimator makes them (a float32 leaf cast up would change the numbers).
         with jax.enable_x64(bool(x64)):
-            self.models = [model_fn(**p) for p in points]
+            models = [model_fn(**p) for p in points]
         self._by_point: dict[str, AbstractModel] = {}
-        for p, model in zip(points, self.models):
+        for p, model in zip(points, models, strict=True):
             try:
                 self._by_point[point_text(p)] = model
             except (TypeError, ValueError):  # not a point the estimator accepts

@@ -5,6 +5,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from ..._core.attention import Attention
+from ..._core.errors import ParameterError, check_int
 from ..._core.linalg import lq as lq
 from ..._core.norms import AbstractNorm
 
@@ -15,6 +16,16 @@ def fits_frame(n_tokens: int, dim: int) -> bool:
     so the route is exact in law and carries the angle between them, which on the full
     route float32 merges)."""
     return n_tokens < dim or n_tokens == dim == 2
+
+
+def check_fits_frame(route: str, n_tokens: int, dim: int) -> None:
+    """Refuse N tokens of R^d that ``route`` (a route in N × N coordinates) cannot hold."""
+    check_int("n_tokens", n_tokens, lower=1)
+    check_int("dim", dim, lower=2)
+    if not fits_frame(n_tokens, dim):
+        raise ParameterError(
+            f"the {route} route needs N < d (or N = d = 2); got N = {n_tokens}, d = {dim}."
+        )
 
 
 def start_frame(x0: Float[Array, "N d"], start: AbstractNorm) -> Float[Array, "N N"]:

@@ -23,12 +23,12 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Key, PRNGKeyArray
 
-from ..._core.errors import ParameterError, check_int, check_single_key, check_start
+from ..._core.errors import ParameterError, check_single_key, check_start
 from ..._core.norms import AbstractNorm, RMSNorm
 from ..base import AbstractModel, States, advance_saves, begin_saves, simulate_in_blocks
 from .absorbing import AbsorbingRoute
 from .absorption import absorb_tile, absorption_applies, absorption_gaps
-from .frame import fits_frame, lq, start_frame
+from .frame import check_fits_frame, lq, start_frame
 
 if TYPE_CHECKING:
     from ..discrete import DiscreteTransformer
@@ -68,13 +68,7 @@ class AbstractFrameRoute(AbstractModel):
         key and the absolute layer index."""
 
     def __check_init__(self):
-        check_int("n_tokens", self.n_tokens, lower=1)
-        check_int("dim", self.dim, lower=2)
-        if not fits_frame(self.n_tokens, self.dim):
-            raise ParameterError(
-                f"the reduced route needs N < d (or N = d = 2); got N = {self.n_tokens}, "
-                f"d = {self.dim}."
-            )
+        check_fits_frame("reduced", self.n_tokens, self.dim)
 
     def merge_law(self, dim: int):
         """The law of the model it stands for, in the route's own dimension (d − 1 for a

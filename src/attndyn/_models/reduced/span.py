@@ -23,12 +23,19 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Key
 
-from ..._core.errors import ParameterError, check_int
+from ..._core.errors import ParameterError
 from ..._core.norms import AbstractNorm, RMSNorm
 from ..._core.random import fold_in
 from ..._core.values import AbstractScalarValues
 from ..base import AbstractModel, States, advance_saves, begin_saves, simulate_in_blocks
-from .frame import fits_frame, held_sine, lq, start_frame, two_token_attention, two_token_frame
+from .frame import (
+    check_fits_frame,
+    held_sine,
+    lq,
+    start_frame,
+    two_token_attention,
+    two_token_frame,
+)
 
 if TYPE_CHECKING:
     from ..discrete import DiscreteTransformer
@@ -55,13 +62,7 @@ class SpanTransformer(AbstractModel):
         return self.model.merge_law(self.dim)
 
     def __check_init__(self):
-        check_int("n_tokens", self.n_tokens, lower=1)
-        check_int("dim", self.dim, lower=2)
-        if not fits_frame(self.n_tokens, self.dim):
-            raise ParameterError(
-                f"the span route needs N < d (or N = d = 2); got N = {self.n_tokens}, "
-                f"d = {self.dim}."
-            )
+        check_fits_frame("span", self.n_tokens, self.dim)
         if not self.model.values.multiple_of_identity:
             raise ParameterError("the span route needs values that are multiples of I.")
 
