@@ -100,13 +100,13 @@ def test_deterministic_post_ln_is_euler_of_the_two_token_ode():
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
-    [({"depth": 0}, "depth"), ({"horizon": 0.0}, "horizon"), ({"save_at": (3.0,)}, "save_at")],
+    [({"depth": 0}, "depth"), ({"horizon": 0.0}, "horizon"), ({"saveat": (3.0,)}, "saveat")],
 )
 def test_bad_model_input(kwargs, match):
     with pytest.raises(ad.ParameterError, match=match):
-        args = {"depth": 10, "horizon": 1.0, "save_at": None, **kwargs}
+        args = {"depth": 10, "horizon": 1.0, "saveat": None, **kwargs}
         ad.DiscreteTransformer(
             ad.Attention(1.0),
             depth=args["depth"],
-            saveat=ad.SaveAt(args["horizon"], args["save_at"]),
+            saveat=ad.SaveAt(args["horizon"], args["saveat"]),
         )

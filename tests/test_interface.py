@@ -141,7 +141,7 @@ def test_routes_are_chosen_by_the_model():
 
 def test_saveat_is_validated_once_for_every_model():
     # A time given twice would be two rows of one time coordinate (audit): refused.
-    cases = (((1.0, 3.0), "save_at"), ((), "save_at"), ((2.0, 1.0), "increasing"))
+    cases = (((1.0, 3.0), "saveat"), ((), "saveat"), ((2.0, 1.0), "increasing"))
     for bad, needle in (*cases, ((0.5, 0.5), "increasing")):
         with pytest.raises(ad.ParameterError, match=needle):
             ad.SaveAt(2.0, bad)

@@ -151,9 +151,9 @@ def test_vmap_over_starts_and_parameters():
     [
         (
             lambda: NormalizedAttentionODE(Attention(1.0), saveat=SaveAt(1.0, (0.5, 1.5))),
-            "save_at",
+            "saveat",
         ),
-        (lambda: NormalizedAttentionODE(Attention(1.0), saveat=SaveAt(1.0, (-0.1,))), "save_at"),
+        (lambda: NormalizedAttentionODE(Attention(1.0), saveat=SaveAt(1.0, (-0.1,))), "saveat"),
         (lambda: NormalizedAttentionODE(Attention(1.0), MixLN(tau=-1.0)), "tau"),
         (lambda: NormalizedAttentionODE(Attention(1.0), NGPT(alpha=0.0)), "alpha"),
         (lambda: NormalizedAttentionODE(Attention(1.0), saveat=SaveAt(0.0)), "horizon"),

@@ -135,7 +135,7 @@ def test_stratonovich_drift_is_tangent(kind):
         (dict(solver="rk4"), "solver"),
         (dict(solver=diffrax.Tsit5()), "SDE solver"),
         (dict(brownian="pink"), "brownian"),
-        (dict(save_at=(0.5, 2.0)), "save_at"),
+        (dict(saveat=(0.5, 2.0)), "saveat"),
     ],
 )
 def test_bad_input(kwargs, match):
@@ -147,7 +147,7 @@ def test_bad_input(kwargs, match):
         model_kw = {k: v for k, v in kwargs.items() if k in ("eps", "sigma")}
         cls(
             ad.Attention(1.0),
-            saveat=ad.SaveAt(1.0, kwargs.get("save_at")),
+            saveat=ad.SaveAt(1.0, kwargs.get("saveat")),
             integrator=ad.SDEIntegrator(**integrator_kw),
             **model_kw,
         )

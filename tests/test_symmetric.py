@@ -116,7 +116,7 @@ def test_bad_input():
         symmetric_start(2, 4, r0=0.0)
     with pytest.raises(ParameterError, match="r0"):
         SymmetricODE(PostLN(), 1.0, n_tokens=3, r0=-1.0)
-    with pytest.raises(ParameterError, match="save_at"):
+    with pytest.raises(ParameterError, match="saveat"):
         SymmetricODE(PostLN(), 1.0, n_tokens=3, saveat=SaveAt(2.0, (3.0,)))
     with pytest.raises(ParameterError, match="r0"):
         initial_slope(PreLN(), beta=1.0, n_tokens=3, r0=0.0)

@@ -56,6 +56,31 @@ def test_the_command_line_reads_the_one_place():
         assert _default(_phase.phase_diagram, name) == getattr(defaults, name.upper())
 
 
+def test_the_schemes_command_and_study_share_their_defaults():
+    """The schemes study's own choices (n = d = 32, β = 3, its α list, the random-weight
+    stacks) and the schemes' τ, α, r0: one value each, read by the study, its command, the
+    scheme classes and the theory alike."""
+    import inspect
+
+    from attndyn.studies.schemes import schemes_study
+    from attndyn.theory import initial_slope
+
+    study = inspect.signature(schemes_study).parameters
+    for name in ("n_tokens", "dim", "beta"):
+        assert _default(_schemes.schemes, name) == study[name].default
+        assert study[name].default == getattr(defaults, f"SCHEMES_{name.upper()}")
+        assert study[name].default == defaults.STUDY_DEFAULTS[name]["schemes"]
+    assert _default(_schemes.schemes, "alpha") == "1,0.5,2,4"
+    assert tuple(study["alphas"].default) == defaults.SCHEMES_ALPHAS
+    assert _default(_schemes.schemes, "layers") == study["rw_layers"].default
+    assert _default(_schemes.schemes, "runs") == study["rw_runs"].default
+    for name in ("tau", "r0", "seed"):
+        assert _default(_schemes.schemes, name) == study[name].default
+    assert float(ad.MixLN().tau) == study["tau"].default == defaults.TAU
+    assert float(ad.NGPT().alpha) == defaults.ALPHA
+    assert inspect.signature(initial_slope).parameters["r0"].default == defaults.R0
+
+
 def test_the_python_api_reads_the_one_place():
     spec, mc = studies.ModelSpec(), studies.MonteCarlo()
     from attndyn._models.discrete import DEFAULT_DEPTH
@@ -226,3 +251,19 @@ def test_an_old_and_a_new_flag_together_are_refused(tmp_path):
     assert result.exit_code == 2
     assert "Error: give --n-tokens only (--tokens is its deprecated name)." in result.output
     assert not (tmp_path / "o").exists()
+
+
+def test_a_command_reads_its_options_and_never_edits_them():
+    """The commands build their typed objects from one read-only mapping of the options
+    (issue 30: no dict edited in place); 0.4's flags arrive under their new names."""
+    import click
+
+    from attndyn.cli._common import command_options
+
+    raw = {"n_tokens": 2, "tokens": 3, "trajectories": None, "seed": 0}
+    with click.Context(_phase.phase_diagram):
+        options = command_options(raw)
+    assert dict(options) == {"n_tokens": 3, "seed": 0}
+    assert raw == {"n_tokens": 2, "tokens": 3, "trajectories": None, "seed": 0}  # untouched
+    with pytest.raises(TypeError):
+        options["seed"] = 1  # pyright: ignore[reportIndexIssue]

@@ -49,6 +49,13 @@ NOISE: Final = "full"
 ON_NONFINITE: Final = "raise"
 #: What the estimator does with trajectories whose tokens merged numerically.
 ON_MERGED: Final = "auto"
+#: Mix-LN's switch τ: Post-LN for the first ⌈τL⌉ layers, Pre-LN after (seed 004's middle
+#: choice).
+TAU: Final = 0.5
+#: nGPT's step α (seed 004, eq. 9: α = 1 is the plain normalized step).
+ALPHA: Final = 1.0
+#: The radius r0 of the symmetric start of the schemes' ODEs (unit tokens: seed 004).
+R0: Final = 1.0
 
 #: The studies' own choices where they differ from the shared default, and why.
 #: ``horizon``: the phase diagram's T = 100 lets the points beside a threshold settle (the
@@ -61,10 +68,19 @@ ON_MERGED: Final = "auto"
 #: unnormalised attention. ``early_absorption``: the command line stops two-token
 #: trajectories once their class is settled up to 1e-7 (``"auto"``); the Python
 #: :class:`~attndyn.studies.MonteCarlo` simulates every layer unless asked (``None``), as
-#: it did in 0.4, so that a script's numbers do not change.
+#: it did in 0.4, so that a script's numbers do not change. ``n_tokens``, ``dim``, ``beta``
+#: of the schemes study (:data:`SCHEMES_N_TOKENS`, …): the symmetric start needs n ≤ d;
+#: n = d = 32 and β = 3 put every scheme's terminal rate within T = 60 and its γ(t) curve
+#: well away from 0 and 1.
+SCHEMES_N_TOKENS: Final = 32
+SCHEMES_DIM: Final = 32
+SCHEMES_BETA: Final = 3.0
 STUDY_DEFAULTS: Final = {
     "horizon": {"phase-diagram": 100.0, "evolution": 50.0, "schemes": 60.0, "modes": 12.0},
     "n_trajectories": {"modes": 8},
+    "n_tokens": {"schemes": SCHEMES_N_TOKENS},
+    "dim": {"schemes": SCHEMES_DIM},
+    "beta": {"schemes": SCHEMES_BETA},
     "saves": {"evolution": 51, "modes": 121},
     "attention": {"beta-eps": "unnormalized"},
     "early_absorption": {"command line": "auto"},
@@ -76,6 +92,11 @@ STUDY_DEFAULTS: Final = {
 PHASE_BETAS: Final = "0,0.4,0.8,1.5,2,2.5,3,3.5,4"
 
 HORIZON: Final = STUDY_DEFAULTS["horizon"]
+#: The schemes study's nGPT steps α (part b; the first is the rate table's) and its
+#: random-weight stacks (part c: d, n, layers and runs, small enough for a 2-core CPU;
+#: ``--full-size`` runs seed 004's d = 512, n = 256).
+SCHEMES_ALPHAS: Final = (1.0, 0.5, 2.0, 4.0)
+RANDOM_WEIGHTS: Final = {"rw_dim": 64, "rw_n_tokens": 32, "rw_layers": 48, "rw_runs": 8}
 
 
 def horizon_of(study: str) -> float:
@@ -99,10 +120,20 @@ class Parameter:
 #: The vocabulary: each parameter under one name, in the API, the CLI, the datasets and the
 #: docs. ``default`` is shown as the docs show it (rendered from the constants above).
 PARAMETERS: Final = (
-    Parameter("beta", "β", "inverse temperature of attention", "1", "—", "all", "--beta"),
-    Parameter("dim", "d", "token dimension (tokens on S^(d−1))", "1", "—", "all", "--dim"),
     Parameter(
-        "n_tokens", "N", "number of tokens per trajectory", "1 (count)", "—", "all", "--n-tokens"
+        "beta", "β", "inverse temperature of attention", "1", "— (schemes: 3)", "all", "--beta"
+    ),
+    Parameter(
+        "dim", "d", "token dimension (tokens on S^(d−1))", "1", "— (schemes: 32)", "all", "--dim"
+    ),
+    Parameter(
+        "n_tokens",
+        "N",
+        "number of tokens per trajectory",
+        "1 (count)",
+        "— (schemes: 32)",
+        "all",
+        "--n-tokens",
     ),
     Parameter(
         "depth",
@@ -220,6 +251,27 @@ PARAMETERS: Final = (
         SOLVER,
         "SDE engine",
         "--solver",
+    ),
+    Parameter(
+        "tau",
+        "τ",
+        "Mix-LN's switch: Post-LN before t = τ, Pre-LN after",
+        "1 (model time t)",
+        f"{TAU:g}",
+        "MixLN, schemes",
+        "--tau",
+    ),
+    Parameter(
+        "alpha",
+        "α",
+        "nGPT's step",
+        "1",
+        f"{ALPHA:g} (schemes study: {', '.join(f'{a:g}' for a in SCHEMES_ALPHAS)})",
+        "NGPT, schemes",
+        "--alpha",
+    ),
+    Parameter(
+        "r0", "r0", "radius of the symmetric start", "1", f"{R0:g}", "schemes, theory", "--r0"
     ),
     Parameter("dt", "Δt", "the SDE engine's step", "time", f"{DT:g}", "SDE engine", "--dt"),
     Parameter(

@@ -74,16 +74,16 @@ class SaveAt(eqx.Module):
             return
         times = np.asarray(self.ts, dtype=np.float64)
         if times.size == 0:
-            raise ParameterError("save_at must name at least one time in [0, horizon].")
+            raise ParameterError("saveat must name at least one time in [0, horizon].")
         if not np.all(np.isfinite(times)) or np.any((times < 0) | (times > self.horizon)):
             raise ParameterError(
-                f"save_at={np.array2string(times, threshold=6)} has a time outside "
+                f"saveat={np.array2string(times, threshold=6)} has a time outside "
                 f"[0, {self.horizon}]; every save time must lie in [0, horizon]."
             )
         if np.any(np.diff(times) <= 0):
             # A time given twice is two rows of one time coordinate: selecting by time
             # then fails or picks one of them.
-            raise ParameterError("save_at must be increasing: every save time once, in order.")
+            raise ParameterError("saveat must be increasing: every save time once, in order.")
 
     @property
     def times(self) -> np.ndarray:

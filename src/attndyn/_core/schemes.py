@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from . import defaults
 from .attention import float_leaf
 from .errors import check_bound, check_scalar
 from .names import SCHEME_NAMES as SCHEME_NAMES
@@ -333,7 +334,7 @@ class MixLN(AbstractScheme):
     with Pre-LN's (:meth:`phases`; see :class:`attndyn.NormalizedAttentionODE`).
     """
 
-    tau: Float[Array, ""] = eqx.field(converter=float_leaf("tau"), default=0.5)
+    tau: Float[Array, ""] = eqx.field(converter=float_leaf("tau"), default=defaults.TAU)
     name: ClassVar[str] = "mix-ln"
     keeps_radius: ClassVar[bool] = True
     rotation_equivariant: ClassVar[bool] = True
@@ -433,7 +434,7 @@ class NGPT(AbstractScheme):
     ``V_n A_i = 0`` the inner normalisation has no direction and the token does not move.
     """
 
-    alpha: Float[Array, ""] = eqx.field(converter=float_leaf("alpha"), default=1.0)
+    alpha: Float[Array, ""] = eqx.field(converter=float_leaf("alpha"), default=defaults.ALPHA)
     alpha_schedule: Callable[[Array], Array] | None = eqx.field(static=True, default=None)
     name: ClassVar[str] = "ngpt"
     keeps_radius: ClassVar[bool] = False
@@ -511,7 +512,11 @@ class SqrtScaling(AbstractScheme):
 
 
 def scheme_from_name(
-    name: str, *, tau: float = 0.5, alpha: float = 1.0, norm: "AbstractNorm | str" = "rms"
+    name: str,
+    *,
+    tau: float = defaults.TAU,
+    alpha: float = defaults.ALPHA,
+    norm: "AbstractNorm | str" = defaults.NORM,
 ) -> AbstractScheme:
     """The scheme called ``name`` (one of :data:`SCHEME_NAMES`) with the given ``norm``."""
     from .errors import check_choice

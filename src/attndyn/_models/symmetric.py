@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Key, PRNGKeyArray
 
+from .._core import defaults
 from .._core.attention import float_leaf
 from .._core.errors import ParameterError, check_bound, check_int, check_scalar
 from .._core.saveat import SaveAt
@@ -36,7 +37,9 @@ from .base import AbstractModel
 from .integrators import ODEIntegrator
 
 
-def symmetric_start(n_tokens: int, dim: int, r0: float = 1.0) -> Float[Array, "n_tokens dim"]:
+def symmetric_start(
+    n_tokens: int, dim: int, r0: float = defaults.R0
+) -> Float[Array, "n_tokens dim"]:
     """The orthogonal symmetric start: token i is r_0·e_i (needs n ≤ d)."""
     check_int("n_tokens", n_tokens, lower=1)
     check_int("dim", dim, lower=1)

@@ -210,7 +210,7 @@ def _apply(func: Callable, options: list[Callable]) -> Callable:
 
 def deprecated_option(old: str, new: str, **attrs: Any) -> Callable:
     """A hidden option ``old``, 0.4's spelling of ``new``: it still works for one release,
-    with a one-line note on stderr (:func:`take_deprecated` moves its value)."""
+    with a one-line note on stderr (:func:`command_options` moves its value)."""
 
     def note(context: click.Context, param: click.Parameter, value: Any) -> Any:
         if value is not None and context.get_parameter_source(str(param.name)) not in (
@@ -227,22 +227,24 @@ def deprecated_option(old: str, new: str, **attrs: Any) -> Callable:
     return click.option(old, hidden=True, callback=note, **attrs)
 
 
-def take_deprecated(options: dict[str, Any]) -> dict[str, Any]:
-    """``options`` with the values of deprecated flags moved to their new names (both
-    spellings given: refused, naming them)."""
+def command_options(raw: dict[str, Any]) -> Mapping[str, Any]:
+    """A command's options as click gave them, read-only from here on, with the values of
+    deprecated flags moved to their new names (both spellings given: refused, naming
+    them). The command builds its typed objects (``ModelSpec``, ``MonteCarlo``, …) from
+    this mapping; nothing edits it, so the arguments recorded with the results are the ones
+    the user gave."""
     from .._core.errors import ParameterError
 
+    options = {k: v for k, v in raw.items() if k not in DEPRECATED_FLAGS}
     for old, (new, convert) in DEPRECATED_FLAGS.items():
-        if old not in options:
-            continue
-        value = options.pop(old)
+        value = raw.get(old)
         if value is None:
             continue
         if given(new):
             flag, new_flag = "--" + old.replace("_", "-"), "--" + new.replace("_", "-")
             raise ParameterError(f"give {new_flag} only ({flag} is its deprecated name).")
         options[new] = convert(value)
-    return options
+    return MappingProxyType(options)
 
 
 def study_options(func: Callable) -> Callable:
@@ -512,7 +514,7 @@ SDE_IGNORES = {
 }
 
 
-def check_engine_flags(options: dict[str, Any]) -> None:
+def check_engine_flags(options: Mapping[str, Any]) -> None:
     """Refuse flags of the other engine (they would be ignored): --solver and --dt with
     the discrete engine, --step and --values with the sde engine."""
     from .._core.errors import ParameterError
@@ -533,7 +535,7 @@ def check_engine_flags(options: dict[str, Any]) -> None:
             )
 
 
-def depth_conflicts(options: dict[str, Any]) -> list[str]:
+def depth_conflicts(options: Mapping[str, Any]) -> list[str]:
     """Messages for a --depth that the run would ignore: with the sde engine, or with
     --step (which sets the layer step itself)."""
     if not given("depth"):
@@ -568,7 +570,7 @@ def refuse_unused(
     raise ParameterError(problems[0])
 
 
-def start_processes(options: dict[str, Any]) -> bool:
+def start_processes(options: Mapping[str, Any]) -> bool:
     """Set the process up before any other JAX work: one CPU device per core, the
     persistent compilation cache (unless --no-cache), and a multi-process run if asked.
     True on the process that writes the outputs."""
@@ -582,8 +584,9 @@ def start_processes(options: dict[str, Any]) -> bool:
         source = click.get_current_context().get_parameter_source("cache_dir")
         name = "ATTNDYN_CACHE_DIR" if source == ParameterSource.ENVIRONMENT else "--cache-dir"
         enable_compilation_cache(options.get("cache_dir"), name=name)
-    # How long to wait never changes the numbers: not one of the recorded arguments.
-    timeout = options.pop("coordinator_timeout", None)
+    # How long to wait never changes the numbers: not one of the recorded arguments
+    # (RUN_OPTIONS).
+    timeout = options.get("coordinator_timeout")
     try:
         initialize_distributed(
             options["coordinator"],
@@ -597,7 +600,7 @@ def start_processes(options: dict[str, Any]) -> bool:
     return jax.process_index() == 0
 
 
-def monte_carlo(options: dict[str, Any]) -> MonteCarlo:
+def monte_carlo(options: Mapping[str, Any]) -> MonteCarlo:
     """The estimator options shared by the study commands."""
     from ..studies.phase import MonteCarlo
 
@@ -614,7 +617,7 @@ def monte_carlo(options: dict[str, Any]) -> MonteCarlo:
     )
 
 
-def model_spec(options: dict[str, Any], *, noise: str, attention: str) -> ModelSpec:
+def model_spec(options: Mapping[str, Any], *, noise: str, attention: str) -> ModelSpec:
     """The model options shared by the study commands."""
     from ..studies.phase import ModelSpec
 
@@ -634,7 +637,7 @@ def model_spec(options: dict[str, Any], *, noise: str, attention: str) -> ModelS
 
 
 def study_output(
-    options: dict[str, Any],
+    options: Mapping[str, Any],
     name: str,
     *,
     writer: bool,
@@ -708,15 +711,17 @@ def finish(
     out: Output,
     checkpoint: Path | None,
     figure,
-    options: dict[str, Any],
+    options: Mapping[str, Any],
+    started: float,
     more_figures: Mapping[str, Callable] = MappingProxyType({}),
     **extra,
 ) -> None:
     """Write the dataset, its figure (``figure(ds)``) and ``more_figures`` (file name →
     draw function, each path also reported under ``<stem>_figure``), and replace the old
     ones with them together (:meth:`Output.commit`); drop the checkpoint they supersede;
-    then report: one JSON object on stdout with ``--json``, else one line on stderr. Every
-    figure carries the dataset's provenance (:func:`png_metadata`)."""
+    then report, with the seconds since ``started`` (the command's start): one JSON object
+    on stdout with ``--json``, else one line on stderr. Every figure carries the dataset's
+    provenance (:func:`png_metadata`)."""
     from .._estimate.metadata import to_netcdf
     from ..studies.summary import json_points
 
@@ -731,7 +736,7 @@ def finish(
     out.commit()
     if checkpoint is not None:
         checkpoint.unlink(missing_ok=True)
-    seconds = time.perf_counter() - options["started"]
+    seconds = time.perf_counter() - started
     if options["as_json"]:
         payload = {"kind": extra.pop("kind"), "engine": ds.attrs["engine"]}
         payload.update(points=json_points(ds), **extra)

@@ -2,6 +2,7 @@
 
 import sys
 import time
+from typing import Any
 
 import click
 
@@ -10,6 +11,7 @@ from .._core.names import ATTENTION_KINDS
 from ._common import (
     check_engine_flags,
     cli_errors,
+    command_options,
     deprecated_option,
     depth_conflicts,
     finish,
@@ -26,7 +28,6 @@ from ._common import (
     study_metadata,
     study_options,
     study_output,
-    take_deprecated,
 )
 
 #: What the command runs, imported when it runs (a --help imports no JAX).
@@ -91,7 +92,7 @@ PAIR_DENSITY_FIGURE = "evolution_pair_density.png"
 )
 @study_options
 @cli_errors
-def evolution(**options) -> None:
+def evolution(**raw: Any) -> None:
     """Fractions of single / antipodal / unclustered (and has-an-antipodal-pair) against
     time, with Wilson 95 % error bars (seed 003 Figs. 7-9).
 
@@ -102,8 +103,8 @@ def evolution(**options) -> None:
     fraction of pairs with cosine > 0.999). The --json series also give, at every time, the
     mean pair density and span dimension (Gram eigenvalues > 1e-3) with standard errors.
     """
-    options["started"] = time.perf_counter()
-    take_deprecated(options)
+    started = time.perf_counter()
+    options = command_options(raw)
     writer = start_processes(options)  # jax.distributed must start before other JAX work
     run = sys.modules[__name__]  # the study's names, loaded now (see __getattr__)
     check_engine_flags(options)
@@ -154,6 +155,7 @@ def evolution(**options) -> None:
                 checkpoint,
                 draw,
                 options,
+                started,
                 more_figures={PAIR_DENSITY_FIGURE: plot.pair_density},
                 kind="evolution",
                 series=run.series(ds),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import sys
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -22,6 +23,7 @@ from ..studies._names import ENGINES, MODES_NOISES
 from ._common import (
     cli_errors,
     command_line,
+    command_options,
     deprecated_option,
     emit_json,
     floats,
@@ -34,7 +36,6 @@ from ._common import (
     png_metadata,
     save_png,
     say,
-    take_deprecated,
 )
 
 if TYPE_CHECKING:
@@ -158,7 +159,7 @@ NAME = "modes"
 @click.option("--cache/--no-cache", default=True, show_default=True, help="Compilation cache.")
 @click.option("--cache-dir", envvar="ATTNDYN_CACHE_DIR", default=None, callback=nonempty_path)
 @cli_errors
-def modes(**options) -> None:
+def modes(**raw: Any) -> None:
     """N tokens uniform on S^(d-1): mode powers P_ℓ and cluster counts against time, the
     growth rate of each degree fitted over its linear window beside the theory 2λ_ℓ and the
     most unstable degree ℓ*, and the metastable plateau.
@@ -170,8 +171,8 @@ def modes(**options) -> None:
     """
     from ._output import Output, result_arguments
 
-    options["started"] = time.perf_counter()
-    take_deprecated(options)
+    started = time.perf_counter()
+    options = command_options(raw)
     spec, run, points = _parse(options)
     arguments = result_arguments({k: v for k, v in options.items() if k not in ("cache_dir",)})
     if options["cache"]:
@@ -197,10 +198,10 @@ def modes(**options) -> None:
             progress=not options["no_progress"],
             metadata={"command": command_line(), "arguments": arguments},
         )
-        _finish(ds, out, checkpoint, options)
+        _finish(ds, out, checkpoint, options, started)
 
 
-def _parse(options: dict[str, Any]) -> tuple[ModesSpec, ModesRun, list[dict[str, Any]]]:
+def _parse(options: Mapping[str, Any]) -> tuple[ModesSpec, ModesRun, list[dict[str, Any]]]:
     """Every option checked before anything runs (a ParameterError: exit 2, one line)."""
     from .._core.errors import ParameterError
     from ..studies.modes import ModesRun, ModesSpec
@@ -266,7 +267,7 @@ def _parse(options: dict[str, Any]) -> tuple[ModesSpec, ModesRun, list[dict[str,
     return spec, run, points
 
 
-def _finish(ds, out: Output, checkpoint, options: dict[str, Any]) -> None:
+def _finish(ds, out: Output, checkpoint, options: Mapping[str, Any], started: float) -> None:
     """The dataset and its figure, replaced together (:meth:`Output.commit`); then the
     report."""
     from .. import plot
@@ -277,7 +278,7 @@ def _finish(ds, out: Output, checkpoint, options: dict[str, Any]) -> None:
     figure = out.stage(f"{NAME}.png", functools.partial(save, plot.modes(ds)))
     out.commit()
     checkpoint.unlink(missing_ok=True)
-    seconds = time.perf_counter() - options["started"]
+    seconds = time.perf_counter() - started
     if options["as_json"]:
         emit_json(
             {

@@ -23,7 +23,7 @@ and written atomically after it.
 import contextlib
 import errno
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +57,8 @@ RUN_OPTIONS = frozenset(
         "coordinator",
         "process_count",
         "process_id",
-        "started",
+        # How long process 0 waits for the others: never the numbers.
+        "coordinator_timeout",
         # The compilation cache changes how long a run takes, never its numbers.
         "cache",
         "cache_dir",
@@ -65,7 +66,7 @@ RUN_OPTIONS = frozenset(
 )
 
 
-def result_arguments(options: dict[str, Any]) -> dict[str, Any]:
+def result_arguments(options: Mapping[str, Any]) -> dict[str, Any]:
     """The options that determine a command's results, as plain JSON values."""
     return {k: plain(v) for k, v in sorted(options.items()) if k not in RUN_OPTIONS}
 

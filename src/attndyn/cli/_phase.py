@@ -2,6 +2,8 @@
 
 import sys
 import time
+from types import MappingProxyType
+from typing import Any
 
 import click
 
@@ -16,6 +18,7 @@ from ..studies._names import (
 from ._common import (
     check_engine_flags,
     cli_errors,
+    command_options,
     deprecated_option,
     depth_conflicts,
     finish,
@@ -32,7 +35,6 @@ from ._common import (
     study_metadata,
     study_options,
     study_output,
-    take_deprecated,
 )
 
 #: What the command runs, imported when it runs (a --help imports no JAX).
@@ -93,7 +95,7 @@ __getattr__ = lazy_names(
 )
 @study_options
 @cli_errors
-def phase_diagram(**options) -> None:
+def phase_diagram(**raw: Any) -> None:
     """Clustering phase diagrams with Wilson intervals (seed 003 Figs. 3, 4, 6).
 
     --kind beta-d (default): P(single) / P(antipodal) over (β, d), Fig. 3: Post-LN with
@@ -119,8 +121,8 @@ def phase_diagram(**options) -> None:
     ATTNDYN_COORDINATOR, ATTNDYN_PROCESS_COUNT, ATTNDYN_PROCESS_ID); process 0 writes the
     outputs.
     """
-    options["started"] = time.perf_counter()
-    take_deprecated(options)
+    started = time.perf_counter()
+    options = command_options(raw)
     writer = start_processes(options)  # jax.distributed must start before other JAX work
     run = sys.modules[__name__]  # the study's names, loaded now (see __getattr__)
     phase_points, EXACT_BETA_MAX = run.phase_points, run.EXACT_BETA_MAX
@@ -141,7 +143,12 @@ def phase_diagram(**options) -> None:
     attention = options["attention"] or DEFAULT_ATTENTION[kind]
     # The arguments recorded with the results (and compared with those already in --out)
     # are the ones in effect: the kind's default attention, no ε outside beta-eps.
-    options.update(attention=attention, eps=options["eps"] if kind == "beta-eps" else None)
+    in_effect: dict[str, Any] = {
+        **options,
+        "attention": attention,
+        "eps": options["eps"] if kind == "beta-eps" else None,
+    }
+    options = MappingProxyType(in_effect)
     spec = model_spec(
         options, noise="hybrid" if kind == "beta-eps" else "full", attention=attention
     )
@@ -163,7 +170,7 @@ def phase_diagram(**options) -> None:
             from .. import plot
 
             draw = {"beta-d": plot.phase_diagram, "beta-eps": plot.beta_eps, "beta-n": plot.beta_n}
-            finish(ds, "phase_diagram", out, checkpoint, draw[kind], options, kind=kind)
+            finish(ds, "phase_diagram", out, checkpoint, draw[kind], options, started, kind=kind)
 
 
 def kind_conflicts(kind: str) -> list[str]:

@@ -11,6 +11,7 @@ from .._core.names import SCHEME_NAMES
 from ._common import (
     cli_errors,
     command_line,
+    command_options,
     deprecated_option,
     emit_json,
     floats,
@@ -22,7 +23,6 @@ from ._common import (
     png_metadata,
     save_png,
     say,
-    take_deprecated,
 )
 
 #: What the command runs, imported when it runs (a --help imports no JAX).
@@ -53,14 +53,14 @@ FIGURES = ("gamma", "ngpt_alpha", "random_weights", "rates")
 )
 @click.option(
     "--n-tokens",
-    default=32,
+    default=defaults.SCHEMES_N_TOKENS,
     show_default=True,
     type=int,
     help="n tokens of the symmetric start (n ≤ d).",
 )
 @deprecated_option("--tokens", "--n-tokens", type=int)
-@click.option("--dim", default=32, show_default=True, type=int, help="d.")
-@click.option("--beta", default=3.0, show_default=True, type=float, help="β ≥ 0.")
+@click.option("--dim", default=defaults.SCHEMES_DIM, show_default=True, type=int, help="d.")
+@click.option("--beta", default=defaults.SCHEMES_BETA, show_default=True, type=float, help="β ≥ 0.")
 @click.option(
     "--horizon",
     default=defaults.horizon_of("schemes"),
@@ -70,24 +70,34 @@ FIGURES = ("gamma", "ngpt_alpha", "random_weights", "rates")
 )
 @click.option(
     "--alpha",
-    default="1,0.5,2,4",
+    default=",".join(f"{a:g}" for a in defaults.SCHEMES_ALPHAS),
     show_default=True,
     help="nGPT α > 0; a list: the first is used for the scheme table, all in (b).",
 )
-@click.option("--tau", default=0.5, show_default=True, type=float, help="Mix-LN switch τ ≥ 0.")
-@click.option("--r0", default=1.0, show_default=True, type=float, help="Start radius r0 > 0.")
-@click.option("--seed", default=0, show_default=True, type=int, help="PRNG seed (random weights).")
+@click.option(
+    "--tau", default=defaults.TAU, show_default=True, type=float, help="Mix-LN switch τ ≥ 0."
+)
+@click.option(
+    "--r0", default=defaults.R0, show_default=True, type=float, help="Start radius r0 > 0."
+)
+@click.option(
+    "--seed", default=defaults.SEED, show_default=True, type=int, help="PRNG seed (random weights)."
+)
 @click.option(
     "--full-size",
     is_flag=True,
     help="Random weights at the paper's size: d = 512, n = 256, β = √d.",
 )
 @click.option(
-    "--layers", default=48, show_default=True, type=int, help="Random-weight stack depth (part c)."
+    "--layers",
+    default=defaults.RANDOM_WEIGHTS["rw_layers"],
+    show_default=True,
+    type=int,
+    help="Random-weight stack depth (part c).",
 )
 @click.option(
     "--runs",
-    default=8,
+    default=defaults.RANDOM_WEIGHTS["rw_runs"],
     show_default=True,
     type=int,
     help="Independent random-weight runs (part c).",
@@ -103,7 +113,7 @@ FIGURES = ("gamma", "ngpt_alpha", "random_weights", "rates")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object to stdout.")
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
 @cli_errors
-def schemes(**options) -> None:
+def schemes(**raw: Any) -> None:
     """Clustering speed of the normalization schemes (seed 004 Figs 2-4, rate table).
 
     Writes OUT/schemes.nc (all curves, slopes, fitted rates with intervals, provenance)
@@ -111,7 +121,7 @@ def schemes(**options) -> None:
     locked, before anything is computed; results of other arguments are never replaced
     unless --overwrite is given.
     """
-    take_deprecated(options)
+    options = command_options(raw)
     from .._core.errors import INT32_MAX, check_int
     from .._estimate.dataset import attach_provenance, provenance
     from .._estimate.metadata import to_netcdf

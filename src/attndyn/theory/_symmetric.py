@@ -12,13 +12,16 @@ import equinox as eqx
 import numpy as np
 from scipy import optimize
 
+from .._core import defaults
 from .._core.errors import ParameterError, check_bound, check_int
 from .._core.schemes import AbstractScheme, SpeedLaw
 
 RateKind = Literal["exponential", "power", "sqrt-exponential"]
 
 
-def initial_slope(scheme: AbstractScheme, *, beta: float, n_tokens: int, r0: float = 1.0) -> float:
+def initial_slope(
+    scheme: AbstractScheme, *, beta: float, n_tokens: int, r0: float = defaults.R0
+) -> float:
     """γ'(0) in closed form (Thm 4.1): e.g. 2/(e^β + n − 1) for Post-LN.
 
     Post-LN's slope divided by the scheme's speed factor at the start (its first
@@ -101,7 +104,12 @@ _GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(16)
 
 
 def time_to_gap(
-    scheme: AbstractScheme, *, beta: float, n_tokens: int, r0: float = 1.0, gap: float = 1e-2
+    scheme: AbstractScheme,
+    *,
+    beta: float,
+    n_tokens: int,
+    r0: float = defaults.R0,
+    gap: float = 1e-2,
 ) -> float:
     """The time at which 1 − γ first falls to ``gap`` from the symmetric start (Thm 4.1):
     ``inf`` past the float64 range.
