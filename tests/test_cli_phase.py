@@ -34,7 +34,7 @@ def test_phase_diagram_round_trip(tmp_path):
             "beta",
             "dim",
             "n_tokens",
-            "trajectories",
+            "n_trajectories",
             "p_single",
             "p_antipodal",
             "p_unclustered",
@@ -42,6 +42,7 @@ def test_phase_diagram_round_trip(tmp_path):
             "p_antipodal_exact",
         ):
             assert key in point
+        assert point["trajectories"] == point["n_trajectories"]  # 0.4's key, through 0.5
         lo, hi = point["ci_antipodal"]
         assert lo <= point["p_antipodal"] <= hi
     assert payload["points"][1]["p_antipodal_exact"] == pytest.approx(
@@ -114,7 +115,7 @@ def test_beta_eps_round_trip(tmp_path):
     assert payload["kind"] == "beta-eps" and len(payload["points"]) == 2
     low, high = sorted(payload["points"], key=lambda p: p["eps"])
     for point in (low, high):
-        for key in ("beta", "dim", "n_tokens", "eps", "trajectories", "p_single", "p_antipodal"):
+        for key in ("beta", "dim", "n_tokens", "eps", "n_trajectories", "p_single", "p_antipodal"):
             assert key in point
     # The exact t = ∞ value of the hybrid SDE (USA: 0 below ε_c(1) = 0.86, 1 above).
     assert low["p_antipodal_exact"] == 0.0 and high["p_antipodal_exact"] == 1.0

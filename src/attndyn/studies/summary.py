@@ -31,8 +31,10 @@ def json_points(ds: xr.Dataset) -> list[dict[str, Any]]:
             for name in ("model", "beta", "dim", "n_tokens", "eps", "sigma")
             if name in row.coords
         }
+        simulated = int(row["n_valid"]) + int(row["n_nonfinite"])
         record.update(
-            trajectories=int(row["n_valid"]) + int(row["n_nonfinite"]),
+            n_trajectories=simulated,
+            trajectories=simulated,  # 0.4's key, kept through 0.5 (scripts may read it)
             n_valid=int(row["n_valid"]),
             n_nonfinite=int(row["n_nonfinite"]),
             n_merged=int(row["n_merged"]) if "n_merged" in row else 0,
