@@ -75,11 +75,11 @@ xarray.__version__, netCDF4.__version__, numpy.__version__, jax.devices())" 2>&1
             layers=10; limit=120
             if [ "$n" -ge 1000000 ]; then layers=${MANYTOKENS_BIG_LAYERS:-3}; limit=300; fi
             log "manytokens N=$n ($layers layers)"
-            timeout "$limit" python3 benchmarks/manytokens.py --tokens "$n" --layers "$layers" \
+            timeout "$limit" python3 benchmarks/manytokens.py --n-tokens "$n" --layers "$layers" \
                 --dense-limit-gib 24 --json 2>>"$OUT/stderr.log" | tee -a "$OUT/bench.jsonl" \
                 || log "manytokens N=$n failed or timed out (rc $?)"
             if [ "$n" -le 65536 ]; then
-                timeout 120 python3 benchmarks/manytokens.py --tokens "$n" --layers "$layers" \
+                timeout 120 python3 benchmarks/manytokens.py --n-tokens "$n" --layers "$layers" \
                     --implementation dense --dense-limit-gib 24 --json 2>>"$OUT/stderr.log" \
                     | tee -a "$OUT/bench.jsonl" || log "dense N=$n failed or timed out (rc $?)"
             fi

@@ -110,7 +110,7 @@ def estimate_probabilities(
     Args:
         model_fn: ``model_fn(**point)`` builds the model of one point (any
             :class:`attndyn.AbstractModel`). Every point must name ``dim`` (d ≥ 2) and
-            ``tokens`` (N ≥ 1); the other keys are the model's.
+            ``n_tokens`` (N ≥ 1); the other keys are the model's.
         points: the parameter points, e.g. from :func:`grid`.
         key: the PRNG key of the whole study.
         n_trajectories: trajectories per point (independent uniform starts on the sphere,
@@ -753,7 +753,7 @@ class _Study:
         )
         if self.plan.on_nonfinite == "raise":
             raise NonFiniteError(
-                message + " Pass on_nonfinite='exclude' (CLI: --exclude-nonfinite) to "
+                message + " Pass on_nonfinite='exclude' (CLI: --on-nonfinite exclude) to "
                 "drop them from the probabilities."
             )
         warnings.warn(message + " They are excluded from the probabilities.", stacklevel=4)

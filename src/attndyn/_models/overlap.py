@@ -204,7 +204,7 @@ class AbstractOverlapSDE(AbstractModel, AbstractItoSDE):
     def _check_tokens(self, x0: Float[Array, "batch N d"]) -> None:
         if x0.shape[1] != 2:
             raise ParameterError(
-                f"an overlap diffusion has two tokens; the points ask for tokens={x0.shape[1]}."
+                f"an overlap diffusion has two tokens; the points ask for n_tokens={x0.shape[1]}."
             )
 
     def simulate(

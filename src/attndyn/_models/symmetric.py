@@ -167,7 +167,7 @@ class SymmetricODE(AbstractModel):
         if x0.shape[1] != self.n_tokens:
             raise ParameterError(
                 f"SymmetricODE has n_tokens={self.n_tokens}; the points ask for "
-                f"tokens={x0.shape[1]}."
+                f"n_tokens={x0.shape[1]}."
             )
         check_fits(self.n_tokens, x0.shape[2])
         sol = self.solve(x0[0])
