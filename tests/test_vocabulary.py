@@ -267,3 +267,12 @@ def test_a_command_reads_its_options_and_never_edits_them():
     assert raw == {"n_tokens": 2, "tokens": 3, "trajectories": None, "seed": 0}  # untouched
     with pytest.raises(TypeError):
         options["seed"] = 1  # pyright: ignore[reportIndexIssue]
+
+
+def test_the_modes_command_and_its_specs_share_their_defaults():
+    spec, run = studies.ModesSpec(), studies.ModesRun()
+    for name in ("attention", "scheme", "norm", "noise", "engine", "solver", "implementation"):
+        assert _default(_modes.modes, name) == getattr(spec, name), name
+    assert _default(_modes.modes, "ell_max") == run.ell_max == defaults.ELL_MAX
+    assert (spec.scheme, spec.implementation) == (defaults.SCHEME, defaults.IMPLEMENTATION)
+    assert ad.Attention(1.0).implementation == defaults.IMPLEMENTATION

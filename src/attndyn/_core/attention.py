@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float
 
+from . import defaults
 from .blockwise import blockwise_parts, combine, default_block
 from .errors import (
     ParameterError,
@@ -131,7 +132,7 @@ class Attention(eqx.Module):
     diagonal_shift: Float[Array, ""] | None = eqx.field(
         converter=optional_float_leaf("diagonal_shift"), default=None
     )
-    implementation: str = eqx.field(static=True, default="auto", kw_only=True)
+    implementation: str = eqx.field(static=True, default=defaults.IMPLEMENTATION, kw_only=True)
     block_size: int | None = eqx.field(static=True, default=None, kw_only=True)
 
     def __check_init__(self):

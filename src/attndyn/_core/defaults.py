@@ -41,6 +41,14 @@ ENGINE: Final = "discrete"
 ATTENTION: Final = "softmax"
 #: The token normalisation of Post-LN.
 NORM: Final = "rms"
+#: The normalization scheme of the layer maps: Post-LN, the scheme of seed 003 and of the
+#: theory of the modes (:data:`attndyn.SCHEME_NAMES` lists the others).
+SCHEME: Final = "post-ln"
+#: How attention is computed: ``auto`` attends in blocks above 2,048 tokens (memory
+#: block × N instead of N × N).
+IMPLEMENTATION: Final = "auto"
+#: The largest degree ℓ of the mode powers P_ℓ.
+ELL_MAX: Final = 16
 #: The value noise (phase diagrams and evolution: full, hybrid or none; modes: none,
 #: scalar or matrix). No noise is ``"none"`` everywhere.
 NOISE: Final = "full"
@@ -63,7 +71,8 @@ R0: Final = 1.0
 #: schemes' T = 60 lets the slowest scheme (sqrt-scaling) reach its terminal rate; modes'
 #: T = 12 covers the linear growth of the modes and the start of the plateau at N = 4096.
 #: ``n_trajectories``: modes runs 8 trajectories of 4,096 tokens (its estimates average over
-#: the tokens as well). ``saves``: evolution's 51 and modes' 121 evenly spaced save times.
+#: the tokens as well). ``noise``: the modes of the uniform state (spec §7) grow in the
+#: noiseless flow. ``saves``: evolution's 51 and modes' 121 evenly spaced save times.
 #: ``attention``: seed 003 Fig. 4 (``beta-eps``) tests Prop. 1, which holds for
 #: unnormalised attention. ``early_absorption``: the command line stops two-token
 #: trajectories once their class is settled up to 1e-7 (``"auto"``); the Python
@@ -78,6 +87,7 @@ SCHEMES_BETA: Final = 3.0
 STUDY_DEFAULTS: Final = {
     "horizon": {"phase-diagram": 100.0, "evolution": 50.0, "schemes": 60.0, "modes": 12.0},
     "n_trajectories": {"modes": 8},
+    "noise": {"modes": "none"},
     "n_tokens": {"schemes": SCHEMES_N_TOKENS},
     "dim": {"schemes": SCHEMES_DIM},
     "beta": {"schemes": SCHEMES_BETA},
@@ -217,7 +227,7 @@ PARAMETERS: Final = (
         "",
         "the value noise: full, hybrid or none (modes: none, scalar, matrix)",
         "",
-        f"{NOISE} (modes: none)",
+        f"{NOISE} (modes: {STUDY_DEFAULTS['noise']['modes']})",
         "studies",
         "--noise",
     ),
@@ -239,6 +249,35 @@ PARAMETERS: Final = (
         NORM,
         "discrete models, studies",
         "--norm",
+    ),
+    Parameter(
+        "scheme",
+        "",
+        "normalization scheme of the layer maps (post-ln, pre-ln, mix-ln, peri-ln, ngpt, "
+        "sqrt-scaling); an object on the models",
+        "",
+        SCHEME,
+        "discrete models, modes",
+        "--scheme",
+    ),
+    Parameter(
+        "implementation",
+        "",
+        "how attention is computed: auto (in blocks above 2,048 tokens), dense, blockwise "
+        "or library (a JAX attention kernel)",
+        "",
+        IMPLEMENTATION,
+        "Attention, modes",
+        "--implementation",
+    ),
+    Parameter(
+        "ell_max",
+        "ℓ_max",
+        "largest degree of the mode powers P_ℓ",
+        "1",
+        str(ELL_MAX),
+        "modes",
+        "--ell-max",
     ),
     Parameter(
         "engine", "", "discrete layer maps or their L → ∞ SDE", "", ENGINE, "studies", "--engine"

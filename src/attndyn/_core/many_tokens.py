@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
+from . import defaults
 from .blockwise import default_block
 from .errors import ParameterError, check_bound, check_choice, check_int
 from .linalg import matmul, small_sum
@@ -355,7 +356,7 @@ def many_token_observables(
     *,
     beta: float | Array,
     tol: float | Array = 1e-3,
-    ell_max: int = 16,
+    ell_max: int = defaults.ELL_MAX,
     block: int | None = None,
 ) -> ManyTokenObservables:
     """:func:`clusters`, :func:`mode_powers`, :func:`log_interaction_energy` and

@@ -63,22 +63,22 @@ NAME = "modes"
 @deprecated_option("--tokens", "--n-tokens")
 @click.option(
     "--attention",
-    default="softmax",
+    default=defaults.ATTENTION,
     show_default=True,
     type=click.Choice(ATTENTION_KINDS),
     help="Attention kind (Q = K = V = I).",
 )
 @click.option(
     "--scheme",
-    default="post-ln",
+    default=defaults.SCHEME,
     show_default=True,
     type=click.Choice(SCHEME_NAMES),
     help="Normalization scheme of the layer maps (the theory is Post-LN's).",
 )
-@click.option("--norm", default="rms", show_default=True, type=click.Choice(NORM_NAMES))
+@click.option("--norm", default=defaults.NORM, show_default=True, type=click.Choice(NORM_NAMES))
 @click.option(
     "--noise",
-    default="none",
+    default=defaults.STUDY_DEFAULTS["noise"]["modes"],
     show_default=True,
     type=click.Choice(MODES_NOISES),
     help="Value noise added to the flow V = I/L: scalar (seed 003 eq. 7, --eps) or matrix "
@@ -92,7 +92,7 @@ NAME = "modes"
     type=click.Choice(DISTRIBUTIONS),
     help="Law of the noise [default: rademacher for scalar, gaussian for matrix].",
 )
-@click.option("--engine", default="discrete", show_default=True, type=click.Choice(ENGINES))
+@click.option("--engine", default=defaults.ENGINE, show_default=True, type=click.Choice(ENGINES))
 @click.option(
     "--depth", default=defaults.DEPTH, show_default=True, type=int, help="L: layers per unit time."
 )
@@ -109,7 +109,7 @@ NAME = "modes"
 )
 @click.option(
     "--solver",
-    default="euler",
+    default=defaults.SOLVER,
     show_default=True,
     type=click.Choice(SDE_SOLVER_NAMES),
     help="SDE engine: euler (Itô), heun or spark (Stratonovich): diffrax's Euler, Heun, SPaRK.",
@@ -117,7 +117,7 @@ NAME = "modes"
 @click.option("--dt", default=defaults.DT, show_default=True, type=float, help="SDE engine: step.")
 @click.option(
     "--implementation",
-    default="auto",
+    default=defaults.IMPLEMENTATION,
     show_default=True,
     type=click.Choice(IMPLEMENTATIONS),
     help="Attention: auto attends in blocks above 2,048 tokens (memory block × N).",
@@ -130,7 +130,9 @@ NAME = "modes"
     help="Trajectories per point (≥ 2).",
 )
 @deprecated_option("--trajectories", "--n-trajectories", type=int)
-@click.option("--ell-max", default=16, show_default=True, type=int, help="Largest degree ℓ.")
+@click.option(
+    "--ell-max", default=defaults.ELL_MAX, show_default=True, type=int, help="Largest degree ℓ."
+)
 @click.option(
     "--tol",
     default=None,

@@ -94,9 +94,9 @@ class ModesSpec:
     tokens)."""
 
     attention: str = defaults.ATTENTION
-    scheme: str = "post-ln"
+    scheme: str = defaults.SCHEME
     norm: str = defaults.NORM
-    noise: str = "none"
+    noise: str = defaults.STUDY_DEFAULTS["noise"]["modes"]
     values: str | None = None
     engine: str = defaults.ENGINE
     depth: int = defaults.DEPTH
@@ -105,7 +105,7 @@ class ModesSpec:
     saves: int = defaults.STUDY_DEFAULTS["saves"]["modes"]
     solver: str = defaults.SOLVER
     dt: float = defaults.DT
-    implementation: str = "auto"
+    implementation: str = defaults.IMPLEMENTATION
 
     def __post_init__(self):
         check_choice("attention", self.attention, ATTENTION_KINDS)
@@ -213,7 +213,7 @@ class ModesRun:
     n_trajectories: int = defaults.STUDY_DEFAULTS["n_trajectories"]["modes"]
     seed: int = defaults.SEED
     tol: float | None = None
-    ell_max: int = 16
+    ell_max: int = defaults.ELL_MAX
     chunk_size: int | None = None
 
     def __post_init__(self):
