@@ -20,7 +20,7 @@ from click.core import ParameterSource
 # Only modules that import nothing heavy at the top: `attndyn --help` and the options'
 # own errors never import JAX (each command imports what it runs when it runs).
 from .._core import defaults
-from .._core.names import DISTRIBUTIONS, NORM_NAMES, SDE_SOLVER_NAMES
+from .._core.names import ATTENTION_KINDS, DISTRIBUTIONS, NORM_NAMES, SDE_SOLVER_NAMES
 from .._core.renamed import DEPRECATED_FLAGS, REMOVED_IN
 from .._estimate.defaults import DEFAULT_COORDINATOR_TIMEOUT
 from ..studies._names import ENGINES
@@ -490,6 +490,17 @@ def scale_options(func: Callable) -> Callable:
         ),
     ]
     return _apply(func, options)
+
+
+def attention_option(help: str) -> Callable:
+    """``--attention``: softmax (SA) or unnormalized (USA), the shared default."""
+    return click.option(
+        "--attention",
+        default=defaults.ATTENTION,
+        show_default=True,
+        type=click.Choice(ATTENTION_KINDS),
+        help=help,
+    )
 
 
 def overwrite_option() -> Callable:

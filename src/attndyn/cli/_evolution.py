@@ -7,8 +7,8 @@ from typing import Any
 import click
 
 from .._core import defaults
-from .._core.names import ATTENTION_KINDS
 from ._common import (
+    attention_option,
     check_engine_flags,
     cli_errors,
     command_options,
@@ -62,13 +62,7 @@ PAIR_DENSITY_FIGURE = "evolution_pair_density.png"
     show_default=True,
     help="Hybrid noise ε ≥ 0 (list; --model hybrid only).",
 )
-@click.option(
-    "--attention",
-    default=defaults.ATTENTION,
-    show_default=True,
-    type=click.Choice(ATTENTION_KINDS),
-    help="Attention kind.",
-)
+@attention_option("Attention kind.")
 @click.option(
     "--depth",
     default=defaults.DEPTH,

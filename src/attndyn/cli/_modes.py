@@ -12,7 +12,6 @@ import click
 
 from .._core import defaults
 from .._core.names import (
-    ATTENTION_KINDS,
     DISTRIBUTIONS,
     IMPLEMENTATIONS,
     NORM_NAMES,
@@ -21,6 +20,7 @@ from .._core.names import (
 )
 from ..studies._names import ENGINES, MODES_NOISES
 from ._common import (
+    attention_option,
     cli_errors,
     command_line,
     command_options,
@@ -61,13 +61,7 @@ NAME = "modes"
 @click.option("--dim", default="2", show_default=True, help="Dimensions d ≥ 2 (a list).")
 @click.option("--n-tokens", default="4096", show_default=True, help="Numbers of tokens N ≥ 2.")
 @deprecated_option("--tokens", "--n-tokens")
-@click.option(
-    "--attention",
-    default=defaults.ATTENTION,
-    show_default=True,
-    type=click.Choice(ATTENTION_KINDS),
-    help="Attention kind (Q = K = V = I).",
-)
+@attention_option("Attention kind (Q = K = V = I).")
 @click.option(
     "--scheme",
     default=defaults.SCHEME,
