@@ -231,8 +231,8 @@ def command_options(raw: dict[str, Any]) -> Mapping[str, Any]:
     """A command's options as click gave them, read-only from here on, with the values of
     deprecated flags moved to their new names (both spellings given: refused, naming
     them). The command builds its typed objects (``ModelSpec``, ``MonteCarlo``, …) from
-    this mapping; nothing edits it, so the arguments recorded with the results are the ones
-    the user gave."""
+    this mapping and nothing edits it: a value the command fills in (phase-diagram's
+    default attention per kind) goes into a new mapping, which is what it records."""
     from .._core.errors import ParameterError
 
     options = {k: v for k, v in raw.items() if k not in DEPRECATED_FLAGS}
