@@ -9,9 +9,20 @@ import attndyn as ad
 
 S, A, H, U = range(4)  # index of each outcome in ad.OUTCOMES
 
+# The observables run jitted: one compile per shape, where an eager call compiled each of
+# its dozens of operations (tol static, as a Python float is eagerly).
+_cluster_classes = jax.jit(ad.cluster_classes, static_argnames="tol")
+_pair_observables = jax.jit(ad.pair_observables)
+_classes_and_cosine = jax.jit(lambda x: (ad.cluster_classes(x), ad.mean_cosine(x)))
+
+
+def _f32(x):
+    """x as a float32 JAX array, converted in NumPy (a conversion in JAX compiles)."""
+    return jnp.asarray(np.asarray(x, np.float32))
+
 
 def _classes(rows, tol=1e-3):
-    return np.asarray(ad.cluster_classes(jnp.asarray(rows, jnp.float32), tol))
+    return np.asarray(_cluster_classes(_f32(rows), tol=tol))
 
 
 def test_outcome_order():
@@ -42,39 +53,46 @@ def test_tolerance_is_respected():
 
 def test_mean_cosine_and_variance():
     x = jnp.array([[1.0, 0.0], [0.0, 2.0], [-1.0, 0.0]])
-    assert float(ad.mean_cosine(x)) == pytest.approx(-1 / 3)
+    mean, var = jax.jit(lambda x: (ad.mean_cosine(x), ad.variance(x)))(x)
+    assert float(mean) == pytest.approx(-1 / 3)
     # θ̄ = (0, 1/3): Var = 1 − |θ̄|² = 8/9.
-    assert float(ad.variance(x)) == pytest.approx(8 / 9, rel=1e-6)
+    assert float(var) == pytest.approx(8 / 9, rel=1e-6)
 
 
 def test_n_clusters_is_an_exact_integer():
     x = jnp.array([[1.0, 0, 0], [1.0, 0, 0], [-1.0, 0, 0], [0, 1.0, 0], [0, 1.0, 0]])
-    count = ad.n_clusters(x)
+    count = jax.jit(ad.n_clusters)(x)
     assert jnp.issubdtype(count.dtype, jnp.integer) and int(count) == 3
     # Three clusters of three, five and seven tokens: summing 1/size over the tokens gave
-    # 2.9999999999999996 for such sizes, which int() truncated to 2.
+    # 2.9999999999999996 for such sizes, which int() truncated to 2. Built in NumPy, and
+    # both counts from one program: eagerly every operation compiles.
     sizes = (3, 5, 7)
-    axes = jnp.eye(3)
-    x = jnp.concatenate([jnp.tile(axes[i], (n, 1)) for i, n in enumerate(sizes)])
-    assert int(ad.n_clusters(x)) == 3
-    assert int(ad.span_dimension(x)) == 3
-    assert jnp.issubdtype(ad.span_dimension(x).dtype, jnp.integer)
+    x = np.concatenate(
+        [np.tile(np.eye(3, dtype=np.float32)[i], (n, 1)) for i, n in enumerate(sizes)]
+    )
+    count, span = jax.jit(lambda x: (ad.n_clusters(x), ad.span_dimension(x)))(jnp.asarray(x))
+    assert int(count) == 3
+    assert int(span) == 3
+    assert jnp.issubdtype(span.dtype, jnp.integer)
 
 
 def test_span_dimension_of_two_tokens_is_the_gram_eigenvalue_count():
     # N = 2 is written out (eigenvalues 1 ± cos): it must count what eigvalsh counts, for
     # pairs spread out, nearly together and nearly antipodal (gaps ~1e-4, far from the
-    # threshold 1e-3 in float32).
-    key = jax.random.key(9)
+    # threshold 1e-3 in float32). The pairs are any fixed points on the sphere, drawn in
+    # NumPy, and the count is jitted: JAX's sampler and eager operations compile each.
+    rng = np.random.default_rng(9)
+    span = jax.jit(ad.span_dimension)
     for i in range(48):
-        x = ad.uniform_sphere(key=jax.random.fold_in(key, i), n_tokens=2, dim=5)
+        x = rng.standard_normal((2, 5)).astype(np.float32)
+        x /= np.linalg.norm(x, axis=-1, keepdims=True)
         if i % 3:
             sign = 1.0 if i % 3 == 1 else -1.0
-            x = x.at[1].set(sign * x[0] + 1e-2 * x[1])
-        theta = x / jnp.linalg.norm(x, axis=-1, keepdims=True)
-        expected = jnp.sum(jnp.linalg.eigvalsh(theta @ theta.T) > 1e-3)
-        assert float(ad.span_dimension(x)) == float(expected), i
-    assert float(ad.span_dimension(jnp.ones((1, 3)))) == 1.0
+            x[1] = sign * x[0] + 1e-2 * x[1]
+        theta = x / np.linalg.norm(x, axis=-1, keepdims=True)
+        expected = np.sum(np.linalg.eigvalsh(theta @ theta.T) > 1e-3)
+        assert float(span(jnp.asarray(x))) == float(expected), i
+    assert float(span(_f32(np.ones((1, 3))))) == 1.0
 
 
 @pytest.mark.parametrize(("n_tokens", "dim"), [(3, 8), (8, 3), (50, 4), (32, 16), (6, 6)])
@@ -91,18 +109,18 @@ def test_span_dimension_counts_the_span_of_tokens_in_a_subspace(n_tokens, dim):
         basis = np.linalg.qr(rng.standard_normal((dim, k)))[0]  # d × k, orthonormal columns
         x = rng.standard_normal((n_tokens, k)) @ basis.T
         x[:k] = basis.T
-        assert float(span(jnp.asarray(x, jnp.float32))) == k, k
+        assert float(span(_f32(x))) == k, k
     x = rng.standard_normal((n_tokens, dim))
     theta = x / np.linalg.norm(x, axis=-1, keepdims=True)
     eigenvalues = np.linalg.eigvalsh(theta @ theta.T)
     assert np.all(np.abs(eigenvalues - 1e-3) > 1e-4)  # no eigenvalue near the threshold
-    assert float(span(jnp.asarray(x, jnp.float32))) == np.sum(eigenvalues > 1e-3)
+    assert float(span(_f32(x))) == np.sum(eigenvalues > 1e-3)
 
 
 def test_span_dimension_of_many_tokens_decomposes_a_d_by_d_matrix():
     # The cost guard: at N = 50, d = 4 the N × N eigendecomposition (which took 80 % of a
     # study's observation time at 41 saves) is never formed.
-    jaxpr = str(jax.make_jaxpr(ad.span_dimension)(jnp.ones((50, 4))))
+    jaxpr = str(jax.make_jaxpr(ad.span_dimension)(np.ones((50, 4), np.float32)))
     assert "eigh" in jaxpr and "f32[4,4]" in jaxpr
     assert "f32[50,50]" not in jaxpr
 
@@ -142,7 +160,7 @@ def test_pair_observables_count_the_pairs_as_numpy_does(n_tokens, dim):
         cos = (theta @ theta.T)[np.triu_indices(n_tokens, 1)]
         assert np.all(np.abs(np.abs(cos) - 0.999) > 1e-4)
         classes, mean, density = _numpy_pairs(theta)
-        got = ad.pair_observables(jnp.asarray(theta, jnp.float32))
+        got = _pair_observables(_f32(theta))
         np.testing.assert_array_equal(np.asarray(got.classes), classes)
         assert float(got.mean_cosine) == pytest.approx(mean, abs=1e-6)
         assert float(got.pair_density) == pytest.approx(density, abs=1e-7)
@@ -154,7 +172,7 @@ def test_pair_observables_are_the_single_functions():
     # cosine up to the order of its float32 sum (XLA orders a reduction of one operand
     # differently from one of several): |Δ| ≤ 435 pairs × 2⁻²⁴ ≈ 2.6·10⁻⁵, asked 10⁻⁶.
     rng = np.random.default_rng(3)
-    x = jnp.asarray(rng.standard_normal((64, 30, 4)), jnp.float32)
+    x = _f32(rng.standard_normal((64, 30, 4)))
     both = jax.jit(jax.vmap(ad.pair_observables))(x)
     np.testing.assert_array_equal(both.classes, jax.jit(jax.vmap(ad.cluster_classes))(x))
     np.testing.assert_array_equal(both.pair_density, jax.jit(jax.vmap(ad.pair_density))(x))
@@ -163,7 +181,7 @@ def test_pair_observables_are_the_single_functions():
 
 
 def test_one_token_is_one_cluster_with_cosine_and_density_one():
-    got = ad.pair_observables(jnp.ones((1, 3)))
+    got = _pair_observables(_f32(np.ones((1, 3))))
     np.testing.assert_array_equal(got.classes, [True, False, False, False])
     assert float(got.mean_cosine) == 1.0 and float(got.pair_density) == 1.0
 
@@ -171,7 +189,7 @@ def test_one_token_is_one_cluster_with_cosine_and_density_one():
 def test_pair_observables_read_the_gram_matrix_in_one_reduction():
     # The cost guard: three reductions recomputed the Gram matrix three times (1.8 s
     # against 0.49 s at N = 50, d = 4, 2,048 trajectories × 41 saves).
-    jaxpr = str(jax.make_jaxpr(ad.pair_observables)(jnp.ones((50, 4))))
+    jaxpr = str(jax.make_jaxpr(ad.pair_observables)(np.ones((50, 4), np.float32)))
     assert re.findall(r"reduce\w*", jaxpr) == ["reduce"]
 
 
@@ -195,11 +213,13 @@ def test_merges_found_by_coordinates_are_those_found_by_rows(n_tokens, dim, monk
             x[j, k] = np.nextafter(x[j, k], np.float32(np.inf))
         cases.append(x)
     batch = jnp.asarray(np.stack(cases))
-    by_coordinates = jax.vmap(observables.numerically_merged)(batch)
+    # Each route as one program (a fresh jit traces after the patch): eagerly each of
+    # their operations compiles.
+    by_coordinates = jax.jit(jax.vmap(observables.numerically_merged))(batch)
     monkeypatch.setattr(observables, "SMALL_AXIS", 0)
-    by_rows = jax.vmap(observables.numerically_merged)(batch)
+    by_rows = jax.jit(jax.vmap(observables.numerically_merged))(batch)
     np.testing.assert_array_equal(by_coordinates, by_rows)
-    assert 0 < int(np.sum(by_rows)) < len(cases)  # both answers occur
+    assert 0 < int(np.sum(np.asarray(by_rows))) < len(cases)  # both answers occur
 
 
 @pytest.mark.parametrize(
@@ -217,6 +237,6 @@ def test_a_configuration_without_directions_has_no_class(x):
     # configuration "unclustered": an all-NaN or all-zero state was a result (audit). It
     # belongs to no class now, and its mean cosine is NaN (the estimator counts it as
     # non-finite).
-    x = jnp.asarray(x, jnp.float32)
-    np.testing.assert_array_equal(ad.cluster_classes(x), [False, False, False, False])
-    assert np.isnan(float(ad.mean_cosine(x)))
+    classes, mean = _classes_and_cosine(_f32(x))
+    np.testing.assert_array_equal(classes, [False, False, False, False])
+    assert np.isnan(float(mean))
