@@ -17,8 +17,9 @@ _classes_and_cosine = jax.jit(lambda x: (ad.cluster_classes(x), ad.mean_cosine(x
 
 
 def _f32(x):
-    """x as a float32 JAX array, converted in NumPy (a conversion in JAX compiles)."""
-    return jnp.asarray(np.asarray(x, np.float32))
+    """x as a float32 JAX array, converted in NumPy and put on the device as it is:
+    jnp.asarray compiles a small program per shape (a conversion, or a staging copy)."""
+    return jax.device_put(np.asarray(x, np.float32))
 
 
 def _classes(rows, tol=1e-3):
@@ -52,7 +53,7 @@ def test_tolerance_is_respected():
 
 
 def test_mean_cosine_and_variance():
-    x = jnp.array([[1.0, 0.0], [0.0, 2.0], [-1.0, 0.0]])
+    x = _f32([[1.0, 0.0], [0.0, 2.0], [-1.0, 0.0]])
     mean, var = jax.jit(lambda x: (ad.mean_cosine(x), ad.variance(x)))(x)
     assert float(mean) == pytest.approx(-1 / 3)
     # θ̄ = (0, 1/3): Var = 1 − |θ̄|² = 8/9.
@@ -60,7 +61,7 @@ def test_mean_cosine_and_variance():
 
 
 def test_n_clusters_is_an_exact_integer():
-    x = jnp.array([[1.0, 0, 0], [1.0, 0, 0], [-1.0, 0, 0], [0, 1.0, 0], [0, 1.0, 0]])
+    x = _f32([[1, 0, 0], [1, 0, 0], [-1, 0, 0], [0, 1, 0], [0, 1, 0]])
     count = jax.jit(ad.n_clusters)(x)
     assert jnp.issubdtype(count.dtype, jnp.integer) and int(count) == 3
     # Three clusters of three, five and seven tokens: summing 1/size over the tokens gave
@@ -70,7 +71,7 @@ def test_n_clusters_is_an_exact_integer():
     x = np.concatenate(
         [np.tile(np.eye(3, dtype=np.float32)[i], (n, 1)) for i, n in enumerate(sizes)]
     )
-    count, span = jax.jit(lambda x: (ad.n_clusters(x), ad.span_dimension(x)))(jnp.asarray(x))
+    count, span = jax.jit(lambda x: (ad.n_clusters(x), ad.span_dimension(x)))(_f32(x))
     assert int(count) == 3
     assert int(span) == 3
     assert jnp.issubdtype(span.dtype, jnp.integer)
@@ -91,7 +92,7 @@ def test_span_dimension_of_two_tokens_is_the_gram_eigenvalue_count():
             x[1] = sign * x[0] + 1e-2 * x[1]
         theta = x / np.linalg.norm(x, axis=-1, keepdims=True)
         expected = np.sum(np.linalg.eigvalsh(theta @ theta.T) > 1e-3)
-        assert float(span(jnp.asarray(x))) == float(expected), i
+        assert float(span(_f32(x))) == float(expected), i
     assert float(span(_f32(np.ones((1, 3))))) == 1.0
 
 
@@ -212,7 +213,7 @@ def test_merges_found_by_coordinates_are_those_found_by_rows(n_tokens, dim, monk
         for _ in range(int(rng.integers(3))):  # 0, 1 or 2 ulps apart in one coordinate
             x[j, k] = np.nextafter(x[j, k], np.float32(np.inf))
         cases.append(x)
-    batch = jnp.asarray(np.stack(cases))
+    batch = _f32(np.stack(cases))
     # Each route as one program (a fresh jit traces after the patch): eagerly each of
     # their operations compiles.
     by_coordinates = jax.jit(jax.vmap(observables.numerically_merged))(batch)
