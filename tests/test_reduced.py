@@ -1,5 +1,6 @@
 """The reduced (N × N frame) route against the full simulation: equal in law, exact algebra."""
 
+import functools
 import logging
 
 import equinox as eqx
@@ -28,18 +29,27 @@ def _reduce(model, n_tokens, dim):
     return reduced
 
 
+@functools.partial(jax.jit, static_argnums=1)
+def _noise_keys(seed, n):
+    """The noise keys of n trajectories, as one program: eagerly, the split and the fold-in
+    each compiled a program of their own (the keys are the same)."""
+    keys = jax.random.split(jax.random.key(seed), n)
+    return jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
+
+
 def _terminal_overlaps(model, n, n_tokens, dim, seed):
     """Terminal pairwise overlaps (N ≥ 2) or magnitudes (N = 1), one row per trajectory."""
-    keys = jax.random.split(jax.random.key(seed), n)
-    x0 = jax.vmap(lambda k: ad.uniform_sphere(key=k, n_tokens=n_tokens, dim=dim))(keys)
-    noise = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
-    saves = eqx.filter_jit(lambda m, x, k: m.simulate(x, k))(model, x0, noise)
-    if n_tokens == 1:
-        # One token: its magnitude is the only invariant (it moves under Pre-LN).
-        return np.asarray(jnp.linalg.norm(saves[:, -1], axis=-1))
+    # Uniform starts, any: drawn in NumPy (attndyn's sampler compiled a program per shape).
+    x0 = np.random.default_rng(seed).standard_normal((n, n_tokens, dim)).astype(np.float32)
+    x0 /= np.linalg.norm(x0, axis=-1, keepdims=True)
+    simulate = eqx.filter_jit(lambda m, x, k: m.simulate(x, k)[:, -1])
+    saves = simulate(model, jax.device_put(x0), _noise_keys(seed, n))
     # In float64 NumPy: a JAX einsum at default precision rounds to TF32 on a GPU, which
     # quantised overlaps near 1 into a few values and broke the KS test there.
-    last = np.asarray(saves[:, -1], np.float64)
+    last = np.asarray(saves, np.float64)
+    if n_tokens == 1:
+        # One token: its magnitude is the only invariant (it moves under Pre-LN).
+        return np.linalg.norm(last, axis=-1)
     theta = last / np.linalg.norm(last, axis=-1, keepdims=True)
     gram = np.einsum("bik,bjk->bij", theta, theta)
     i, j = np.triu_indices(n_tokens, 1)
@@ -117,11 +127,20 @@ def test_terminal_overlap_in_law_at_depth(beta, dim):
 
 
 def test_lq_factorises_and_resolves_near_parallel_rows():
-    x = jnp.asarray([[1.0, 0.0, 0.0], [1.0, 1e-6, 0.0], [-1.0, 2e-6, 1e-6]], jnp.float32)
-    c = lq(x)
-    np.testing.assert_allclose(np.asarray(c @ c.T), np.asarray(x @ x.T), atol=1e-6)
-    assert np.all(np.triu(np.asarray(c), 1) == 0)
-    plus, minus = pair_gaps(c)
+    x = np.asarray([[1.0, 0.0, 0.0], [1.0, 1e-6, 0.0], [-1.0, 2e-6, 1e-6]], np.float32)
+
+    # One program: eagerly lq and pair_gaps compiled each of their operations. The
+    # products are checked in float64 NumPy.
+    @jax.jit
+    def factorise(x):
+        c = lq(x)
+        return c, pair_gaps(c)
+
+    c, (plus, minus) = factorise(x)
+    c, x = np.asarray(c, np.float64), x.astype(np.float64)
+    np.testing.assert_allclose(c @ c.T, x @ x.T, atol=1e-6)
+    assert np.all(np.triu(c, 1) == 0)
+    plus, minus = np.asarray(plus), np.asarray(minus)
     # 1 − z of rows 0, 1 is 5e-13 and 1 + z of rows 0, 2 is 2.5e-12: a Gram matrix in
     # float32 would give 0 for both.
     np.testing.assert_allclose(float(plus[0, 1]), 0.5e-12, rtol=1e-2)
@@ -150,7 +169,13 @@ def test_reduction_is_refused_where_it_is_not_exact():
         ad.DiscreteTransformer(att, ad.MatrixValues(distribution="uniform")), 2, 4
     )
     assert reduction_blocker(ad.DiscreteTransformer(ad.Attention(1.0, n_heads=2)), 2, 4)
-    assert reduction_blocker(ad.DiscreteTransformer(ad.Attention(1.0, query=jnp.eye(4))), 2, 4)
+    assert reduction_blocker(
+        ad.DiscreteTransformer(
+            ad.Attention(1.0, query=jax.device_put(np.eye(4, dtype=np.float32)))
+        ),
+        2,
+        4,
+    )
     with pytest.raises(ad.ParameterError, match="route"):
         ad.select_route(
             ad.DiscreteTransformer(ad.Attention(1.0, n_heads=2)),
@@ -195,8 +220,11 @@ def test_two_token_block_variates_are_exact(dim):
     # the undecided ones (q ≤ g < q + 1), shifts the law near the mode by ~1e-3 … 1e-2.
     from scipy import stats
 
-    keys = jax.random.split(jax.random.key(7), 8000)
-    z, chi = jax.jit(lambda k: two_token_block(k, dim, jnp.float32))(keys)
+    # The keys are split inside the sampler's program (the same keys): split eagerly,
+    # they compiled a program of their own.
+    z, chi = jax.jit(
+        lambda: two_token_block(jax.random.split(jax.random.key(7), 8000), dim, jnp.float32)
+    )()
     z = np.asarray(z, np.float64).ravel()
     chi2 = np.moveaxis(np.asarray(chi, np.float64), 1, 0).reshape(2, -1) ** 2
     n = chi2.shape[1]
@@ -212,8 +240,13 @@ def test_two_token_block_variates_are_exact(dim):
 def test_one_word_marsaglia_tsang_takes_every_branch():
     # The exactness test above only covers the fix-up loop if first candidates are
     # rejected or undecided often enough: check that all three statuses occur at α = 2.5.
-    words = jax.random.bits(jax.random.key(3), (200000,), jnp.uint32)
-    _, status, _ = mt_candidate(words, jnp.float32(2.5 - 1 / 3))
+    # The same words and candidates as one program: eagerly every operation compiled.
+    @jax.jit
+    def statuses():
+        words = jax.random.bits(jax.random.key(3), (200000,), jnp.uint32)
+        return mt_candidate(words, jnp.float32(2.5 - 1 / 3))[1]
+
+    status = statuses()
     counts = np.bincount(np.asarray(status), minlength=3)
     assert counts[1] > 50 and counts[2] > 500, counts
 
