@@ -5,6 +5,8 @@ Gram–Schmidt step turned a rounding residual into a "new" frame direction para
 old one. These tests run past clustering (T ≥ 20), where the old route failed.
 """
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -30,8 +32,15 @@ _CLUSTERED_BITS = np.array(
 )
 
 
+@jax.jit
+def _factorise(x):
+    """lq and the gaps of its factor, as one program (eagerly each operation compiles)."""
+    c = lq(x)
+    return c, pair_gaps(c)
+
+
 def test_lq_keeps_the_gram_matrix_of_rows_equal_to_rounding():
-    x = jnp.asarray(_CLUSTERED_BITS.view(np.float32))
+    x = jax.device_put(_CLUSTERED_BITS.view(np.float32))
     c = np.asarray(jax.jit(lq)(x), np.float64)
     x64 = np.asarray(x, np.float64)
     np.testing.assert_allclose(c @ c.T, x64 @ x64.T, atol=1e-6)
@@ -49,12 +58,12 @@ def test_lq_resolves_clusters_and_antipodes_at_every_scale(exponent):
     base /= np.linalg.norm(base)
     offsets = 10.0**-exponent * rng.standard_normal((5, 7))
     rows = np.concatenate([base + offsets[:3], -base + offsets[3:]])
-    x = jnp.asarray(rows, jnp.float32)
+    x = rows.astype(np.float32)
     x64 = np.asarray(x, np.float64)  # the float32 rows, exactly
-    c = jax.jit(lq)(x)
+    c, gaps = _factorise(x)
     c64 = np.asarray(c, np.float64)
     np.testing.assert_allclose(c64 @ c64.T, x64 @ x64.T, atol=4e-7)
-    plus, minus = (np.asarray(g, np.float64) for g in pair_gaps(c))
+    plus, minus = (np.asarray(g, np.float64) for g in gaps)
     theta = x64 / np.linalg.norm(x64, axis=1, keepdims=True)
     exact_plus = 0.5 * np.sum((theta[:, None] - theta[None]) ** 2, axis=-1)
     exact_minus = 0.5 * np.sum((theta[:, None] + theta[None]) ** 2, axis=-1)
@@ -115,14 +124,28 @@ def test_clustered_tokens_stay_clustered(n_tokens, dim, beta, route):
     assert bool(jnp.all(single)), np.asarray(single.mean(axis=0))
 
 
-def _terminal(model, n, n_tokens, dim, seed):
+@functools.partial(jax.jit, static_argnums=1)
+def _noise_keys(seed, n):
+    """The noise keys of n trajectories, as one program: eagerly, the split and the fold-in
+    each compiled a program of their own (the keys are the same)."""
     keys = jax.random.split(jax.random.key(seed), n)
-    x0 = jax.vmap(lambda k: ad.uniform_sphere(key=k, n_tokens=n_tokens, dim=dim))(keys)
-    noise = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
-    saves = _run(model, x0, noise)[:, -1]
-    classes = np.asarray(jax.vmap(ad.cluster_classes)(saves))
-    cosines = np.asarray(jax.vmap(ad.mean_cosine)(saves), np.float64)
-    return classes, cosines
+    return jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
+
+
+def _terminal(model, n, n_tokens, dim, seed):
+    # Uniform starts, any: drawn in NumPy (attndyn's sampler compiled a program per shape).
+    x0 = np.random.default_rng(seed).standard_normal((n, n_tokens, dim)).astype(np.float32)
+    x0 /= np.linalg.norm(x0, axis=-1, keepdims=True)
+
+    # The terminal observables in the simulation's program: eagerly, every operation of
+    # the vmapped observables compiled.
+    @eqx.filter_jit
+    def terminal(model, x0, keys):
+        saves = model.simulate(x0, keys)[:, -1]
+        return jax.vmap(ad.cluster_classes)(saves), jax.vmap(ad.mean_cosine)(saves)
+
+    classes, cosines = terminal(model, jax.device_put(x0), _noise_keys(seed, n))
+    return np.asarray(classes), np.asarray(cosines, np.float64)
 
 
 def _assert_same_class_probabilities(a: np.ndarray, b: np.ndarray) -> None:
