@@ -7,7 +7,6 @@ programs: every dot asks for ``Precision.HIGHEST``.
 
 import diffrax
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -16,6 +15,10 @@ from attndyn._core.linalg import lq
 from attndyn._estimate.runner import chunk_statistics
 
 HIGHEST = (jax.lax.Precision.HIGHEST, jax.lax.Precision.HIGHEST)
+
+# The jaxprs are made from abstract keys and NumPy-made arrays: eagerly, making a key, a
+# split or jnp.arange each compiles a program.
+KEY = jax.eval_shape(lambda: jax.random.key(0))
 
 
 def _dot_precisions(jaxpr) -> list:
@@ -53,14 +56,14 @@ MODELS = {
 @pytest.mark.parametrize("name", list(MODELS))
 def test_every_dot_of_a_study_asks_for_full_precision(name):
     model, n_tokens, dim = MODELS[name]
-    indices = jnp.arange(4, dtype=jnp.int32)
+    indices, n_total, tol, radius = jax.device_put(
+        (np.arange(4, dtype=np.int32), np.int32(4), np.float32(1e-3), np.float32(1.0))
+    )
 
     def tile(key):
-        return chunk_statistics(
-            model, key, indices, jnp.int32(4), jnp.float32(1e-3), jnp.float32(1.0), n_tokens, dim
-        )
+        return chunk_statistics(model, key, indices, n_total, tol, radius, n_tokens, dim)
 
-    precisions = _dot_precisions(jax.make_jaxpr(tile)(jax.random.key(0)).jaxpr)
+    precisions = _dot_precisions(jax.make_jaxpr(tile)(KEY).jaxpr)
     assert precisions, "the study's program has no dot: the model no longer tests anything"
     assert all(p == HIGHEST for p in precisions), precisions
 
@@ -68,8 +71,8 @@ def test_every_dot_of_a_study_asks_for_full_precision(name):
 def test_a_model_simulated_directly_asks_for_full_precision():
     # Outside the estimator (a user's own vmap) attndyn's products still ask for HIGHEST.
     model, n_tokens, dim = MODELS["discrete"]
-    x0 = jnp.ones((2, n_tokens, dim), jnp.float32) / np.sqrt(dim)
-    keys = jax.random.split(jax.random.key(0), 2)
+    x0 = np.full((2, n_tokens, dim), 1 / np.sqrt(dim), np.float32)
+    keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), 2))
     precisions = _dot_precisions(jax.make_jaxpr(model.simulate)(x0, keys).jaxpr)
     assert precisions and all(p == HIGHEST for p in precisions), precisions
 
@@ -80,18 +83,22 @@ def test_lq_of_a_row_a_hair_off_the_span_stays_finite():
     base = rng.standard_normal(7)
     base /= np.linalg.norm(base)
     rows = np.stack([base, rng.standard_normal(7), base + 1e-20 * rng.standard_normal(7)])
-    c = np.asarray(jax.jit(lq)(jnp.asarray(rows, jnp.float32)))
+    c = np.asarray(jax.jit(lq)(rows.astype(np.float32)))
     assert np.all(np.isfinite(c))
     np.testing.assert_allclose(c[2], c[0], atol=1e-6)  # the same direction as row 0
 
 
-def _tokens_one_ulp_apart(sign: float) -> jax.Array:
+# One program per shape: eagerly each of its operations compiled.
+_merged = jax.jit(ad.numerically_merged)
+
+
+def _tokens_one_ulp_apart(sign: float) -> np.ndarray:
     rng = np.random.default_rng(5)
     theta = rng.standard_normal(5).astype(np.float32)
     theta /= np.linalg.norm(theta).astype(np.float32)
     other = sign * theta.copy()
     other[2] = np.nextafter(other[2], np.float32(np.inf))  # one unit in the last place
-    return jnp.asarray(np.stack([theta, other, rng.standard_normal(5).astype(np.float32)]))
+    return np.stack([theta, other, rng.standard_normal(5).astype(np.float32)])
 
 
 @pytest.mark.parametrize("sign", [1.0, -1.0])
@@ -99,8 +106,8 @@ def test_tokens_one_ulp_apart_count_as_merged(sign):
     # An H100 left two merged tokens one ulp apart in a coordinate (1 − z = 0 exactly):
     # exact equality of directions missed them, so a float32 merge went unreported.
     x = _tokens_one_ulp_apart(sign)
-    assert bool(ad.numerically_merged(x))
-    assert not bool(ad.numerically_merged(x[jnp.array([0, 2])]))
+    assert bool(_merged(x))
+    assert not bool(_merged(x[[0, 2]]))
 
 
 @pytest.mark.default_case("40")
@@ -118,13 +125,15 @@ def test_merges_are_found_in_blocks_of_rows_as_at_once(block_elements, monkeypat
     last, first = x.copy(), x.copy()
     last[6] = -last[5]
     first[3] = first[0]
+    # One program for the three (a fresh function: traced with the patched constants).
+    merged = jax.jit(lambda x: observables.numerically_merged(x))
     for n_tokens, expected in ((x, False), (last, True), (first, True)):
-        assert bool(observables.numerically_merged(jnp.asarray(n_tokens))) is expected
+        assert bool(merged(n_tokens)) is expected
 
 
 def test_frame_coordinates_with_a_tiny_gap_are_not_merged():
     # The reduced routes carry a gap in its own coordinate (sin φ against 0): resolved, not
     # merged, however small, as long as it is a normal float.
     for gap in (1e-7, 1e-20, 1e-30):
-        c = jnp.asarray([[1.0, 0.0], [np.sqrt(1 - gap**2), gap]], jnp.float32)
-        assert not bool(ad.numerically_merged(c)), gap
+        c = np.asarray([[1.0, 0.0], [np.sqrt(1 - gap**2), gap]], np.float32)
+        assert not bool(_merged(c)), gap
