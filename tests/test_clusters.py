@@ -120,12 +120,19 @@ def test_bad_sizes_are_refused():
 def _overlaps_from_split(model, sizes, n, seed):
     """1 + Z at the model's saves for k tokens at u and m at −u (Z: first token, last)."""
     k, m = sizes
-    u = jnp.zeros(4).at[0].set(1.0)
-    x0 = jnp.stack([u] * k + [-u] * m)
-    keys = jax.random.split(jax.random.key(seed), n)
-    saves = jax.jit(jax.vmap(lambda key: model.trajectory(x0, key=key)))(keys)
-    theta = saves / jnp.linalg.norm(saves, axis=-1, keepdims=True)
-    return 1.0 + np.asarray(jnp.sum(theta[:, :, 0] * theta[:, :, -1], -1), np.float64)
+    u = np.eye(4, dtype=np.float32)[0]
+    x0 = np.stack([u] * k + [-u] * m)
+
+    # Keys, trajectories and overlaps in one program (the same keys): eagerly, the
+    # split and every operation on the saves compiled a program of their own.
+    @jax.jit
+    def overlaps(x0):
+        keys = jax.random.split(jax.random.key(seed), n)
+        saves = jax.vmap(lambda key: model.trajectory(x0, key=key))(keys)
+        theta = saves / jnp.linalg.norm(saves, axis=-1, keepdims=True)
+        return jnp.sum(theta[:, :, 0] * theta[:, :, -1], -1)
+
+    return 1.0 + np.asarray(overlaps(x0), np.float64)
 
 
 def _split_overlaps(sizes, beta, attention, n, t_end):
