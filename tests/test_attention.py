@@ -1,9 +1,20 @@
+import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import attndyn as ad
+
+# Attention as one program per configuration (op by op, each op compiles); beta is an
+# array leaf, so configurations that differ in beta only share it.
+_apply = eqx.filter_jit(lambda att, x: att(x))
+
+
+def _uniform(seed: int, *shape: int) -> jax.Array:
+    """Some fixed tokens on the sphere, drawn in NumPy (attndyn's sampler compiles per
+    shape) and put on the device as float32 (jnp.asarray compiles a conversion)."""
+    x = np.random.default_rng(seed).standard_normal(shape)
+    return jax.device_put((x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32))
 
 
 def _naive(x, beta, kind, q=None, k=None, causal=False, laplacian=False):
@@ -27,31 +38,32 @@ def _naive(x, beta, kind, q=None, k=None, causal=False, laplacian=False):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("laplacian", [False, True])
 def test_attention_matches_naive_loop(kind, causal, laplacian):
-    x = ad.uniform_sphere(key=jax.random.key(0), n_tokens=5, dim=6)
-    q = jax.random.normal(jax.random.key(1), (6, 6))
-    k = jax.random.normal(jax.random.key(2), (6, 6))
+    x = _uniform(0, 5, 6)
+    # Some fixed Gaussian matrices, drawn in NumPy (JAX's sampler compiles per shape).
+    rng = np.random.default_rng(1)
+    q, k = (jax.device_put(rng.standard_normal((6, 6)).astype(np.float32)) for _ in range(2))
     att = ad.Attention(1.7, kind=kind, query=q, key_matrix=k, causal=causal, laplacian=laplacian)
     np.testing.assert_allclose(
-        att(x), _naive(x, 1.7, kind, q, k, causal, laplacian), rtol=2e-4, atol=2e-5
+        _apply(att, x), _naive(x, 1.7, kind, q, k, causal, laplacian), rtol=2e-4, atol=2e-5
     )
 
 
 def test_softmax_is_stable_at_huge_beta():
-    x = ad.uniform_sphere(key=jax.random.key(3), n_tokens=4, dim=3)
-    out = ad.Attention(1e4)(x)
-    assert bool(jnp.all(jnp.isfinite(out)))
+    x = _uniform(3, 4, 3)
+    out = np.asarray(_apply(ad.Attention(1e4), x))
+    assert bool(np.all(np.isfinite(out)))
     # At huge β each token attends to the most similar token, which is itself.
     np.testing.assert_allclose(out, x, atol=1e-5)
 
 
 def test_unnormalized_overflow_is_visible_not_hidden():
-    x = ad.uniform_sphere(key=jax.random.key(3), n_tokens=4, dim=3)
-    assert not bool(jnp.all(jnp.isfinite(ad.Attention(200.0, kind="unnormalized")(x))))
+    x = _uniform(3, 4, 3)
+    assert not bool(np.all(np.isfinite(_apply(ad.Attention(200.0, kind="unnormalized"), x))))
 
 
 def test_multihead_acts_on_coordinate_blocks():
-    x = ad.uniform_sphere(key=jax.random.key(4), n_tokens=3, dim=4)
-    out = ad.Attention(2.0, n_heads=2)(x)
+    x = np.asarray(_uniform(4, 3, 4))
+    out = np.asarray(_apply(ad.Attention(2.0, n_heads=2), x))
     for h in range(2):
         block = x[:, 2 * h : 2 * h + 2]
         np.testing.assert_allclose(
@@ -60,19 +72,18 @@ def test_multihead_acts_on_coordinate_blocks():
 
 
 def test_mixed_laplacian_heads():
-    x = ad.uniform_sphere(key=jax.random.key(5), n_tokens=3, dim=4)
-    plain = ad.Attention(1.0, n_heads=2)(x)
-    mixed = ad.Attention(1.0, n_heads=2, n_laplacian_heads=1)(x)
+    x = np.asarray(_uniform(5, 3, 4))
+    plain = np.asarray(_apply(ad.Attention(1.0, n_heads=2), x))
+    mixed = np.asarray(_apply(ad.Attention(1.0, n_heads=2, n_laplacian_heads=1), x))
     np.testing.assert_allclose(mixed[:, :2], plain[:, :2] - x[:, :2], atol=1e-6)
     np.testing.assert_allclose(mixed[:, 2:], plain[:, 2:], atol=1e-6)
 
 
 def test_vmappable_over_beta_and_tokens():
-    xs = jax.vmap(lambda k: ad.uniform_sphere(key=k, n_tokens=3, dim=3))(
-        jax.random.split(jax.random.key(6), 4)
-    )
-    betas = jnp.array([0.0, 1.0, 2.0, 3.0])
-    out = jax.vmap(lambda b, x: ad.Attention(b)(x))(betas, xs)
+    xs = np.asarray(_uniform(6, 4, 3, 3))
+    betas = np.array([0.0, 1.0, 2.0, 3.0], np.float32)
+    # Jitted: one program instead of the batched ops one by one.
+    out = np.asarray(jax.jit(jax.vmap(lambda b, x: ad.Attention(b)(x)))(betas, xs))
     for i in range(4):
         np.testing.assert_allclose(
             out[i], _naive(xs[i], float(betas[i]), "softmax"), rtol=1e-5, atol=1e-6

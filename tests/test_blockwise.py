@@ -1,7 +1,7 @@
 """Attention in blocks of queries (and by jax.nn.dot_product_attention) equals the dense form."""
 
+import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -10,19 +10,31 @@ from attndyn._core.attention import AUTO_BLOCKWISE_TOKENS
 
 # 37 tokens in blocks of 5: seven full blocks and a ragged last one of 2.
 N, D, BLOCK = 37, 8, 5
-X = ad.uniform_sphere(key=jax.random.key(0), n_tokens=N, dim=D)
 RNG = np.random.default_rng(0)
-Q2 = jnp.asarray(RNG.normal(size=(2, 4, 4)), jnp.float32)
-K2 = jnp.asarray(RNG.normal(size=(2, 4, 4)), jnp.float32)
-Q = jnp.asarray(RNG.normal(size=(D, D)), jnp.float32)
-K = jnp.asarray(RNG.normal(size=(D, D)), jnp.float32)
-V = jnp.asarray(RNG.normal(size=(D, D)), jnp.float32)
+
+
+def _device(a) -> jax.Array:
+    """A float32 array put on the device as NumPy made it: at import, in every worker,
+    nothing compiles (attndyn's sampler, jnp.asarray and a transpose each would)."""
+    return jax.device_put(np.asarray(a, np.float32))
+
+
+# Any fixed tokens on the sphere (NumPy; the tests slice them in NumPy too).
+_X = RNG.normal(size=(N, D))
+_X = (_X / np.linalg.norm(_X, axis=1, keepdims=True)).astype(np.float32)
+X = _device(_X)
+Q2 = _device(RNG.normal(size=(2, 4, 4)))
+K2 = _device(RNG.normal(size=(2, 4, 4)))
+Q = _device(RNG.normal(size=(D, D)))
+K = _device(RNG.normal(size=(D, D)))
+_V = RNG.normal(size=(D, D))
+V = _device(_V)
 
 # Each case is its own compiled program: the masks, signs and head layouts are static.
 CASES = {
     "plain": {},
     "self-mask, shift": {"self_mask": True, "diagonal_shift": 0.5},
-    "Q, K, V != I": {"query": Q, "key_matrix": K, "value": V, "output": V.T},
+    "Q, K, V != I": {"query": Q, "key_matrix": K, "value": V, "output": _device(_V.T)},
     "laplacian I-P, causal": {"laplacian": True, "laplacian_sign": "I-P", "causal": True},
     "two heads, one laplacian": {
         "n_heads": 2,
@@ -34,7 +46,12 @@ CASES = {
 
 
 def _relative_gap(a, b):
-    return float(jnp.max(jnp.abs(a - b)) / jnp.max(jnp.abs(b)))
+    a, b = np.asarray(a), np.asarray(b)
+    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+
+
+# The scores as one program (op by op, each op compiles).
+_scores = eqx.filter_jit(lambda att, x: att.scores(x))
 
 
 @pytest.mark.default_case("self-mask, shift")
@@ -56,12 +73,12 @@ def test_blockwise_equals_dense(case):
             out[kind] = (dense, blocks)
         return out
 
-    scores = np.abs(np.asarray(ad.Attention(1.0, **options).scores(X))).max()
+    scores = np.abs(np.asarray(_scores(ad.Attention(1.0, **options), X))).max()
     for beta in (1.0, 20.0 / scores):
         # The two forms round the scores s_ij differently by up to ~ε|s| (absolute), which
         # exp turns into relative errors of the weights; sums of 37 terms add a few ε.
         tol = 4 * np.finfo(np.float32).eps * (8 + beta * scores)
-        for kind, (dense, blocks) in forms(jnp.float32(beta)).items():
+        for kind, (dense, blocks) in forms(np.float32(beta)).items():
             assert _relative_gap(blocks, dense) < tol, (case, kind, beta)
 
 
@@ -82,7 +99,7 @@ def test_blockwise_unnormalised_does_not_overflow_before_its_output():
     (1/N) Σ_j e^{s_ij} v_j with the row shift, does not for tokens whose scores stay below
     88 + log N except the self-score... the self term alone is e^95/N: still inf. So take
     scores that stay in range after the shift: a common offset exp(m) carried in logs."""
-    x = X[:4]
+    x = _device(_X[:4])
     beta = 90.0
 
     @jax.jit
@@ -129,8 +146,9 @@ def test_every_model_can_attend_in_blocks(name):
     """The layer maps, the normalized-attention ODE and the transformer SDE give the same
     states with dense and blockwise attention (they all call the same Attention)."""
     key = jax.random.key(5)
-    a = _models("dense")[name].trajectory(X[:20], key=key)
-    b = _models("blockwise")[name].trajectory(X[:20], key=key)
+    x = _device(_X[:20])
+    a = _models("dense")[name].trajectory(x, key=key)
+    b = _models("blockwise")[name].trajectory(x, key=key)
     np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=2e-6)
 
 

@@ -4,7 +4,6 @@ definitions; shapes refused with ParameterErrors; rotation invariance where it h
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -18,10 +17,12 @@ def _naive(x, beta, *, wq, wk, wv, wo=None, kind="softmax", lap=(), sign="P-I", 
            shift=0.0):  # fmt: skip
     """Σ_j P^h_ij W_V^h x_j per head (full-width projections), concatenated, then W_O."""
     x = np.asarray(x, np.float64)
+    # The heads are sliced in NumPy (a jax array's slice compiles per shape).
+    wq, wk, wv = np.asarray(wq), np.asarray(wk), np.asarray(wv)
     n = len(x)
     heads = []
     for h in range(len(wq)):
-        q, k, v = x @ np.asarray(wq[h]).T, x @ np.asarray(wk[h]).T, x @ np.asarray(wv[h]).T
+        q, k, v = x @ wq[h].T, x @ wk[h].T, x @ wv[h].T
         s = beta * q @ k.T - shift * np.eye(n)
         allowed = np.ones((n, n), bool) if mask is None else mask
         e = np.where(allowed, np.exp(s - s.max(axis=1, keepdims=True)), 0.0)
@@ -37,14 +38,25 @@ def _naive(x, beta, *, wq, wk, wv, wo=None, kind="softmax", lap=(), sign="P-I", 
     return out if wo is None else out @ np.asarray(wo).T
 
 
+def _device(a) -> jax.Array:
+    """A float32 array put on the device as NumPy made it (jnp.asarray compiles a
+    conversion per shape)."""
+    return jax.device_put(np.asarray(a, np.float32))
+
+
 def _weights(seed=0):
-    keys = jax.random.split(jax.random.key(seed), 4)
-    wq, wk, wv = (jax.random.normal(k, (H, DH, D)) / np.sqrt(D) for k in keys[:3])
-    wo = jax.random.normal(keys[3], (D, D)) / np.sqrt(D)
-    return wq, wk, wv, wo
+    """Some fixed Gaussian weights, drawn in NumPy: JAX's sampler compiles per shape."""
+    rng = np.random.default_rng(seed)
+    wq, wk, wv = (_device(rng.standard_normal((H, DH, D)) / np.sqrt(D)) for _ in range(3))
+    return wq, wk, wv, _device(rng.standard_normal((D, D)) / np.sqrt(D))
 
 
-X = ad.uniform_sphere(key=jax.random.key(9), n_tokens=N, dim=D)
+# Any fixed tokens on the sphere, drawn in NumPy (attndyn's sampler compiles per shape).
+_x = np.random.default_rng(9).standard_normal((N, D))
+X = _device(_x / np.linalg.norm(_x, axis=1, keepdims=True))
+# Attention and its matrix as one program each (op by op, each op compiles).
+_apply = eqx.filter_jit(lambda att, x: att(x))
+_matrix = eqx.filter_jit(lambda att, x: att.matrix(x))
 
 
 @pytest.mark.default_case("lap-1-I-P-unnormalized")
@@ -81,52 +93,57 @@ def test_full_width_heads_match_the_definition(kind, options):
 @pytest.mark.slow
 def test_coordinate_blocks_are_the_selection_projections():
     """Today's heads are the special case W^h = the rows selecting block h."""
-    select = jnp.eye(D).reshape(H, DH, D)
+    select = _device(np.eye(D).reshape(H, DH, D))
     blocks = ad.Attention(2.0, n_heads=H, n_laplacian_heads=1)
     full = ad.Attention(2.0, n_heads=H, query=select, key_matrix=select, value=select,
                         laplacian_heads=(0,))  # fmt: skip
     np.testing.assert_allclose(full(X), blocks(X), atol=1e-6)
     # A permutation W_O permutes the output coordinates.
-    perm = jnp.eye(D)[::-1]
+    perm = _device(np.eye(D)[::-1])
     plain = ad.Attention(2.0, n_heads=H)(X)
     np.testing.assert_allclose(ad.Attention(2.0, n_heads=H, output=perm)(X), plain[:, ::-1])
 
 
 def test_laplacian_signs_are_opposite():
     """I − P = −(P − I): seed 000's eq. 3 and its §6 differ by the sign of the update."""
-    plus = ad.Attention(1.0, laplacian=True)(X)
-    minus = ad.Attention(1.0, laplacian=True, laplacian_sign="I-P")(X)
+    plus = np.asarray(_apply(ad.Attention(1.0, laplacian=True), X))
+    minus = _apply(ad.Attention(1.0, laplacian=True, laplacian_sign="I-P"), X)
     np.testing.assert_allclose(minus, -plus, atol=1e-6)
     # A Laplacian head moves a token by A_i − x_i: its row sums are zero.
-    p = ad.Attention(1.0, n_heads=2, laplacian_heads=(1,)).matrix(X)
+    p = np.asarray(_matrix(ad.Attention(1.0, n_heads=2, laplacian_heads=(1,)), X))
     np.testing.assert_allclose(p[1].sum(-1), 0.0, atol=1e-6)
     np.testing.assert_allclose(p[0].sum(-1), 1.0, atol=1e-6)
 
 
 def test_self_mask_and_shift():
-    p = ad.Attention(2.0, self_mask=True).matrix(X)[0]
+    p = np.asarray(_matrix(ad.Attention(2.0, self_mask=True), X))[0]
     np.testing.assert_array_equal(np.diagonal(p), 0.0)
     np.testing.assert_allclose(p.sum(-1), 1.0, atol=1e-6)
     # A diagonal shift c is a factor e^{−c} on the self-weight before normalising.
-    s = np.asarray(2.0 * X @ X.T, np.float64)
+    x = np.asarray(X, np.float64)
+    s = 2.0 * x @ x.T
     e = np.exp(s) * np.where(np.eye(N, dtype=bool), np.exp(-1.5), 1.0)
     expected = e / e.sum(1, keepdims=True)
-    got = ad.Attention(2.0, diagonal_shift=1.5).matrix(X)[0]
+    got = np.asarray(_matrix(ad.Attention(2.0, diagonal_shift=1.5), X))[0]
     np.testing.assert_allclose(got, expected, rtol=1e-5)
 
 
 def test_rotation_invariance_exactly_where_claimed():
-    rot = jnp.linalg.qr(jax.random.normal(jax.random.key(3), (D, D)))[0]
+    # Any fixed rotation, and the rotated tokens, in NumPy (eager jax ops compile each).
+    rot = np.linalg.qr(np.random.default_rng(3).standard_normal((D, D)))[0].astype(np.float32)
+    rotated = _device(np.asarray(X) @ rot.T)
     for att in (
         ad.Attention(1.7, self_mask=True, diagonal_shift=0.3, laplacian=True),
         ad.Attention(1.7, causal=True, laplacian_sign="I-P", laplacian=True),
     ):
         assert att.rotation_invariant
-        np.testing.assert_allclose(att(X @ rot.T), att(X) @ rot.T, atol=1e-5)
+        np.testing.assert_allclose(
+            _apply(att, rotated), np.asarray(_apply(att, X)) @ rot.T, atol=1e-5
+        )
     wq = _weights(1)[0]
     for att in (ad.Attention(1.7, n_heads=H), ad.Attention(1.7, n_heads=H, query=wq)):
         assert not att.rotation_invariant
-        assert not np.allclose(att(X @ rot.T), att(X) @ rot.T, atol=1e-3)
+        assert not np.allclose(_apply(att, rotated), np.asarray(_apply(att, X)) @ rot.T, atol=1e-3)
 
 
 def test_the_reduced_route_refuses_what_is_not_rotation_invariant():
@@ -134,8 +151,8 @@ def test_the_reduced_route_refuses_what_is_not_rotation_invariant():
     for att, needle in (
         (ad.Attention(1.0, n_heads=H), "multi-head"),
         (ad.Attention(1.0, n_heads=H, query=wq), "Q or K"),
-        (ad.Attention(1.0, value=jnp.eye(D)), "W_V or W_O"),
-        (ad.Attention(1.0, output=jnp.eye(D)), "W_V or W_O"),
+        (ad.Attention(1.0, value=_device(np.eye(D))), "W_V or W_O"),
+        (ad.Attention(1.0, output=_device(np.eye(D))), "W_V or W_O"),
     ):
         model = ad.DiscreteTransformer(att, depth=5)
         route = ad.select_route(model, n_tokens=2, dim=D)
@@ -148,10 +165,10 @@ def test_the_reduced_route_refuses_what_is_not_rotation_invariant():
     ("kwargs", "needle"),
     [
         ({"n_heads": 4}, "divisible"),
-        ({"query": jnp.ones((H, DH, D + 1))}, "query has shape"),
-        ({"key_matrix": jnp.ones((H, DH + 1, D))}, "key_matrix has shape"),
-        ({"value": jnp.ones((H, D, D))}, "value has shape"),
-        ({"output": jnp.ones((D + 1, D + 1))}, "output"),
+        ({"query": _device(np.ones((H, DH, D + 1)))}, "query has shape"),
+        ({"key_matrix": _device(np.ones((H, DH + 1, D)))}, "key_matrix has shape"),
+        ({"value": _device(np.ones((H, D, D)))}, "value has shape"),
+        ({"output": _device(np.ones((D + 1, D + 1)))}, "output"),
     ],
 )
 def test_shapes_are_refused_with_a_parameter_error_even_under_jit(kwargs, needle):
@@ -163,8 +180,8 @@ def test_shapes_are_refused_with_a_parameter_error_even_under_jit(kwargs, needle
 @pytest.mark.parametrize(
     ("kwargs", "needle"),
     [
-        ({"query": jnp.ones((2, 2, 3))}, "query"),
-        ({"output": jnp.ones((3, 4))}, "output"),
+        ({"query": _device(np.ones((2, 2, 3)))}, "query"),
+        ({"output": _device(np.ones((3, 4)))}, "output"),
         ({"laplacian_heads": (0, 3)}, "laplacian_heads"),
         ({"laplacian_heads": (1, 1)}, "laplacian_heads"),
         ({"laplacian_heads": (0,), "n_laplacian_heads": 1}, "not both"),

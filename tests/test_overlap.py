@@ -3,6 +3,7 @@
 import math
 from typing import Any
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,6 +21,10 @@ def _two_tokens(z, dim=4):
     return jnp.stack([e1, z * e1 + jnp.sqrt(1 - z**2) * e2])
 
 
+# The 1-D drift and diffusion as one program (op by op, each op compiles).
+_coefficients = eqx.filter_jit(lambda o, z: (o.drift(z), o.diffusion(z)))
+
+
 @pytest.mark.parametrize("kind", ["softmax", "unnormalized"])
 @pytest.mark.parametrize("noise", ["full", "hybrid"])
 def test_coefficients_match_lemma4_general_formula(kind, noise):
@@ -29,8 +34,11 @@ def test_coefficients_match_lemma4_general_formula(kind, noise):
     beta, sigma, eps, dim = 1.7, 0.8, 0.9, 5
     o = ad.OverlapSDE(beta, attention=kind, noise=noise, sigma=sigma, eps=eps, dim=dim)
     att = ad.Attention(beta, kind=kind)
-    for z in (-0.9, -0.3, 0.2, 0.8):
-        y = _two_tokens(jnp.asarray(z), dim)
+
+    # Both sides as one program (op by op, each op compiles), called for every z.
+    @eqx.filter_jit
+    def sides(z):
+        y = _two_tokens(z, dim)
         a = att(y)
         a1, a2 = a[0], a[1]
         n1, n2, c12 = a1 @ a1, a2 @ a2, a1 @ a2
@@ -43,18 +51,25 @@ def test_coefficients_match_lemma4_general_formula(kind, noise):
             f = hybrid_correction(y, a)
             drift = p1 @ y[1] + p2 @ y[0] + eps**2 * (f[0] @ y[1] + f[1] @ y[0] + p1 @ p2)
             diff = eps * (p1 @ y[1] + p2 @ y[0])
-        np.testing.assert_allclose(o.drift(jnp.asarray(z)), drift, rtol=2e-5, atol=1e-6)
-        np.testing.assert_allclose(o.diffusion(jnp.asarray(z)), diff, rtol=2e-5, atol=1e-6)
+        return o.drift(z), drift, o.diffusion(z), diff
+
+    for z in (-0.9, -0.3, 0.2, 0.8):
+        got_drift, drift, got_diff, diff = sides(np.float32(z))
+        np.testing.assert_allclose(got_drift, drift, rtol=2e-5, atol=1e-6)
+        np.testing.assert_allclose(got_diff, diff, rtol=2e-5, atol=1e-6)
 
 
 def test_usa_hybrid_is_eq26():
     beta, eps = 1.2, 0.7
     o = ad.OverlapSDE(beta, attention="unnormalized", noise="hybrid", eps=eps)
-    z = jnp.linspace(-0.95, 0.95, 7)
-    b = jnp.exp(beta * z)
+    z = np.linspace(-0.95, 0.95, 7, dtype=np.float32)
+    got_drift, got_diff = _coefficients(o, z)
+    # eq. 26 in float64 NumPy at the same (float32) points.
+    z = z.astype(np.float64)
+    b = np.exp(beta * z)
     drift = b * (1 - z**2) * (1 - eps**2 * math.exp(beta) / 2 - eps**2 * z * b)
-    np.testing.assert_allclose(o.drift(z), drift, rtol=1e-5)
-    np.testing.assert_allclose(o.diffusion(z), eps * b * (1 - z**2), rtol=1e-5)
+    np.testing.assert_allclose(got_drift, drift, rtol=1e-5)
+    np.testing.assert_allclose(got_diff, eps * b * (1 - z**2), rtol=1e-5)
 
 
 class _PrintedSA(ad.AbstractOverlapSDE):
@@ -132,6 +147,16 @@ def test_full_sde_overlap_matches_1d_diffusion_in_law(kind, noise, n):
         assert two_sample_ks_pvalue(_clip(z_full), _clip(z_typo)) < 1e-6
 
 
+@eqx.filter_jit
+def _long_time_ends(o):
+    """Z_T from 400 starts across (−1, 1): the starts, the keys and the solves as one
+    program (the split alone compiles a threefry program eagerly), shared by the cases of
+    one attention kind (β and ε are array leaves)."""
+    z0 = jnp.linspace(-0.9, 0.9, 400)
+    keys = jax.random.split(jax.random.key(5), 400)
+    return jax.vmap(lambda z, k: o.solve(z, key=k).z[-1])(z0, keys)
+
+
 @pytest.mark.default_case("unnormalized-1.0-1.6--1.0")
 @pytest.mark.parametrize(
     ("kind", "beta", "eps", "end"),
@@ -156,9 +181,7 @@ def test_hybrid_overlap_long_time_end(kind, beta, eps, end):
         saveat=ad.SaveAt(60.0),
         integrator=ad.SDEIntegrator(dt=0.01),
     )
-    z0 = jnp.linspace(-0.9, 0.9, 400)
-    z = jax.vmap(lambda z, k: o.solve(z, key=k).z[-1])(z0, jax.random.split(jax.random.key(5), 400))
-    assert float(jnp.mean(jnp.abs(z - end) < 1e-3)) >= 0.95
+    assert float(np.mean(np.abs(np.asarray(_long_time_ends(o)) - end) < 1e-3)) >= 0.95
 
 
 def test_bad_input():
@@ -172,16 +195,24 @@ def test_bad_input():
         ad.OverlapSDE(1.0, noise="pink")  # pyright: ignore[reportArgumentType]
 
 
+@jax.jit
+def _far_frame_observed(x):
+    """Merge flag and (single, antipodal) of X's saved frame: one program for every x
+    (op by op, each op compiles), as the estimator runs it."""
+    from attndyn._models.overlap import _overlap_frame
+
+    frame = _overlap_frame(x)
+    return ad.numerically_merged(frame), ad.cluster_classes(frame, 1e-6)[:2]
+
+
 @pytest.mark.parametrize("x", [9.0, 60.0, 95.0, 1e30, -95.0])
 def test_saved_frames_of_a_far_state_are_not_a_numerical_merge(x):
     # X = artanh Z is exact on the whole line; its frame row (tanh X, 1/cosh X) underflowed
     # to (±1, 0) past |X| ≈ 89 in float32, and the estimator counted those trajectories
     # as merged (200 of 200 at β = 1, ε = 0.5, T = 200) though nothing had merged.
-    from attndyn._models.overlap import _overlap_frame
-
-    frame = _overlap_frame(jnp.float32(x))
-    assert not bool(ad.numerically_merged(frame))
-    single, antipodal = (bool(c) for c in ad.cluster_classes(frame, 1e-6)[:2])
+    merged, classes = _far_frame_observed(np.float32(x))
+    assert not bool(merged)
+    single, antipodal = (bool(c) for c in np.asarray(classes))
     assert (single, antipodal) == ((True, False) if x > 0 else (False, True))
 
 
