@@ -27,7 +27,16 @@ from attndyn import (
 
 SCHEMES = [PostLN(), PreLN(), MixLN(tau=0.5), PeriLN(), NGPT(alpha=0.8), SqrtScaling()]
 IDS = [s.name for s in SCHEMES]
-X = 1.4 * attndyn.uniform_sphere(key=jax.random.key(0), n_tokens=5, dim=4)
+
+
+def _start():
+    """Some fixed start off the sphere (radius 1.4), drawn in NumPy: at import, in every
+    xdist worker, a JAX draw would compile a random program."""
+    y = np.random.default_rng(0).standard_normal((5, 4))
+    return jnp.asarray((1.4 * y / np.linalg.norm(y, axis=-1, keepdims=True)).astype(np.float32))
+
+
+X = _start()
 ATTN = Attention(1.2)
 
 
@@ -123,7 +132,11 @@ def test_speed_factors_are_the_layer_maps_velocity(scheme):
     np.testing.assert_allclose(discrete, velocity, atol=5e-3)
 
 
-AFFINE = attndyn.LayerNorm(gain=jnp.linspace(0.5, 1.5, 4), bias=jnp.full(4, 0.1))
+# Built in NumPy: jnp.linspace and jnp.full at import would compile in every xdist worker.
+AFFINE = attndyn.LayerNorm(
+    gain=jnp.asarray(np.linspace(0.5, 1.5, 4, dtype=np.float32)),
+    bias=jnp.asarray(np.full(4, 0.1, np.float32)),
+)
 
 
 @pytest.mark.parametrize("scheme", [*SCHEMES, PostLN(norm=AFFINE), NGPT(norm=AFFINE)], ids=str)
