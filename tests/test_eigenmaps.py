@@ -16,8 +16,32 @@ KAPPA, SHIFT = 3.0, 0.8
 _apply = eqx.filter_jit(lambda step, x: step(x))
 
 
-def _centred(n, d, seed):
-    return ad.LayerNorm()(jax.random.normal(jax.random.key(seed), (n, d)))
+def _centred(n, d, seed, scale=1.0):
+    """Some fixed unit rows of the mean-zero hyperplane (times ``scale``), drawn and
+    normalised in NumPy: eager JAX would compile a random program and each op."""
+    y = np.random.default_rng(seed).standard_normal((n, d))
+    y -= y.mean(-1, keepdims=True)
+    # Cast in NumPy: jnp.asarray(..., jnp.float32) of float64 compiles a conversion.
+    return jnp.asarray((scale * y / np.linalg.norm(y, axis=-1, keepdims=True)).astype(np.float32))
+
+
+def _sphere(n, d, seed):
+    """Some fixed unit rows, drawn in NumPy (a JAX draw would compile a random program)."""
+    y = np.random.default_rng(seed).standard_normal((n, d))
+    return jnp.asarray((y / np.linalg.norm(y, axis=-1, keepdims=True)).astype(np.float32))
+
+
+@jax.jit
+def _reverse_by_hand(x, eta):
+    """Three layers of normalize(x − η/(1 + η)·A(x)) as one program (op by op, each op of
+    the attention and of its sums would compile)."""
+    for _ in range(3):
+        x = ad.normalize(x - eta / (1 + eta) * ad.Attention(1.5)(x))
+    return x
+
+
+#: One program for the three mean cosines of equal shape.
+_mean_cosine = jax.jit(ad.mean_cosine)
 
 
 @functools.partial(jax.jit, static_argnames="mask")
@@ -34,12 +58,13 @@ def test_step_is_the_formula_and_a_convex_combination():
     x = _centred(6, 5, 0)
     for mask in (False, True):
         step = ad.EigenmapsStep(0.3, KAPPA, shift=SHIFT, self_mask=mask)
-        lap = _laplacian(x, mask=mask)
-        out = _apply(step, x)
-        np.testing.assert_allclose(out, x - 0.6 * lap @ x, atol=1e-6)
+        # The references in NumPy: each eager JAX op would compile.
+        lap = np.asarray(_laplacian(x, mask=mask))
+        out, xn = np.asarray(_apply(step, x)), np.asarray(x)
+        np.testing.assert_allclose(out, xn - 0.6 * lap @ xn, atol=1e-6)
         # (1 − 2η)X + 2η·P X with P row-stochastic.
-        p = jnp.eye(6) - lap
-        np.testing.assert_allclose(out, 0.4 * x + 0.6 * p @ x, atol=1e-6)
+        p = np.eye(6) - lap
+        np.testing.assert_allclose(out, 0.4 * xn + 0.6 * p @ xn, atol=1e-6)
 
 
 def test_step_is_gradient_descent_exactly_when_the_laplacian_is_symmetric():
@@ -50,30 +75,32 @@ def test_step_is_gradient_descent_exactly_when_the_laplacian_is_symmetric():
         return jnp.trace(jax.lax.stop_gradient(lap) @ (x @ x.T + SHIFT * jnp.eye(x.shape[0])))
 
     eta = 0.2
-    for n, symmetric in ((2, True), (5, False)):
+    # Six tokens in five dimensions as in the test above: the same compiled step and L̃.
+    for n, symmetric in ((2, True), (6, False)):
         x = _centred(n, 5, n)
-        lap = _laplacian(x)
-        grad = jax.jit(jax.grad(loss))(x, lap)
-        np.testing.assert_allclose(grad, (lap + lap.T) @ x, atol=1e-5)
-        step = _apply(ad.EigenmapsStep(eta, KAPPA, shift=SHIFT), x)
-        descent = x - eta * grad
+        lap = _laplacian(x, mask=False)
+        grad = np.asarray(jax.jit(jax.grad(loss))(x, lap))
+        lap, xn = np.asarray(lap), np.asarray(x)
+        np.testing.assert_allclose(grad, (lap + lap.T) @ xn, atol=1e-5)
+        step = np.asarray(_apply(ad.EigenmapsStep(eta, KAPPA, shift=SHIFT), x))
+        descent = xn - eta * grad
         assert np.allclose(step, descent, atol=1e-5) == symmetric
 
 
 def test_eta_at_most_one_half_never_grows_a_row():
-    x = 1.7 * _centred(8, 6, 3)
+    x = _centred(8, 6, 3, scale=1.7)
     for eta in (0.05, 0.25, 0.5):
         for mask in (False, True):
-            out = _apply(ad.EigenmapsStep(eta, KAPPA, self_mask=mask), x)
-            assert float(jnp.max(jnp.linalg.norm(out, axis=-1))) <= 1.7 * (1 + 1e-6)
+            out = np.asarray(_apply(ad.EigenmapsStep(eta, KAPPA, self_mask=mask), x))
+            assert float(np.max(np.linalg.norm(out, axis=-1))) <= 1.7 * (1 + 1e-6)
     # η > ½ is refused; what it would do: two antipodal tokens, self-masked, map to
     # (1 − 4η)·x, longer than x.
     with pytest.raises(ad.ParameterError, match="eta"):
         ad.EigenmapsStep(0.6, KAPPA)
-    anti = jnp.array([[1.0, -1.0, 0.0], [-1.0, 1.0, 0.0]]) / np.sqrt(2)
-    p = jnp.array([[0.0, 1.0], [1.0, 0.0]])  # the self-masked softmax of two tokens
+    anti = np.array([[1.0, -1.0, 0.0], [-1.0, 1.0, 0.0]]) / np.sqrt(2)
+    p = np.array([[0.0, 1.0], [1.0, 0.0]])  # the self-masked softmax of two tokens
     eta = 0.6
-    grown = anti + 2 * eta * (p - jnp.eye(2)) @ anti
+    grown = anti + 2 * eta * (p - np.eye(2)) @ anti
     np.testing.assert_allclose(np.linalg.norm(grown, axis=-1), abs(1 - 4 * eta), rtol=1e-6)
 
 
@@ -114,7 +141,7 @@ def test_laplacian_post_ln_is_plain_post_ln_at_another_step():
     """Post-LN, deterministic values, step η: normalize(x + η(A − x)) = normalize(x + η'A)
     with η' = η/(1 − η) for P − I, and η' = −η/(1 + η) for I − P (seed 000 eq. 3: the
     time-reversed flow). A closed form for each sign."""
-    x0 = ad.uniform_sphere(key=jax.random.key(6), n_tokens=5, dim=4)
+    x0 = _sphere(5, 4, 6)
     eta = 0.1
     saveat = ad.SaveAt(0.3)  # three layers
     lap = ad.DiscreteTransformer(
@@ -132,11 +159,9 @@ def test_laplacian_post_ln_is_plain_post_ln_at_another_step():
         ad.Attention(1.5, laplacian=True, laplacian_sign="I-P"), ad.DeterministicValues(),
         step=eta, saveat=saveat,
     )  # fmt: skip
-    x = x0
-    for _ in range(3):
-        x = ad.normalize(x - eta / (1 + eta) * ad.Attention(1.5)(x))
-    np.testing.assert_allclose(reverse.trajectory(x0, key=key)[-1], x, atol=2e-6)
+    x = _reverse_by_hand(x0, eta)
+    np.testing.assert_allclose(np.asarray(reverse.trajectory(x0, key=key))[-1], x, atol=2e-6)
     # The two signs move the mean cosine in opposite directions.
-    start = float(ad.mean_cosine(x0))
-    assert float(ad.mean_cosine(lap.trajectory(x0, key=key)[-1])) > start
-    assert float(ad.mean_cosine(x)) < start
+    start = float(_mean_cosine(x0))
+    assert float(_mean_cosine(np.asarray(lap.trajectory(x0, key=key))[-1])) > start
+    assert float(_mean_cosine(x)) < start

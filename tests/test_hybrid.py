@@ -27,7 +27,10 @@ def _starts(n, n_tokens, dim, seed):
     return x0, jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
 
 
-_simulate = eqx.filter_jit(lambda m, x, k: m.simulate(x, k))
+#: The overlaps inside the program: vmapped op by op, each op compiled.
+_simulate_overlaps = eqx.filter_jit(
+    lambda m, x, k: jax.vmap(jax.vmap(ad.overlaps))(m.simulate(x, k))
+)
 
 
 @pytest.mark.default_case("values2-2-4-softmax")
@@ -50,8 +53,8 @@ def test_span_route_follows_the_full_route_path_by_path(kind, values, n_tokens, 
     reduced = model.reduction(n_tokens, dim).model
     assert type(reduced).__name__ == "SpanTransformer"
     x0, keys = _starts(300, n_tokens, dim, seed=0)
-    a = jax.vmap(jax.vmap(ad.overlaps))(_simulate(reduced, x0, keys))
-    b = jax.vmap(jax.vmap(ad.overlaps))(_simulate(model, x0, keys))
+    a = _simulate_overlaps(reduced, x0, keys)
+    b = _simulate_overlaps(model, x0, keys)
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-5)
 
 
@@ -77,11 +80,13 @@ def test_span_chain_keeps_relative_precision_at_tiny_gaps():
     # spent ~5 s of CPU dispatching).
     layer = eqx.filter_jit(chain.chain_layer)
 
+    # Inputs made and read in NumPy: jnp.asarray of a float64 list compiles a conversion.
     def run(dtype):
-        cz, log_sz = jnp.ones((1,), dtype), jnp.full((1,), math.log(1e-20), dtype)
+        cz = jnp.asarray(np.ones((1,), dtype))
+        log_sz = jnp.asarray(np.full((1,), math.log(1e-20), dtype))
         for value in s:
-            cz, log_sz = layer(cz, log_sz, jnp.asarray([value], dtype))
-        return float(log_sz[0])
+            cz, log_sz = layer(cz, log_sz, jnp.asarray(np.asarray([value], dtype)))
+        return float(np.asarray(log_sz)[0])
 
     single = run(jnp.float32)
     with jax.enable_x64(True):

@@ -4,6 +4,7 @@ on a harmonic perturbation (flow and layer map), ℓ*, and overflow safety."""
 
 import math
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -35,12 +36,22 @@ def test_circle_rates_are_the_bessel_closed_forms():
         )
 
 
-def _displaced_circle(ell: int, eps: float, m: int = 2048) -> jax.Array:
+def _displaced_circle(ell: int, eps: float, m: int = 2048) -> np.ndarray:
     """A grid of m tokens on S¹ moved by ε ∇cos(ℓφ): density (1 + εℓ² cos ℓφ)/2π to first
-    order. The grid is an exact quadrature of the smooth kernels here (trapezoidal rule)."""
+    order. The grid is an exact quadrature of the smooth kernels here (trapezoidal rule).
+    A NumPy array (float64): the tests' arithmetic on it runs in NumPy, as eager JAX ops
+    would each compile."""
     phi = 2 * np.pi * np.arange(m) / m
     angle = phi - eps * ell * np.sin(ell * phi)
-    return jnp.asarray(np.stack([np.cos(angle), np.sin(angle)], axis=1))
+    return np.stack([np.cos(angle), np.sin(angle)], axis=1)
+
+
+#: The tangential attention velocity, one program for every β of a kind (β is a leaf).
+_tangent_velocity = eqx.filter_jit(lambda att, x: ad.tangent_project(x, att(x)))
+#: Layer 0 of a model, one program (op by op, each op of the layer would compile).
+_first_layer = eqx.filter_jit(
+    lambda model, x: model.layer(x, jnp.asarray(0), key=jax.random.key(0))
+)
 
 
 @pytest.mark.parametrize("kind", ["softmax", "unnormalized"])
@@ -53,12 +64,12 @@ def test_the_attention_code_moves_a_harmonic_at_the_theory_rate(kind):
     phi = 2 * np.pi * np.arange(m) / m
     with jax.enable_x64(True):
         for beta, ell in ((4.0, 3), (9.0, 6)):
-            att = jax.jit(lambda x, b=beta: ad.Attention(b, kind=kind)(x))
+            att = ad.Attention(beta, kind=kind)
 
             def angular(eps, ell=ell, att=att):
                 x = _displaced_circle(ell, eps, m)
-                v = ad.tangent_project(x, att(x))
-                return np.asarray(x[:, 0] * v[:, 1] - x[:, 1] * v[:, 0])
+                v = np.asarray(_tangent_velocity(att, jnp.asarray(x)))
+                return x[:, 0] * v[:, 1] - x[:, 1] * v[:, 0]
 
             eps = 1e-5
             measured = (angular(eps) - angular(-eps)) / (2 * eps)
@@ -85,9 +96,8 @@ def test_one_layer_multiplies_a_harmonic_as_the_depth_formula_says(kind):
     with jax.enable_x64(True):
 
         def displacement(eps):
-            x = _displaced_circle(ell, eps, m)
-            y = model.layer(x, jnp.asarray(0), key=jax.random.key(0))
-            angle = np.unwrap(np.arctan2(np.asarray(y[:, 1]), np.asarray(y[:, 0])))
+            y = np.asarray(_first_layer(model, jnp.asarray(_displaced_circle(ell, eps, m))))
+            angle = np.unwrap(np.arctan2(y[:, 1], y[:, 0]))
             return angle - phi - (angle - phi).mean()
 
         eps = 1e-5

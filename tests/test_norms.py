@@ -6,6 +6,7 @@ d − 1 dimensions on c: exactly for deterministic and scalar values, in law for
 value matrices (two-token Monte Carlo against the exact curve of d − 1 dimensions).
 """
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -30,36 +31,66 @@ def _basis(dim: int) -> np.ndarray:
     return null_space(np.ones((1, dim)))
 
 
+@jax.jit
+def _norms(y, gain, bias, flat):
+    """The norms the test below checks, as one program (op by op, each op of the norms and
+    their unrolled sums would compile)."""
+    return {
+        "layernorm": ad.LayerNorm()(y),
+        "moved": ad.LayerNorm()(2.5 * y - 7.0),
+        "affine": ad.LayerNorm(gain, bias)(y),
+        "rms": ad.RMSNorm()(y),
+        "normalize": ad.normalize(y),
+        "safe": ad.LayerNorm().safe(flat),
+    }
+
+
+def _sphere(n_tokens, dim, seed, radius):
+    """Some fixed start of the given radius, drawn in NumPy (float32): the JAX sampler
+    compiles a program per shape."""
+    y = np.random.default_rng(seed).standard_normal((n_tokens, dim))
+    return (radius * y / np.linalg.norm(y, axis=-1, keepdims=True)).astype(np.float32)
+
+
 def test_layernorm_centres_and_normalises():
-    y = jax.random.normal(jax.random.key(0), (5, 6)) + 3.0
-    u = ad.LayerNorm()(y)
+    # Inputs made and results checked in NumPy: eager JAX ops compile one by one.
+    y = (np.random.default_rng(0).standard_normal((5, 6)) + 3.0).astype(np.float32)
+    gain, bias = np.arange(1.0, 7.0, dtype=np.float32), np.full((6,), 0.5, np.float32)
+    flat = np.ones((2, 6), np.float32)
+    flat[1] = np.arange(6.0)
+    out = jax.tree.map(np.asarray, _norms(*map(jnp.asarray, (y, gain, bias, flat))))
+    u = out["layernorm"]
     np.testing.assert_allclose(np.sum(u, axis=-1), 0.0, atol=1e-6)
     np.testing.assert_allclose(np.linalg.norm(u, axis=-1), 1.0, atol=1e-6)
     # Invariant under shifts along (1, …, 1) and positive scalings: what "centring" means.
-    np.testing.assert_allclose(ad.LayerNorm()(2.5 * y - 7.0), u, atol=1e-5)
+    np.testing.assert_allclose(out["moved"], u, atol=1e-5)
     # A real LayerNorm, (y − ȳ)/std(y), is √d times this one (radius √d); gain and bias
     # act afterwards.
     real = (y - y.mean(-1, keepdims=True)) / np.std(y, axis=-1, keepdims=True)
     np.testing.assert_allclose(np.sqrt(6) * u, real, rtol=1e-5, atol=1e-5)
-    gain, bias = jnp.arange(1.0, 7.0), jnp.full((6,), 0.5)
-    np.testing.assert_allclose(ad.LayerNorm(gain, bias)(y), u * gain[None] + bias[None], atol=1e-6)
-    assert ad.RMSNorm()(y) == pytest.approx(np.asarray(ad.normalize(y)))
+    np.testing.assert_allclose(out["affine"], u * gain[None] + bias[None], atol=1e-6)
+    assert out["rms"] == pytest.approx(out["normalize"])
     # safe: an all-equal row has no direction and maps to 0, not NaN.
-    flat = jnp.ones((2, 6)).at[1].set(jnp.arange(6.0))
-    safe = ad.LayerNorm().safe(flat)
+    safe = out["safe"]
     np.testing.assert_array_equal(safe[0], 0.0)
-    assert bool(jnp.all(jnp.isfinite(safe)))
+    assert bool(np.all(np.isfinite(safe)))
 
 
 def test_norm_is_validated():
     with pytest.raises(ad.ParameterError, match="norm"):
         ad.PostLN(norm="batchnorm")
+
+    # Arrays made in NumPy and the norm traced, not run op by op: the refusal comes while
+    # tracing, and eagerly each op before it compiled.
+    def ones(*shape):
+        return jnp.asarray(np.ones(shape, np.float32))
+
     with pytest.raises(ad.ParameterError, match="gain"):
-        ad.LayerNorm(gain=jnp.ones((2, 3)))
+        ad.LayerNorm(gain=ones(2, 3))
     with pytest.raises(ad.ParameterError, match="gain"):
-        ad.LayerNorm(gain=jnp.ones(4))(jnp.ones((2, 5)))
+        eqx.filter_jit(ad.LayerNorm(gain=ones(4)))(ones(2, 5))
     with pytest.raises(ad.ParameterError, match="gain or bias"):
-        ad.NormalizedAttentionODE(ad.Attention(1.0), ad.PostLN(norm=ad.LayerNorm(jnp.ones(3))))
+        ad.NormalizedAttentionODE(ad.Attention(1.0), ad.PostLN(norm=ad.LayerNorm(ones(3))))
 
 
 @pytest.mark.default_case("pre-ln")
@@ -68,12 +99,12 @@ def test_every_scheme_keeps_tokens_in_the_hyperplane(name):
     """Sphere schemes: unit and mean-zero rows; radius schemes: attention sees the same."""
     scheme = ad.scheme_from_name(name, norm="layernorm")
     assert scheme.norm.name == "layernorm"
-    x0 = 1.3 * ad.uniform_sphere(key=jax.random.key(1), n_tokens=4, dim=5)
+    x0 = _sphere(4, 5, seed=1, radius=1.3)
     model = ad.DiscreteTransformer(
         ad.Attention(1.5), ad.MatrixValues(0.5), scheme, depth=10, saveat=ad.SaveAt(1.0)
     )
-    out = model.trajectory(x0, key=jax.random.key(2))[-1]
-    assert bool(jnp.all(jnp.isfinite(out)))
+    out = np.asarray(model.trajectory(jnp.asarray(x0), key=jax.random.key(2)))[-1]
+    assert bool(np.all(np.isfinite(out)))
     if not scheme.keeps_radius:
         np.testing.assert_allclose(np.sum(out, axis=-1), 0.0, atol=1e-5)
         np.testing.assert_allclose(np.linalg.norm(out, axis=-1), 1.0, atol=1e-5)
@@ -90,8 +121,8 @@ def test_layernorm_in_d_is_rms_in_d_minus_1_path_by_path(name, values):
     # rounding over 20 layers.
     dim = 5
     u = _basis(dim)
-    c0 = ad.uniform_sphere(key=jax.random.key(3), n_tokens=3, dim=dim - 1) * 1.2
-    x0 = jnp.asarray(np.asarray(c0) @ u.T, jnp.float32)  # centred start in R^5
+    c0 = _sphere(3, dim - 1, seed=3, radius=1.2)
+    x0 = jnp.asarray((c0 @ u.T).astype(np.float32))  # centred start in R^5
     vals = ad.DeterministicValues() if values == "deterministic" else ad.ScalarValues(0.7)
     saveat = ad.SaveAt(2.0, (1.0, 2.0))
     layer_norm = ad.DiscreteTransformer(
@@ -103,7 +134,7 @@ def test_layernorm_in_d_is_rms_in_d_minus_1_path_by_path(name, values):
     )
     key = jax.random.key(4)
     big = np.asarray(layer_norm.trajectory(x0, key=key))
-    small = np.asarray(rms.trajectory(c0, key=key))
+    small = np.asarray(rms.trajectory(jnp.asarray(c0), key=key))
     np.testing.assert_allclose(big @ u, small, atol=2e-5)
     np.testing.assert_allclose(big.sum(-1), 0.0, atol=2e-5)
 
@@ -159,7 +190,8 @@ def test_layernorm_runs_on_the_reduced_route_of_d_minus_1():
     assert isinstance(plane, AbstractFrameRoute) and plane.dim == 2
     # A gain or bias, or another scheme, leaves the hyperplane's sphere: no reduction.
     affine = ad.DiscreteTransformer(
-        ad.Attention(1.0), scheme=ad.PostLN(norm=ad.LayerNorm(gain=jnp.full(5, 2.0)))
+        ad.Attention(1.0),
+        scheme=ad.PostLN(norm=ad.LayerNorm(gain=jnp.asarray(np.full(5, 2.0, np.float32)))),
     )
     pre = ad.DiscreteTransformer(ad.Attention(1.0), scheme=ad.PreLN(norm="layernorm"))
     for refused in (affine, pre):

@@ -27,7 +27,16 @@ from attndyn import (
 
 SCHEMES = [PostLN(), PreLN(), MixLN(tau=0.5), PeriLN(), NGPT(alpha=0.8), SqrtScaling()]
 IDS = [s.name for s in SCHEMES]
-X = 1.4 * attndyn.uniform_sphere(key=jax.random.key(0), n_tokens=5, dim=4)
+
+
+def _start():
+    """Some fixed start off the sphere (radius 1.4), drawn in NumPy: at import, in every
+    xdist worker, a JAX draw would compile a random program."""
+    y = np.random.default_rng(0).standard_normal((5, 4))
+    return jnp.asarray((1.4 * y / np.linalg.norm(y, axis=-1, keepdims=True)).astype(np.float32))
+
+
+X = _start()
 ATTN = Attention(1.2)
 
 
@@ -123,7 +132,11 @@ def test_speed_factors_are_the_layer_maps_velocity(scheme):
     np.testing.assert_allclose(discrete, velocity, atol=5e-3)
 
 
-AFFINE = attndyn.LayerNorm(gain=jnp.linspace(0.5, 1.5, 4), bias=jnp.full(4, 0.1))
+# Built in NumPy: jnp.linspace and jnp.full at import would compile in every xdist worker.
+AFFINE = attndyn.LayerNorm(
+    gain=jnp.asarray(np.linspace(0.5, 1.5, 4, dtype=np.float32)),
+    bias=jnp.asarray(np.full(4, 0.1, np.float32)),
+)
 
 
 @pytest.mark.parametrize("scheme", [*SCHEMES, PostLN(norm=AFFINE), NGPT(norm=AFFINE)], ids=str)
@@ -155,12 +168,15 @@ def test_the_layer_loop_is_the_scheme_map_applied_layer_by_layer(scheme):
         ATTN, MatrixValues(0.7), scheme=scheme, depth=10, saveat=SaveAt(3.0, ts=(0.0, 3.0))
     )
     key = jax.random.key(4)
-    saves = model.trajectory(X, key=key)
-    np.testing.assert_array_equal(np.asarray(saves[0]), np.asarray(X))
+    saves = np.asarray(model.trajectory(X, key=key))
+    np.testing.assert_array_equal(saves[0], np.asarray(X))
+    # One compiled layer (op by op, each of its dozens of ops would compile), still a
+    # separate program from the loop's.
+    layer = eqx.filter_jit(model.layer)
     x = X
     for n in range(30):
-        x = model.layer(x, jnp.asarray(n), key=key)
-    np.testing.assert_allclose(np.asarray(saves[1]), np.asarray(x), rtol=2e-5, atol=2e-5)
+        x = layer(x, jnp.asarray(n), key=key)
+    np.testing.assert_allclose(saves[1], np.asarray(x), rtol=2e-5, atol=2e-5)
 
 
 def _law_at(scheme, t):

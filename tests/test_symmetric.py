@@ -2,6 +2,8 @@
 
 import math
 
+import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -25,6 +27,14 @@ from attndyn.theory import initial_slope, terminal_rate_theory
 
 SCHEMES = [PostLN(), PreLN(), MixLN(tau=1.5), PeriLN(), NGPT(alpha=0.6), SqrtScaling()]
 IDS = [s.name for s in SCHEMES]
+#: The start as one program (eagerly, jnp.eye and the product compile four).
+_start = jax.jit(symmetric_start, static_argnums=(0, 1, 2))
+
+
+@eqx.filter_jit
+def _velocity(model, theta, r, step):
+    """dθ/dt at t = 0, one program (op by op, each op of the attention would compile)."""
+    return model.vector_field(jnp.zeros(()), (theta, r), step)[0]
 
 
 @pytest.mark.default_case("pre-ln")
@@ -35,18 +45,19 @@ def test_reduced_ode_matches_full_system(scheme):
     ts = tuple(np.linspace(0.0, 12.0, 7))
     reduced = SymmetricODE(scheme, beta, n_tokens=n, r0=r0, saveat=SaveAt(12.0, ts)).solve()
     full = NormalizedAttentionODE(Attention(beta), scheme, saveat=SaveAt(12.0, ts)).solve(
-        symmetric_start(n, d, r0)
+        _start(n, d, r0)
     )
-    gram = jnp.einsum("sid,sjd->sij", full.theta, full.theta)
+    theta = np.asarray(full.theta)  # the Gram matrices in NumPy: eager einsum compiles
+    gram = np.einsum("sid,sjd->sij", theta, theta)
     off = ~np.eye(n, dtype=bool)
     # The symmetry survives: all off-diagonal cosines agree with the reduced γ.
     np.testing.assert_allclose(
-        np.asarray(gram)[:, off],
+        gram[:, off],
         np.repeat(np.asarray(reduced.gamma)[:, None], off.sum(), 1),
         atol=2e-5,
     )
     np.testing.assert_allclose(full.r, np.repeat(np.asarray(reduced.r)[:, None], n, 1), rtol=2e-5)
-    assert float(reduced.gamma[-1]) > 0.3  # the test horizon sees real motion
+    assert float(np.asarray(reduced.gamma)[-1]) > 0.3  # the test horizon sees real motion
 
 
 @pytest.mark.default_case()
@@ -54,14 +65,14 @@ def test_reduced_ode_matches_full_system(scheme):
 @pytest.mark.parametrize(("beta", "n", "r0"), [(0.0, 2, 1.0), (1.0, 6, 2.5), (3.0, 16, 0.4)])
 def test_initial_slope_closed_forms(scheme, beta, n, r0):
     """γ'(0) from the n-particle vector field equals Thm 4.1's closed form."""
-    x0 = symmetric_start(n, n, r0)
+    # Inputs and the slope's arithmetic in NumPy (float32): eager JAX ops compile.
+    theta0 = np.asarray(_start(n, n, r0)) / np.float32(r0)
     model = NormalizedAttentionODE(Attention(beta), scheme)
-    theta0 = x0 / r0
     # The sphere schemes (and Mix-LN's Post-LN phase) run at r = 1; the others at r0.
-    r = jnp.full((n,), r0 if isinstance(scheme, PreLN | PeriLN) else 1.0, jnp.float32)
+    r = np.full((n,), r0 if isinstance(scheme, PreLN | PeriLN) else 1.0, np.float32)
     step = PostLN() if isinstance(scheme, MixLN) else scheme
-    dtheta, _ = model.vector_field(jnp.zeros(()), (theta0, r), step)
-    slope = 2 * float(jnp.sum(dtheta[0] * theta0[1]))  # d⟨θ_1, θ_2⟩/dt at t = 0
+    dtheta = np.asarray(_velocity(model, jnp.asarray(theta0), jnp.asarray(r), step))
+    slope = 2 * float(np.sum(dtheta[0] * theta0[1]))  # d⟨θ_1, θ_2⟩/dt at t = 0
     assert slope == pytest.approx(initial_slope(scheme, beta=beta, n_tokens=n, r0=r0), rel=1e-5)
 
 
@@ -77,7 +88,8 @@ def test_initial_slope_values():
 
 def test_reduced_slope_matches_closed_form():
     scheme, h = PeriLN(), 1e-3
-    gamma = SymmetricODE(scheme, 2.0, n_tokens=10, r0=1.5, saveat=SaveAt(h)).solve().gamma[-1]
+    solution = SymmetricODE(scheme, 2.0, n_tokens=10, r0=1.5, saveat=SaveAt(h)).solve()
+    gamma = np.asarray(solution.gamma)[-1]
     # γ(h)/h = γ'(0) + O(h): the second derivative is O(1) here.
     assert float(gamma) / h == pytest.approx(
         initial_slope(scheme, beta=2.0, n_tokens=10, r0=1.5), rel=5e-3
@@ -121,7 +133,8 @@ def test_bad_input():
     with pytest.raises(ParameterError, match="r0"):
         initial_slope(PreLN(), beta=1.0, n_tokens=3, r0=0.0)
     assert math.isfinite(initial_slope(PreLN(), beta=1.0, n_tokens=3))
-    assert attndyn.symmetric_start(2, 2).shape == (2, 2)
+    # Compiled: op by op, the start compiles four programs.
+    assert jax.jit(attndyn.symmetric_start, static_argnums=(0, 1))(2, 2).shape == (2, 2)
 
 
 def test_a_scheme_without_closed_forms_is_refused_by_name():

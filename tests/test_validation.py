@@ -134,18 +134,20 @@ def test_schemes_refuses_up_front(tmp_path, args, needle):
 
 def test_swept_parameters_must_be_finite_scalars():
     # Why 8: beta=[1, 2] was broadcast per key token; drift=nan and tol=2 were accepted.
+    # The arrays are made in NumPy: jnp.ones, a cast and the sampler each compile.
     with pytest.raises(ad.ParameterError, match="beta must be a scalar"):
-        ad.Attention(jnp.asarray([1.0, 2.0]))
+        ad.Attention(jnp.asarray(np.array([1.0, 2.0], np.float32)))
     with pytest.raises(ad.ParameterError, match="drift=nan must be finite"):
         ad.MatrixValues(1.0, drift=float("nan"))
     with pytest.raises(ad.ParameterError, match="sigma must be a scalar"):
-        ad.MatrixValues(jnp.ones(3))
-    x = ad.uniform_sphere(key=jax.random.key(0), n_tokens=3, dim=4)
+        ad.MatrixValues(jnp.asarray(np.ones(3, np.float32)))
+    y = np.random.default_rng(0).standard_normal((3, 4))
+    x = jnp.asarray((y / np.linalg.norm(y, axis=-1, keepdims=True)).astype(np.float32))
     for tol in (2.0, 0.0, float("nan")):
         with pytest.raises(ad.ParameterError, match="tol="):
             ad.cluster_classes(x, tol)
     with pytest.raises(ad.ParameterError, match="query has shape"):
-        ad.Attention(1.0, query=jnp.ones((2, 3)))
+        ad.Attention(1.0, query=jnp.asarray(np.ones((2, 3), np.float32)))
 
 
 @pytest.mark.parametrize(
@@ -153,7 +155,7 @@ def test_swept_parameters_must_be_finite_scalars():
     [
         (lambda: ad.Attention(1.0, n_heads=3), "dim=4 must be divisible by n_heads=3"),
         (
-            lambda: ad.Attention(1.0, query=jnp.eye(3)),
+            lambda: ad.Attention(1.0, query=jnp.asarray(np.eye(3, dtype=np.float32))),
             r"query has shape \(3, 3\); for d = 4 and n_heads = 1 it must be one of \(4, 4\)",
         ),
     ],
@@ -174,7 +176,7 @@ def test_heads_and_matrices_are_checked_against_the_dimension(attention, needle)
         )
     # Applied directly, the model says the same instead of failing inside a reshape.
     with pytest.raises(ad.ParameterError, match=needle):
-        attention()(jnp.ones((2, 4)))
+        attention()(jnp.asarray(np.ones((2, 4), np.float32)))
 
 
 # --- Why 4: the exact curve at extreme β, decided before the simulation ---------------------
@@ -253,7 +255,9 @@ def test_overflow_messages_name_the_cause_and_the_threshold():
     huge_sigma = ad.DiscreteTransformer(ad.Attention(1.0), ad.MatrixValues(1e30))
     message = overflow_message(huge_sigma)
     assert "values.sigma=1e+30" in message and "attention" not in message
-    scaled = ad.Attention(20.0, kind="unnormalized", query=3 * jnp.eye(4))
+    # 3·I made in NumPy: eagerly, jnp.eye and the product compile five programs.
+    query = jnp.asarray(3 * np.eye(4, dtype=np.float32))
+    scaled = ad.Attention(20.0, kind="unnormalized", query=query)
     assert "β·‖Q‖‖K‖ = 60" in overflow_message(ad.DiscreteTransformer(scaled, scheme=pre_ln))
     quiet = overflow_message(ad.DiscreteTransformer(ad.Attention(30.0, kind="unnormalized")))
     assert "No parameter" in quiet
@@ -266,9 +270,12 @@ def _lone_token_turns_nan(model) -> bool:
     """Whether 64 one-token trajectories of ``model`` hit a NaN (each layer draws v_n = ±1,
     so a singular multiplier is met by some trajectory with probability 1 − 2⁻⁶⁴ in each
     layer where it is singular)."""
-    x0 = ad.uniform_sphere(key=jax.random.key(0), n_tokens=64, dim=3)[:, None, :]
+    # Starts drawn in NumPy and the states read in NumPy: the JAX sampler, the slicing and
+    # the reductions each compile.
+    y = np.random.default_rng(0).standard_normal((64, 1, 3))
+    x0 = jnp.asarray((y / np.linalg.norm(y, axis=-1, keepdims=True)).astype(np.float32))
     states = model.simulate(x0, jax.random.split(jax.random.key(1), 64))
-    return bool(jnp.any(jnp.isnan(states)))
+    return bool(np.any(np.isnan(np.asarray(states))))
 
 
 @pytest.mark.default_case()
@@ -587,7 +594,9 @@ def test_excluded_merged_trajectories_leave_every_estimate():
 @pytest.mark.parametrize("name", ["query", "key_matrix", "value", "output"])
 def test_attention_matrices_with_nan_are_refused(name):
     # Accepted before; the run then reported NaN trajectories with no parameter at fault.
-    matrices: dict[str, Any] = {name: jnp.eye(3).at[1, 2].set(jnp.nan)}
+    matrix = np.eye(3, dtype=np.float32)
+    matrix[1, 2] = np.nan  # in NumPy: .at[].set() compiles a scatter
+    matrices: dict[str, Any] = {name: jnp.asarray(matrix)}
     with pytest.raises(ad.ParameterError, match=f"{name} has NaN or infinite entries"):
         ad.Attention(1.0, **matrices)
 
@@ -652,5 +661,5 @@ def test_uniform_sphere_names_a_bad_count_and_takes_numpy_integers():
     assert x.shape == (3, 4)
     np.testing.assert_allclose(np.linalg.norm(np.asarray(x), axis=-1), 1.0, rtol=1e-6)
     # The same numbers as the documented construction: normalised jax.random.normal.
-    g = jax.random.normal(key, (3, 4))
-    np.testing.assert_allclose(x, g / jnp.linalg.norm(g, axis=-1, keepdims=True), rtol=1e-6)
+    g = np.asarray(jax.random.normal(key, (3, 4)), np.float64)  # normalised in NumPy
+    np.testing.assert_allclose(x, g / np.linalg.norm(g, axis=-1, keepdims=True), rtol=1e-6)
