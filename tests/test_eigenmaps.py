@@ -79,7 +79,10 @@ def test_step_is_gradient_descent_exactly_when_the_laplacian_is_symmetric():
     for n, symmetric in ((2, True), (6, False)):
         x = _centred(n, 5, n)
         lap = _laplacian(x, mask=False)
-        grad = np.asarray(jax.jit(jax.grad(loss))(x, lap))
+        # The reference gradient in full float32 products, as the step's own (a GPU's default
+        # rounds dot operands to TF32: 5·10⁻⁴ off the NumPy product on an H200).
+        with jax.default_matmul_precision("highest"):
+            grad = np.asarray(jax.jit(jax.grad(loss))(x, lap))
         lap, xn = np.asarray(lap), np.asarray(x)
         np.testing.assert_allclose(grad, (lap + lap.T) @ xn, atol=1e-5)
         step = np.asarray(_apply(ad.EigenmapsStep(eta, KAPPA, shift=SHIFT), x))

@@ -560,8 +560,11 @@ def test_merged_tokens_are_counted_with_their_bound_by_default():
     assert merges["laws"][0]["drift"] == 1.0 and merges["n_rerun"] == [0]
     # And it is the float64 run of the same study (the smoke of tests/test_merges.py's
     # per-route comparisons): the same random numbers, so the same paths; 4 SE of 40.
+    # Fewer merges at the save where float32 merges most: when a gap first rounds to zero
+    # is the arithmetic's (at t = 15 float32 merged 1 of 40 on the CPU, none on an H200).
     wide = _run_merging(_MERGING, x64=True)
-    assert int(wide["n_merged"][0, 0]) < int(auto["n_merged"][0, 0])
+    most = int(np.argmax(auto["n_merged"].values[0]))
+    assert int(wide["n_merged"][0, most]) < int(auto["n_merged"][0, most])
     for outcome in ("single", "antipodal", "unclustered"):
         a, b = (ds["probability"].sel(outcome=outcome).values for ds in (auto, wide))
         assert np.all(np.abs(a - b) <= 4 * np.sqrt(np.maximum(b * (1 - b), 1 / 40) / 40))
