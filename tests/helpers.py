@@ -1,12 +1,43 @@
 """Shared helpers for the tests."""
 
+import functools
 import math
 import os
 import subprocess
 import sys
 
+import jax
 import numpy as np
 from scipy import stats
+
+# Test inputs that compile nothing. A test that needs some fixed configuration (not one
+# drawn from a model's key) draws it in NumPy: JAX's samplers compile a threefry program
+# for every shape, and jnp.asarray compiles a conversion per shape.
+
+
+def on_device(a) -> jax.Array:
+    """``a`` as a float32 JAX array, converted in NumPy and put on the device as it is."""
+    return jax.device_put(np.asarray(a, np.float32))
+
+
+def sphere_rows(seed: int, *shape: int, radius: float = 1.0) -> np.ndarray:
+    """Fixed points of radius ``radius`` (rows along the last axis), normalised Gaussians
+    drawn in NumPy from ``seed``, as a float32 NumPy array."""
+    y = np.random.default_rng(seed).standard_normal(shape)
+    return (radius * y / np.linalg.norm(y, axis=-1, keepdims=True)).astype(np.float32)
+
+
+def sphere_points(seed: int, *shape: int, radius: float = 1.0) -> jax.Array:
+    """:func:`sphere_rows` on the device."""
+    return jax.device_put(sphere_rows(seed, *shape, radius=radius))
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def noise_keys(seed, n):
+    """The noise keys of n trajectories (split, then fold_in 1), as one program: eagerly,
+    the split and the fold-in each compiled a program of their own."""
+    keys = jax.random.split(jax.random.key(seed), n)
+    return jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
 
 
 def binomial_se(p: float, n: int) -> float:

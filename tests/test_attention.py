@@ -4,17 +4,11 @@ import numpy as np
 import pytest
 
 import attndyn as ad
+from tests.helpers import sphere_points
 
 # Attention as one program per configuration (op by op, each op compiles); beta is an
 # array leaf, so configurations that differ in beta only share it.
 _apply = eqx.filter_jit(lambda att, x: att(x))
-
-
-def _uniform(seed: int, *shape: int) -> jax.Array:
-    """Some fixed tokens on the sphere, drawn in NumPy (attndyn's sampler compiles per
-    shape) and put on the device as float32 (jnp.asarray compiles a conversion)."""
-    x = np.random.default_rng(seed).standard_normal(shape)
-    return jax.device_put((x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32))
 
 
 def _naive(x, beta, kind, q=None, k=None, causal=False, laplacian=False):
@@ -38,7 +32,7 @@ def _naive(x, beta, kind, q=None, k=None, causal=False, laplacian=False):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("laplacian", [False, True])
 def test_attention_matches_naive_loop(kind, causal, laplacian):
-    x = _uniform(0, 5, 6)
+    x = sphere_points(0, 5, 6)
     # Some fixed Gaussian matrices, drawn in NumPy (JAX's sampler compiles per shape).
     rng = np.random.default_rng(1)
     q, k = (jax.device_put(rng.standard_normal((6, 6)).astype(np.float32)) for _ in range(2))
@@ -49,7 +43,7 @@ def test_attention_matches_naive_loop(kind, causal, laplacian):
 
 
 def test_softmax_is_stable_at_huge_beta():
-    x = _uniform(3, 4, 3)
+    x = sphere_points(3, 4, 3)
     out = np.asarray(_apply(ad.Attention(1e4), x))
     assert bool(np.all(np.isfinite(out)))
     # At huge β each token attends to the most similar token, which is itself.
@@ -57,12 +51,12 @@ def test_softmax_is_stable_at_huge_beta():
 
 
 def test_unnormalized_overflow_is_visible_not_hidden():
-    x = _uniform(3, 4, 3)
+    x = sphere_points(3, 4, 3)
     assert not bool(np.all(np.isfinite(_apply(ad.Attention(200.0, kind="unnormalized"), x))))
 
 
 def test_multihead_acts_on_coordinate_blocks():
-    x = np.asarray(_uniform(4, 3, 4))
+    x = np.asarray(sphere_points(4, 3, 4))
     out = np.asarray(_apply(ad.Attention(2.0, n_heads=2), x))
     for h in range(2):
         block = x[:, 2 * h : 2 * h + 2]
@@ -72,7 +66,7 @@ def test_multihead_acts_on_coordinate_blocks():
 
 
 def test_mixed_laplacian_heads():
-    x = np.asarray(_uniform(5, 3, 4))
+    x = np.asarray(sphere_points(5, 3, 4))
     plain = np.asarray(_apply(ad.Attention(1.0, n_heads=2), x))
     mixed = np.asarray(_apply(ad.Attention(1.0, n_heads=2, n_laplacian_heads=1), x))
     np.testing.assert_allclose(mixed[:, :2], plain[:, :2] - x[:, :2], atol=1e-6)
@@ -80,7 +74,7 @@ def test_mixed_laplacian_heads():
 
 
 def test_vmappable_over_beta_and_tokens():
-    xs = np.asarray(_uniform(6, 4, 3, 3))
+    xs = np.asarray(sphere_points(6, 4, 3, 3))
     betas = np.array([0.0, 1.0, 2.0, 3.0], np.float32)
     # Jitted: one program instead of the batched ops one by one.
     out = np.asarray(jax.jit(jax.vmap(lambda b, x: ad.Attention(b)(x)))(betas, xs))

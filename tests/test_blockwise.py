@@ -7,34 +7,29 @@ import pytest
 
 import attndyn as ad
 from attndyn._core.attention import AUTO_BLOCKWISE_TOKENS
+from tests.helpers import on_device
 
 # 37 tokens in blocks of 5: seven full blocks and a ragged last one of 2.
 N, D, BLOCK = 37, 8, 5
 RNG = np.random.default_rng(0)
 
 
-def _device(a) -> jax.Array:
-    """A float32 array put on the device as NumPy made it: at import, in every worker,
-    nothing compiles (attndyn's sampler, jnp.asarray and a transpose each would)."""
-    return jax.device_put(np.asarray(a, np.float32))
-
-
 # Any fixed tokens on the sphere (NumPy; the tests slice them in NumPy too).
 _X = RNG.normal(size=(N, D))
 _X = (_X / np.linalg.norm(_X, axis=1, keepdims=True)).astype(np.float32)
-X = _device(_X)
-Q2 = _device(RNG.normal(size=(2, 4, 4)))
-K2 = _device(RNG.normal(size=(2, 4, 4)))
-Q = _device(RNG.normal(size=(D, D)))
-K = _device(RNG.normal(size=(D, D)))
+X = on_device(_X)
+Q2 = on_device(RNG.normal(size=(2, 4, 4)))
+K2 = on_device(RNG.normal(size=(2, 4, 4)))
+Q = on_device(RNG.normal(size=(D, D)))
+K = on_device(RNG.normal(size=(D, D)))
 _V = RNG.normal(size=(D, D))
-V = _device(_V)
+V = on_device(_V)
 
 # Each case is its own compiled program: the masks, signs and head layouts are static.
 CASES = {
     "plain": {},
     "self-mask, shift": {"self_mask": True, "diagonal_shift": 0.5},
-    "Q, K, V != I": {"query": Q, "key_matrix": K, "value": V, "output": _device(_V.T)},
+    "Q, K, V != I": {"query": Q, "key_matrix": K, "value": V, "output": on_device(_V.T)},
     "laplacian I-P, causal": {"laplacian": True, "laplacian_sign": "I-P", "causal": True},
     "two heads, one laplacian": {
         "n_heads": 2,
@@ -99,7 +94,7 @@ def test_blockwise_unnormalised_does_not_overflow_before_its_output():
     (1/N) Σ_j e^{s_ij} v_j with the row shift, does not for tokens whose scores stay below
     88 + log N except the self-score... the self term alone is e^95/N: still inf. So take
     scores that stay in range after the shift: a common offset exp(m) carried in logs."""
-    x = _device(_X[:4])
+    x = on_device(_X[:4])
     beta = 90.0
 
     @jax.jit
@@ -146,7 +141,7 @@ def test_every_model_can_attend_in_blocks(name):
     """The layer maps, the normalized-attention ODE and the transformer SDE give the same
     states with dense and blockwise attention (they all call the same Attention)."""
     key = jax.random.key(5)
-    x = _device(_X[:20])
+    x = on_device(_X[:20])
     a = _models("dense")[name].trajectory(x, key=key)
     b = _models("blockwise")[name].trajectory(x, key=key)
     np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=2e-6)

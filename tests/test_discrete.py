@@ -4,19 +4,13 @@ import numpy as np
 import pytest
 
 import attndyn as ad
-
-
-def _sphere(*shape, seed=0):
-    """Some fixed unit vectors, drawn in NumPy: the JAX sampler compiles a random program
-    for every shape."""
-    y = np.random.default_rng(seed).standard_normal(shape)
-    return jnp.asarray((y / np.linalg.norm(y, axis=-1, keepdims=True)).astype(np.float32))
+from tests.helpers import sphere_points
 
 
 def _run(model, n_tokens=3, dim=4, seed=0):
     """The saves, as a NumPy array: the tests' checks run in NumPy (eager JAX ops compile)."""
     return np.asarray(
-        model.trajectory(_sphere(n_tokens, dim, seed=seed), key=jax.random.key(seed + 1))
+        model.trajectory(sphere_points(seed, n_tokens, dim), key=jax.random.key(seed + 1))
     )
 
 
@@ -45,7 +39,7 @@ def test_scalar_noise_tokens_stay_on_sphere():
 def test_save_times_and_first_save_is_start():
     model = ad.DiscreteTransformer(ad.Attention(1.0), depth=10, saveat=ad.SaveAt(2.0, (0.0, 2.0)))
     np.testing.assert_allclose(model.save_times, [0.0, 2.0])
-    x0 = _sphere(2, 3)
+    x0 = sphere_points(0, 2, 3)
     saves = np.asarray(model.trajectory(x0, key=jax.random.key(1)))
     np.testing.assert_array_equal(saves[0], np.asarray(x0))
 
@@ -68,7 +62,7 @@ def test_layer_noise_is_shared_by_tokens_and_fresh_each_layer():
     model = ad.DiscreteTransformer(
         ad.Attention(1.0), ad.MatrixValues(1.0), depth=4, saveat=ad.SaveAt(1.0)
     )
-    x = jnp.asarray(np.tile(np.asarray(_sphere(1, 4)), (2, 1)))
+    x = jnp.asarray(np.tile(np.asarray(sphere_points(0, 1, 4)), (2, 1)))
     out = np.asarray(model.trajectory(x, key=jax.random.key(1)))[-1]
     np.testing.assert_allclose(out[0], out[1], atol=1e-6)
     # Layer keys differ, so consecutive layers draw different V.
@@ -80,7 +74,7 @@ def test_layer_noise_is_shared_by_tokens_and_fresh_each_layer():
 def test_trajectory_is_independent_of_batching():
     model = ad.DiscreteTransformer(ad.Attention(3.0), depth=10, saveat=ad.SaveAt(2.0))
     keys = jax.random.split(jax.random.key(0), 8)
-    x0 = _sphere(8, 2, 4)
+    x0 = sphere_points(0, 8, 2, 4)
     batched = jax.jit(jax.vmap(lambda x, k: model.trajectory(x, key=k)))(x0, keys)
     # The fifth start and key are picked inside the program: eager indexing compiles.
     single = jax.jit(lambda x, k: model.trajectory(x[5], key=k[5]))(x0, keys)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import attndyn as ad
+from tests.helpers import sphere_points
 
 KAPPA, SHIFT = 3.0, 0.8
 #: One compilation per mask: η, κ and the shift are array leaves.
@@ -23,12 +24,6 @@ def _centred(n, d, seed, scale=1.0):
     y -= y.mean(-1, keepdims=True)
     # Cast in NumPy: jnp.asarray(..., jnp.float32) of float64 compiles a conversion.
     return jnp.asarray((scale * y / np.linalg.norm(y, axis=-1, keepdims=True)).astype(np.float32))
-
-
-def _sphere(n, d, seed):
-    """Some fixed unit rows, drawn in NumPy (a JAX draw would compile a random program)."""
-    y = np.random.default_rng(seed).standard_normal((n, d))
-    return jnp.asarray((y / np.linalg.norm(y, axis=-1, keepdims=True)).astype(np.float32))
 
 
 @jax.jit
@@ -144,7 +139,7 @@ def test_laplacian_post_ln_is_plain_post_ln_at_another_step():
     """Post-LN, deterministic values, step η: normalize(x + η(A − x)) = normalize(x + η'A)
     with η' = η/(1 − η) for P − I, and η' = −η/(1 + η) for I − P (seed 000 eq. 3: the
     time-reversed flow). A closed form for each sign."""
-    x0 = _sphere(5, 4, 6)
+    x0 = sphere_points(6, 5, 4)
     eta = 0.1
     saveat = ad.SaveAt(0.3)  # three layers
     lap = ad.DiscreteTransformer(

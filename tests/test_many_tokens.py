@@ -12,6 +12,7 @@ from scipy import special
 
 import attndyn as ad
 from attndyn._core import many_tokens as mt
+from tests.helpers import sphere_points
 
 # Compiled once per shape (tolerances and β are array arguments): eager calls compiled
 # every operation, and a while loop per tolerance, for each configuration.
@@ -29,12 +30,6 @@ def _unit(a) -> jax.Array:
     return jax.device_put((a / np.linalg.norm(a, axis=-1, keepdims=True)).astype(np.float32))
 
 
-def _uniform(seed: int, *shape: int) -> jax.Array:
-    """Uniform tokens on the sphere, shaped (..., N, d), drawn in NumPy: these tests need
-    some fixed uniform configurations, and attndyn's sampler compiles per shape."""
-    return _unit(np.random.default_rng(seed).standard_normal(shape))
-
-
 def _circle(angles) -> jax.Array:
     angles = np.asarray(angles, np.float64)
     return _unit(np.stack([np.cos(angles), np.sin(angles)], axis=1))
@@ -45,7 +40,7 @@ def _circle(angles) -> jax.Array:
 def test_mode_power_routes_agree(dim):
     """Harmonics (Fourier on S¹, Schmidt-normalised Legendre functions on S²) against the
     Gegenbauer pair sums in blocks of 64 rows (N = 300: a ragged last block)."""
-    x = _uniform(dim, 300, dim)
+    x = sphere_points(dim, 300, dim)
     pairs = _powers(x, ell_max=14, method="pairs", block=64)
     harmonics = _powers(x, ell_max=14, method="harmonics")
     # Float32 sums of 300² terms of size ≤ 1 against N·ℓ_max² terms: ~10⁻⁶ absolute.
@@ -80,7 +75,7 @@ def test_uniform_tokens_have_mode_power_one_over_n(dim, method):
     1,000 configurations of 40 tokens; each degree's mean of N·P_ℓ is 1 within 4 standard
     errors (its sample SE: N·P_ℓ is a sum of squared harmonic means, ~χ²/dim H_ℓ)."""
     n = 40
-    x = _uniform(11 + dim, 1000, n, dim)
+    x = sphere_points(11 + dim, 1000, n, dim)
     power = np.asarray(jax.jit(jax.vmap(lambda c: mt.mode_powers(c, 6, method=method)))(x)) * n
     mean = power[:, 1:].mean(axis=0)
     se = power[:, 1:].std(axis=0, ddof=1) / math.sqrt(len(power))
@@ -110,7 +105,7 @@ def test_clusters_agree_with_the_existing_observables(dim):
     cluster implies "single" where the clusters are tight (planted, spread ≪ tol), while a
     chain of tokens each within tol of the next is one cluster without being single."""
     planted = [_planted(s, 50, dim, c, 0.002) for s, c in enumerate((1, 2, 3, 6))]
-    uniform = [_uniform(s, 50, dim) for s in range(3)]
+    uniform = [sphere_points(s, 50, dim) for s in range(3)]
     for tight, configurations in ((True, planted), (False, uniform)):
         for x in configurations:
             for tol in (1e-2, 0.05, 0.4):
@@ -147,7 +142,7 @@ def test_cluster_sizes_of_a_hand_built_configuration():
 def test_circle_and_label_routes_agree():
     """On S¹ the clusters by angle equal the min-label propagation (any tolerance)."""
     for seed in range(3):
-        x = _uniform(seed, 200, 2)
+        x = sphere_points(seed, 200, 2)
         for tol in (1e-3, 0.02, 0.3):
             tol = np.float32(tol)
             sizes = np.bincount(np.asarray(_labels(x, tol, block=64)), minlength=200)
@@ -157,7 +152,7 @@ def test_circle_and_label_routes_agree():
 
 
 def test_interaction_energy_and_minimum_distance():
-    x = _uniform(4, 45, 3)
+    x = sphere_points(4, 45, 3)
     x64 = np.asarray(x, np.float64)
     gram = x64 @ x64.T
     beta = 3.5

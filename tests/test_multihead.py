@@ -3,11 +3,11 @@ heads of either sign, masks and the diagonal shift, against a NumPy loop written
 definitions; shapes refused with ParameterErrors; rotation invariance where it holds."""
 
 import equinox as eqx
-import jax
 import numpy as np
 import pytest
 
 import attndyn as ad
+from tests.helpers import on_device
 
 N, D, H = 5, 6, 3
 DH = D // H
@@ -38,22 +38,16 @@ def _naive(x, beta, *, wq, wk, wv, wo=None, kind="softmax", lap=(), sign="P-I", 
     return out if wo is None else out @ np.asarray(wo).T
 
 
-def _device(a) -> jax.Array:
-    """A float32 array put on the device as NumPy made it (jnp.asarray compiles a
-    conversion per shape)."""
-    return jax.device_put(np.asarray(a, np.float32))
-
-
 def _weights(seed=0):
     """Some fixed Gaussian weights, drawn in NumPy: JAX's sampler compiles per shape."""
     rng = np.random.default_rng(seed)
-    wq, wk, wv = (_device(rng.standard_normal((H, DH, D)) / np.sqrt(D)) for _ in range(3))
-    return wq, wk, wv, _device(rng.standard_normal((D, D)) / np.sqrt(D))
+    wq, wk, wv = (on_device(rng.standard_normal((H, DH, D)) / np.sqrt(D)) for _ in range(3))
+    return wq, wk, wv, on_device(rng.standard_normal((D, D)) / np.sqrt(D))
 
 
 # Any fixed tokens on the sphere, drawn in NumPy (attndyn's sampler compiles per shape).
 _x = np.random.default_rng(9).standard_normal((N, D))
-X = _device(_x / np.linalg.norm(_x, axis=1, keepdims=True))
+X = on_device(_x / np.linalg.norm(_x, axis=1, keepdims=True))
 # Attention and its matrix as one program each (op by op, each op compiles).
 _apply = eqx.filter_jit(lambda att, x: att(x))
 _matrix = eqx.filter_jit(lambda att, x: att.matrix(x))
@@ -93,13 +87,13 @@ def test_full_width_heads_match_the_definition(kind, options):
 @pytest.mark.slow
 def test_coordinate_blocks_are_the_selection_projections():
     """Today's heads are the special case W^h = the rows selecting block h."""
-    select = _device(np.eye(D).reshape(H, DH, D))
+    select = on_device(np.eye(D).reshape(H, DH, D))
     blocks = ad.Attention(2.0, n_heads=H, n_laplacian_heads=1)
     full = ad.Attention(2.0, n_heads=H, query=select, key_matrix=select, value=select,
                         laplacian_heads=(0,))  # fmt: skip
     np.testing.assert_allclose(full(X), blocks(X), atol=1e-6)
     # A permutation W_O permutes the output coordinates.
-    perm = _device(np.eye(D)[::-1])
+    perm = on_device(np.eye(D)[::-1])
     plain = ad.Attention(2.0, n_heads=H)(X)
     np.testing.assert_allclose(ad.Attention(2.0, n_heads=H, output=perm)(X), plain[:, ::-1])
 
@@ -131,7 +125,7 @@ def test_self_mask_and_shift():
 def test_rotation_invariance_exactly_where_claimed():
     # Any fixed rotation, and the rotated tokens, in NumPy (eager jax ops compile each).
     rot = np.linalg.qr(np.random.default_rng(3).standard_normal((D, D)))[0].astype(np.float32)
-    rotated = _device(np.asarray(X) @ rot.T)
+    rotated = on_device(np.asarray(X) @ rot.T)
     for att in (
         ad.Attention(1.7, self_mask=True, diagonal_shift=0.3, laplacian=True),
         ad.Attention(1.7, causal=True, laplacian_sign="I-P", laplacian=True),
@@ -151,8 +145,8 @@ def test_the_reduced_route_refuses_what_is_not_rotation_invariant():
     for att, needle in (
         (ad.Attention(1.0, n_heads=H), "multi-head"),
         (ad.Attention(1.0, n_heads=H, query=wq), "Q or K"),
-        (ad.Attention(1.0, value=_device(np.eye(D))), "W_V or W_O"),
-        (ad.Attention(1.0, output=_device(np.eye(D))), "W_V or W_O"),
+        (ad.Attention(1.0, value=on_device(np.eye(D))), "W_V or W_O"),
+        (ad.Attention(1.0, output=on_device(np.eye(D))), "W_V or W_O"),
     ):
         model = ad.DiscreteTransformer(att, depth=5)
         route = ad.select_route(model, n_tokens=2, dim=D)
@@ -165,10 +159,10 @@ def test_the_reduced_route_refuses_what_is_not_rotation_invariant():
     ("kwargs", "needle"),
     [
         ({"n_heads": 4}, "divisible"),
-        ({"query": _device(np.ones((H, DH, D + 1)))}, "query has shape"),
-        ({"key_matrix": _device(np.ones((H, DH + 1, D)))}, "key_matrix has shape"),
-        ({"value": _device(np.ones((H, D, D)))}, "value has shape"),
-        ({"output": _device(np.ones((D + 1, D + 1)))}, "output"),
+        ({"query": on_device(np.ones((H, DH, D + 1)))}, "query has shape"),
+        ({"key_matrix": on_device(np.ones((H, DH + 1, D)))}, "key_matrix has shape"),
+        ({"value": on_device(np.ones((H, D, D)))}, "value has shape"),
+        ({"output": on_device(np.ones((D + 1, D + 1)))}, "output"),
     ],
 )
 def test_shapes_are_refused_with_a_parameter_error_even_under_jit(kwargs, needle):
@@ -180,8 +174,8 @@ def test_shapes_are_refused_with_a_parameter_error_even_under_jit(kwargs, needle
 @pytest.mark.parametrize(
     ("kwargs", "needle"),
     [
-        ({"query": _device(np.ones((2, 2, 3)))}, "query"),
-        ({"output": _device(np.ones((3, 4)))}, "output"),
+        ({"query": on_device(np.ones((2, 2, 3)))}, "query"),
+        ({"output": on_device(np.ones((3, 4)))}, "output"),
         ({"laplacian_heads": (0, 3)}, "laplacian_heads"),
         ({"laplacian_heads": (1, 1)}, "laplacian_heads"),
         ({"laplacian_heads": (0,), "n_laplacian_heads": 1}, "not both"),

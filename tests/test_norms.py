@@ -15,7 +15,7 @@ from scipy.linalg import null_space
 
 import attndyn as ad
 from attndyn._models.reduced.route import AbstractFrameRoute
-from tests.helpers import binomial_se
+from tests.helpers import binomial_se, sphere_rows
 
 SCHEMES = ["post-ln", "pre-ln", "mix-ln", "peri-ln", "ngpt", "sqrt-scaling"]
 #: The default run checks a sphere scheme, a radius scheme and nGPT; -m slow checks all six.
@@ -43,13 +43,6 @@ def _norms(y, gain, bias, flat):
         "normalize": ad.normalize(y),
         "safe": ad.LayerNorm().safe(flat),
     }
-
-
-def _sphere(n_tokens, dim, seed, radius):
-    """Some fixed start of the given radius, drawn in NumPy (float32): the JAX sampler
-    compiles a program per shape."""
-    y = np.random.default_rng(seed).standard_normal((n_tokens, dim))
-    return (radius * y / np.linalg.norm(y, axis=-1, keepdims=True)).astype(np.float32)
 
 
 def test_layernorm_centres_and_normalises():
@@ -99,7 +92,7 @@ def test_every_scheme_keeps_tokens_in_the_hyperplane(name):
     """Sphere schemes: unit and mean-zero rows; radius schemes: attention sees the same."""
     scheme = ad.scheme_from_name(name, norm="layernorm")
     assert scheme.norm.name == "layernorm"
-    x0 = _sphere(4, 5, seed=1, radius=1.3)
+    x0 = sphere_rows(1, 4, 5, radius=1.3)
     model = ad.DiscreteTransformer(
         ad.Attention(1.5), ad.MatrixValues(0.5), scheme, depth=10, saveat=ad.SaveAt(1.0)
     )
@@ -121,7 +114,7 @@ def test_layernorm_in_d_is_rms_in_d_minus_1_path_by_path(name, values):
     # rounding over 20 layers.
     dim = 5
     u = _basis(dim)
-    c0 = _sphere(3, dim - 1, seed=3, radius=1.2)
+    c0 = sphere_rows(3, 3, dim - 1, radius=1.2)
     x0 = jnp.asarray((c0 @ u.T).astype(np.float32))  # centred start in R^5
     vals = ad.DeterministicValues() if values == "deterministic" else ad.ScalarValues(0.7)
     saveat = ad.SaveAt(2.0, (1.0, 2.0))

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import attndyn as ad
+from tests.helpers import on_device
 
 S, A, H, U = range(4)  # index of each outcome in ad.OUTCOMES
 
@@ -16,14 +17,8 @@ _pair_observables = jax.jit(ad.pair_observables)
 _classes_and_cosine = jax.jit(lambda x: (ad.cluster_classes(x), ad.mean_cosine(x)))
 
 
-def _f32(x):
-    """x as a float32 JAX array, converted in NumPy and put on the device as it is:
-    jnp.asarray compiles a small program per shape (a conversion, or a staging copy)."""
-    return jax.device_put(np.asarray(x, np.float32))
-
-
 def _classes(rows, tol=1e-3):
-    return np.asarray(_cluster_classes(_f32(rows), tol=tol))
+    return np.asarray(_cluster_classes(on_device(rows), tol=tol))
 
 
 def test_outcome_order():
@@ -53,7 +48,7 @@ def test_tolerance_is_respected():
 
 
 def test_mean_cosine_and_variance():
-    x = _f32([[1.0, 0.0], [0.0, 2.0], [-1.0, 0.0]])
+    x = on_device([[1.0, 0.0], [0.0, 2.0], [-1.0, 0.0]])
     mean, var = jax.jit(lambda x: (ad.mean_cosine(x), ad.variance(x)))(x)
     assert float(mean) == pytest.approx(-1 / 3)
     # θ̄ = (0, 1/3): Var = 1 − |θ̄|² = 8/9.
@@ -61,7 +56,7 @@ def test_mean_cosine_and_variance():
 
 
 def test_n_clusters_is_an_exact_integer():
-    x = _f32([[1, 0, 0], [1, 0, 0], [-1, 0, 0], [0, 1, 0], [0, 1, 0]])
+    x = on_device([[1, 0, 0], [1, 0, 0], [-1, 0, 0], [0, 1, 0], [0, 1, 0]])
     count = jax.jit(ad.n_clusters)(x)
     assert jnp.issubdtype(count.dtype, jnp.integer) and int(count) == 3
     # Three clusters of three, five and seven tokens: summing 1/size over the tokens gave
@@ -71,7 +66,7 @@ def test_n_clusters_is_an_exact_integer():
     x = np.concatenate(
         [np.tile(np.eye(3, dtype=np.float32)[i], (n, 1)) for i, n in enumerate(sizes)]
     )
-    count, span = jax.jit(lambda x: (ad.n_clusters(x), ad.span_dimension(x)))(_f32(x))
+    count, span = jax.jit(lambda x: (ad.n_clusters(x), ad.span_dimension(x)))(on_device(x))
     assert int(count) == 3
     assert int(span) == 3
     assert jnp.issubdtype(span.dtype, jnp.integer)
@@ -92,8 +87,8 @@ def test_span_dimension_of_two_tokens_is_the_gram_eigenvalue_count():
             x[1] = sign * x[0] + 1e-2 * x[1]
         theta = x / np.linalg.norm(x, axis=-1, keepdims=True)
         expected = np.sum(np.linalg.eigvalsh(theta @ theta.T) > 1e-3)
-        assert float(span(_f32(x))) == float(expected), i
-    assert float(span(_f32(np.ones((1, 3))))) == 1.0
+        assert float(span(on_device(x))) == float(expected), i
+    assert float(span(on_device(np.ones((1, 3))))) == 1.0
 
 
 @pytest.mark.parametrize(("n_tokens", "dim"), [(3, 8), (8, 3), (50, 4), (32, 16), (6, 6)])
@@ -110,12 +105,12 @@ def test_span_dimension_counts_the_span_of_tokens_in_a_subspace(n_tokens, dim):
         basis = np.linalg.qr(rng.standard_normal((dim, k)))[0]  # d × k, orthonormal columns
         x = rng.standard_normal((n_tokens, k)) @ basis.T
         x[:k] = basis.T
-        assert float(span(_f32(x))) == k, k
+        assert float(span(on_device(x))) == k, k
     x = rng.standard_normal((n_tokens, dim))
     theta = x / np.linalg.norm(x, axis=-1, keepdims=True)
     eigenvalues = np.linalg.eigvalsh(theta @ theta.T)
     assert np.all(np.abs(eigenvalues - 1e-3) > 1e-4)  # no eigenvalue near the threshold
-    assert float(span(_f32(x))) == np.sum(eigenvalues > 1e-3)
+    assert float(span(on_device(x))) == np.sum(eigenvalues > 1e-3)
 
 
 def test_span_dimension_of_many_tokens_decomposes_a_d_by_d_matrix():
@@ -161,7 +156,7 @@ def test_pair_observables_count_the_pairs_as_numpy_does(n_tokens, dim):
         cos = (theta @ theta.T)[np.triu_indices(n_tokens, 1)]
         assert np.all(np.abs(np.abs(cos) - 0.999) > 1e-4)
         classes, mean, density = _numpy_pairs(theta)
-        got = _pair_observables(_f32(theta))
+        got = _pair_observables(on_device(theta))
         np.testing.assert_array_equal(np.asarray(got.classes), classes)
         assert float(got.mean_cosine) == pytest.approx(mean, abs=1e-6)
         assert float(got.pair_density) == pytest.approx(density, abs=1e-7)
@@ -173,7 +168,7 @@ def test_pair_observables_are_the_single_functions():
     # cosine up to the order of its float32 sum (XLA orders a reduction of one operand
     # differently from one of several): |Δ| ≤ 435 pairs × 2⁻²⁴ ≈ 2.6·10⁻⁵, asked 10⁻⁶.
     rng = np.random.default_rng(3)
-    x = _f32(rng.standard_normal((64, 30, 4)))
+    x = on_device(rng.standard_normal((64, 30, 4)))
     both = jax.jit(jax.vmap(ad.pair_observables))(x)
     np.testing.assert_array_equal(both.classes, jax.jit(jax.vmap(ad.cluster_classes))(x))
     np.testing.assert_array_equal(both.pair_density, jax.jit(jax.vmap(ad.pair_density))(x))
@@ -182,7 +177,7 @@ def test_pair_observables_are_the_single_functions():
 
 
 def test_one_token_is_one_cluster_with_cosine_and_density_one():
-    got = _pair_observables(_f32(np.ones((1, 3))))
+    got = _pair_observables(on_device(np.ones((1, 3))))
     np.testing.assert_array_equal(got.classes, [True, False, False, False])
     assert float(got.mean_cosine) == 1.0 and float(got.pair_density) == 1.0
 
@@ -213,7 +208,7 @@ def test_merges_found_by_coordinates_are_those_found_by_rows(n_tokens, dim, monk
         for _ in range(int(rng.integers(3))):  # 0, 1 or 2 ulps apart in one coordinate
             x[j, k] = np.nextafter(x[j, k], np.float32(np.inf))
         cases.append(x)
-    batch = _f32(np.stack(cases))
+    batch = on_device(np.stack(cases))
     # Each route as one program (a fresh jit traces after the patch): eagerly each of
     # their operations compiles.
     by_coordinates = jax.jit(jax.vmap(observables.numerically_merged))(batch)
@@ -238,6 +233,6 @@ def test_a_configuration_without_directions_has_no_class(x):
     # configuration "unclustered": an all-NaN or all-zero state was a result (audit). It
     # belongs to no class now, and its mean cosine is NaN (the estimator counts it as
     # non-finite).
-    classes, mean = _classes_and_cosine(_f32(x))
+    classes, mean = _classes_and_cosine(on_device(x))
     np.testing.assert_array_equal(classes, [False, False, False, False])
     assert np.isnan(float(mean))

@@ -12,15 +12,9 @@ from jax.extend.random import threefry2x32_p
 import attndyn as ad
 from attndyn._core import random as core_random
 from attndyn._core.linalg import small_max, small_sum
+from tests.helpers import sphere_points
 
 words = st.integers(min_value=0, max_value=2**32 - 1)
-
-
-def _uniform(seed: int, n_tokens: int, dim: int) -> jax.Array:
-    """Some fixed start on the sphere, drawn in NumPy (attndyn's sampler compiles per
-    shape; these tests are about the noise the model draws from its key)."""
-    x = np.random.default_rng(seed).standard_normal((n_tokens, dim))
-    return jax.device_put((x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32))
 
 
 @settings(max_examples=30, deadline=None)
@@ -113,7 +107,7 @@ def test_carried_noise_is_the_layer_drawn_noise(values, n_tokens):
         ad.Attention(2.0), values, depth=10, saveat=ad.SaveAt(3.0, ts=(0.0, 1.0, 2.5, 3.0))
     )
     key = jax.random.key(11)
-    x = _uniform(2, n_tokens, 4)
+    x = sphere_points(2, n_tokens, 4)
     saves = jax.jit(lambda x: model.trajectory(x, key=key))(x)
     layer = jax.jit(lambda x, n: model.layer(x, n, key=key))
     manual, done = [], 0
@@ -159,7 +153,7 @@ class _NoValues(ad.AbstractValues):
 
 
 def test_a_value_operator_with_apply_only_runs_in_the_layer_loop():
-    x = _uniform(2, 3, 4)
+    x = sphere_points(2, 3, 4)
     custom = ad.DiscreteTransformer(ad.Attention(1.0), _HalfValues(), depth=20)
     # I/(2L) at depth L is I/L' at depth L' = 2L over half the horizon per layer: compare
     # with the deterministic model's layer at depth 2L, applied the same number of times.

@@ -1,6 +1,5 @@
 """The reduced (N × N frame) route against the full simulation: equal in law, exact algebra."""
 
-import functools
 import logging
 
 import equinox as eqx
@@ -19,7 +18,7 @@ from attndyn._models.reduced.samplers import (
     two_token_block,
     variates,
 )
-from tests.helpers import two_sample_ks_pvalue
+from tests.helpers import noise_keys, two_sample_ks_pvalue
 
 
 def _reduce(model, n_tokens, dim):
@@ -29,21 +28,13 @@ def _reduce(model, n_tokens, dim):
     return reduced
 
 
-@functools.partial(jax.jit, static_argnums=1)
-def _noise_keys(seed, n):
-    """The noise keys of n trajectories, as one program: eagerly, the split and the fold-in
-    each compiled a program of their own (the keys are the same)."""
-    keys = jax.random.split(jax.random.key(seed), n)
-    return jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
-
-
 def _terminal_overlaps(model, n, n_tokens, dim, seed):
     """Terminal pairwise overlaps (N ≥ 2) or magnitudes (N = 1), one row per trajectory."""
     # Uniform starts, any: drawn in NumPy (attndyn's sampler compiled a program per shape).
     x0 = np.random.default_rng(seed).standard_normal((n, n_tokens, dim)).astype(np.float32)
     x0 /= np.linalg.norm(x0, axis=-1, keepdims=True)
     simulate = eqx.filter_jit(lambda m, x, k: m.simulate(x, k)[:, -1])
-    saves = simulate(model, jax.device_put(x0), _noise_keys(seed, n))
+    saves = simulate(model, jax.device_put(x0), noise_keys(seed, n))
     # In float64 NumPy: a JAX einsum at default precision rounds to TF32 on a GPU, which
     # quantised overlaps near 1 into a few values and broke the KS test there.
     last = np.asarray(saves, np.float64)

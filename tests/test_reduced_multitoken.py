@@ -5,8 +5,6 @@ Gram–Schmidt step turned a rounding residual into a "new" frame direction para
 old one. These tests run past clustering (T ≥ 20), where the old route failed.
 """
 
-import functools
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -16,7 +14,7 @@ import pytest
 import attndyn as ad
 from attndyn._models.reduced.frame import lq, pair_gaps
 from tests import numpy_reference
-from tests.helpers import two_sample_ks_pvalue
+from tests.helpers import noise_keys, two_sample_ks_pvalue
 
 #: Rows that reached the old Gram–Schmidt inside a batched layer (N = 3, d = 6, β = 1,
 #: t = 9.65): rows 0 and 1 equal bitwise, row 2 one ulp away. Under jit the old lq returned
@@ -124,14 +122,6 @@ def test_clustered_tokens_stay_clustered(n_tokens, dim, beta, route):
     assert bool(jnp.all(single)), np.asarray(single.mean(axis=0))
 
 
-@functools.partial(jax.jit, static_argnums=1)
-def _noise_keys(seed, n):
-    """The noise keys of n trajectories, as one program: eagerly, the split and the fold-in
-    each compiled a program of their own (the keys are the same)."""
-    keys = jax.random.split(jax.random.key(seed), n)
-    return jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
-
-
 def _terminal(model, n, n_tokens, dim, seed):
     # Uniform starts, any: drawn in NumPy (attndyn's sampler compiled a program per shape).
     x0 = np.random.default_rng(seed).standard_normal((n, n_tokens, dim)).astype(np.float32)
@@ -144,7 +134,7 @@ def _terminal(model, n, n_tokens, dim, seed):
         saves = model.simulate(x0, keys)[:, -1]
         return jax.vmap(ad.cluster_classes)(saves), jax.vmap(ad.mean_cosine)(saves)
 
-    classes, cosines = terminal(model, jax.device_put(x0), _noise_keys(seed, n))
+    classes, cosines = terminal(model, jax.device_put(x0), noise_keys(seed, n))
     return np.asarray(classes), np.asarray(cosines, np.float64)
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import attndyn as ad
-from tests.helpers import binomial_se, two_sample_ks_pvalue
+from tests.helpers import binomial_se, sphere_points, two_sample_ks_pvalue
 
 
 def _terminal_overlaps(model, *, n_traj, dim, seed):
@@ -32,13 +32,6 @@ def _max_drift(model, *, n_traj, n_tokens, dim, seed=0):
 
     drift = jax.jit(jax.vmap(one))(jax.random.split(jax.random.key(seed), n_traj))
     return float(jnp.max(drift))
-
-
-def _uniform(seed: int, n_tokens: int, dim: int) -> jax.Array:
-    """Some fixed tokens on the sphere, drawn in NumPy (attndyn's sampler compiles per
-    shape) and put on the device as float32 (jnp.asarray compiles a conversion)."""
-    x = np.random.default_rng(seed).standard_normal((n_tokens, dim))
-    return jax.device_put((x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32))
 
 
 # Both drifts of a model as one program (the Itô drift op by op compiles every op).
@@ -114,7 +107,7 @@ def test_stratonovich_drift_is_tangent(kind):
     # On the sphere the Stratonovich form of eq. 6/8 has tangent drift (the Itô drift's
     # radial part is exactly the Itô-Stratonovich correction of the tangent noise: Lemma 1).
     # The radial part of the autodiff correction must therefore cancel it.
-    y = _uniform(3, 4, 3)
+    y = sphere_points(3, 4, 3)
     for m in (
         ad.TransformerSDE(
             ad.Attention(1.3, kind=kind),
@@ -231,7 +224,7 @@ def test_the_solver_type_decides_the_calculus():
 
 
 def test_vmap_over_parameters_and_save_times():
-    x0 = _uniform(0, 3, 4)
+    x0 = sphere_points(0, 3, 4)
 
     def run(beta, eps):
         m = ad.HybridSDE(

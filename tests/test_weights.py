@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import attndyn as ad
+from tests.helpers import sphere_rows
 
 DIM = 160  # 25,600 entries a matrix: a variance is estimated to ≈ 0.009 (1 SE)
 
@@ -16,12 +17,6 @@ def _form(drawn):
     q = np.eye(DIM) if drawn.query is None else np.asarray(drawn.query, np.float64)
     k = np.eye(DIM) if drawn.key_matrix is None else np.asarray(drawn.key_matrix, np.float64)
     return q.T @ k
-
-
-def _sphere(n_tokens, dim, seed):
-    """Some fixed start, drawn in NumPy: the JAX sampler compiles a program per shape."""
-    y = np.random.default_rng(seed).standard_normal((n_tokens, dim))
-    return (y / np.linalg.norm(y, axis=-1, keepdims=True)).astype(np.float32)
 
 
 def _draw(bilinear, value="identity", seed=0):
@@ -95,7 +90,7 @@ def test_layer_map_is_the_peers_algorithm():
         ad.Attention(beta), ad.DeterministicValues(), step=eta, saveat=ad.SaveAt(0.6),
         weights=weights,
     )  # fmt: skip
-    x0 = _sphere(5, dim, seed=4)
+    x0 = sphere_rows(4, 5, dim)
     out = np.asarray(model.trajectory(jnp.asarray(x0), key=jax.random.key(9)))[-1]
     drawn = weights.sample(jax.random.fold_in(jax.random.key(3), 0), dim)
     b = np.asarray(drawn.query, np.float64).T
@@ -117,7 +112,7 @@ def test_every_scheme_runs_with_frozen_weights(scheme):
         ad.Attention(1.0), ad.DeterministicValues(), ad.scheme_from_name(scheme), depth=4,
         saveat=ad.SaveAt(1.0), weights=ad.RandomWeights("wigner", "minus-bilinear"),
     )  # fmt: skip
-    x0 = jnp.asarray(_sphere(4, 5, seed=0))
+    x0 = jnp.asarray(sphere_rows(0, 4, 5))
     assert np.all(np.isfinite(np.asarray(model.trajectory(x0, key=jax.random.key(1)))))
 
 
