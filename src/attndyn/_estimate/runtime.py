@@ -82,7 +82,15 @@ def enable_compilation_cache(
     this user can write to: anything else (a file, a read-only place) is refused with a
     :class:`ParameterError` naming ``name`` (the option that gave it). The default folder
     (``~/.cache/attndyn/jax``) is only wished for: if it cannot be written, a warning says
-    so and the cache stays off (JAX would skip every write to it silently)."""
+    so and the cache stays off (JAX would skip every write to it silently).
+
+    JAX keeps no program with a host callback, and equinox's default
+    ``EQX_ON_ERROR=raise`` makes diffrax's in-program input checks callbacks: the ODE and
+    SDE models' programs are kept only when ``EQX_ON_ERROR=nan`` is set before equinox is
+    imported (``os.environ.setdefault("EQX_ON_ERROR", "nan")`` before ``import attndyn``,
+    as the command line does). The numbers are the same; the models validate those inputs
+    themselves, and a check that fired would give NaN states, which the estimator reports.
+    The discrete models' programs are kept either way."""
     if os.environ.get(ENV_CACHE, "1") == "0":
         return None
     asked = path is not None or bool(os.environ.get(ENV_CACHE_DIR))

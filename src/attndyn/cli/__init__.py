@@ -5,7 +5,7 @@ import sys
 import click
 
 from .._version import __version__
-from ._common import one_line_warnings
+from ._common import cacheable_solves, one_line_warnings
 from ._evolution import evolution
 from ._modes import modes
 from ._phase import phase_diagram
@@ -19,6 +19,7 @@ class _OneLineErrors(click.Group):
     (``warning: …``; :func:`._common.one_line_warnings`)."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        cacheable_solves()
         with one_line_warnings():
             return self._main(args, prog_name, complete_var, standalone_mode, **extra)
 

@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+import os
 import sys
 import time
 import warnings
@@ -474,22 +475,60 @@ def scale_options(func: Callable) -> Callable:
             "all the processes to join before stopping with an error "
             f"[default: {DEFAULT_COORDINATOR_TIMEOUT}].",
         ),
-        click.option(
-            "--cache/--no-cache",
-            default=True,
-            show_default=True,
-            help="Keep compiled programs on disk (JAX's persistent compilation cache), so "
-            "a study shape compiles once per machine.",
-        ),
-        click.option(
-            "--cache-dir",
-            envvar="ATTNDYN_CACHE_DIR",
-            default=None,
-            callback=nonempty_path,
-            help="Compilation cache folder [default: ~/.cache/attndyn/jax].",
-        ),
+        *CACHE_OPTIONS,
     ]
     return _apply(func, options)
+
+
+#: ``--cache/--no-cache`` and ``--cache-dir``: every command keeps its compiled programs.
+CACHE_OPTIONS = [
+    click.option(
+        "--cache/--no-cache",
+        default=True,
+        show_default=True,
+        help="Keep compiled programs on disk (JAX's persistent compilation cache), so "
+        "a study shape compiles once per machine.",
+    ),
+    click.option(
+        "--cache-dir",
+        envvar="ATTNDYN_CACHE_DIR",
+        default=None,
+        callback=nonempty_path,
+        help="Compilation cache folder [default: ~/.cache/attndyn/jax].",
+    ),
+]
+
+
+def cache_options(func: Callable) -> Callable:
+    """:data:`CACHE_OPTIONS`, for a command that takes no :func:`scale_options`."""
+    return _apply(func, CACHE_OPTIONS)
+
+
+def use_cache(options: Mapping[str, Any]) -> None:
+    """The persistent compilation cache, unless --no-cache (before any JAX work): the
+    folder of --cache-dir, else of ATTNDYN_CACHE_DIR, else the default; a folder asked
+    for that cannot be written is refused naming where it came from."""
+    from .._estimate.runtime import enable_compilation_cache
+
+    if options.get("cache", True):
+        source = click.get_current_context().get_parameter_source("cache_dir")
+        name = "ATTNDYN_CACHE_DIR" if source == ParameterSource.ENVIRONMENT else "--cache-dir"
+        enable_compilation_cache(options.get("cache_dir"), name=name)
+
+
+def cacheable_solves() -> None:
+    """Let JAX's persistent compilation cache keep the ODE and SDE programs.
+
+    diffrax checks some inputs inside the compiled program (save times in order and in
+    [t0, t1], Brownian times in range) with equinox's ``error_if``, which under equinox's
+    default ``EQX_ON_ERROR=raise`` is a host callback; JAX never writes a program with a
+    host callback to its cache, so every ODE and SDE study compiled again on every run
+    (``attndyn schemes``: ~60 s of its ~100 s). The models validate those inputs where
+    they enter, so the checks never fire; under ``EQX_ON_ERROR=nan`` one that did would
+    give NaN states, which the studies report as a failed solve or a non-finite
+    trajectory and never write as a result. The same numbers either way. Set for the
+    command's own process, before equinox is imported; a value the user set is kept."""
+    os.environ.setdefault("EQX_ON_ERROR", "nan")
 
 
 def attention_option(help: str) -> Callable:
@@ -588,13 +627,10 @@ def start_processes(options: Mapping[str, Any]) -> bool:
     import jax
 
     from .._estimate.distributed import DistributedError, initialize_distributed
-    from .._estimate.runtime import enable_compilation_cache, use_all_cores
+    from .._estimate.runtime import use_all_cores
 
     use_all_cores()
-    if options.get("cache", True):
-        source = click.get_current_context().get_parameter_source("cache_dir")
-        name = "ATTNDYN_CACHE_DIR" if source == ParameterSource.ENVIRONMENT else "--cache-dir"
-        enable_compilation_cache(options.get("cache_dir"), name=name)
+    use_cache(options)
     # How long to wait never changes the numbers: not one of the recorded arguments
     # (RUN_OPTIONS).
     timeout = options.get("coordinator_timeout")

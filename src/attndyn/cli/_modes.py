@@ -21,6 +21,7 @@ from .._core.names import (
 from ..studies._names import ENGINES, MODES_NOISES
 from ._common import (
     attention_option,
+    cache_options,
     cli_errors,
     command_line,
     command_options,
@@ -36,6 +37,7 @@ from ._common import (
     png_metadata,
     save_png,
     say,
+    use_cache,
 )
 
 if TYPE_CHECKING:
@@ -152,8 +154,7 @@ NAME = "modes"
 @overwrite_option()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object to stdout.")
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
-@click.option("--cache/--no-cache", default=True, show_default=True, help="Compilation cache.")
-@click.option("--cache-dir", envvar="ATTNDYN_CACHE_DIR", default=None, callback=nonempty_path)
+@cache_options
 @cli_errors
 def modes(**raw: Any) -> None:
     """N tokens uniform on S^(d-1): mode powers P_ℓ and cluster counts against time, the
@@ -170,11 +171,8 @@ def modes(**raw: Any) -> None:
     started = time.perf_counter()
     options = command_options(raw)
     spec, run, points = _parse(options)
-    arguments = result_arguments({k: v for k, v in options.items() if k not in ("cache_dir",)})
-    if options["cache"]:
-        from .._estimate.runtime import enable_compilation_cache
-
-        enable_compilation_cache(options.get("cache_dir"), name="--cache-dir")
+    arguments = result_arguments(options)
+    use_cache(options)
     with Output(
         options["out"],
         dataset=f"{NAME}.nc",

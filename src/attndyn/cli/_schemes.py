@@ -9,6 +9,7 @@ import click
 from .._core import defaults
 from .._core.names import SCHEME_NAMES
 from ._common import (
+    cache_options,
     cli_errors,
     command_line,
     command_options,
@@ -23,6 +24,7 @@ from ._common import (
     png_metadata,
     save_png,
     say,
+    use_cache,
 )
 
 #: What the command runs, imported when it runs (a --help imports no JAX).
@@ -112,6 +114,7 @@ FIGURES = ("gamma", "ngpt_alpha", "random_weights", "rates")
 @overwrite_option()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object to stdout.")
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
+@cache_options
 @cli_errors
 def schemes(**raw: Any) -> None:
     """Clustering speed of the normalization schemes (seed 004 Figs 2-4, rate table).
@@ -150,6 +153,7 @@ def schemes(**raw: Any) -> None:
     if options["full_size"]:
         rw.update(rw_dim=512, rw_n_tokens=256)
     arguments = result_arguments(options)
+    use_cache(options)
     with Output(
         options["out"],
         dataset="schemes.nc",
