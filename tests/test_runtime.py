@@ -68,6 +68,17 @@ def test_the_command_line_lets_the_cache_keep_ode_and_sde_programs(monkeypatch):
     assert os.environ["EQX_ON_ERROR"] == "raise"
 
 
+def test_every_command_keeps_its_compiled_programs():
+    # One pair of options, the same help and default, on every command (schemes had none).
+    helps = set()
+    for command in main.commands.values():
+        options = {p.name: p for p in command.params}
+        assert options["cache"].default is True, command.name
+        assert options["cache_dir"].envvar == "ATTNDYN_CACHE_DIR", command.name
+        helps.add((options["cache"].help, options["cache_dir"].help))
+    assert len(helps) == 1
+
+
 def _lowered_text(model, x0):
     keys = jax.random.split(jax.random.key(0), 1)
     simulate = jax.jit(lambda x, k: model.simulate(x[None], k))
