@@ -13,12 +13,12 @@ os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# CLI tests enable the persistent compilation cache: keep it out of the user's home.
 # The suite runs equinox's error checks as the command line does (attndyn.cli's
 # `cacheable_solves`, before equinox is imported): diffrax's in-program checks give NaN
 # instead of a host callback, so the ODE and SDE programs are kept in the persistent cache
 # too (~20 s of CPU a run otherwise); the programs compute the same numbers either way.
 os.environ.setdefault("EQX_ON_ERROR", "nan")
+# CLI tests enable the persistent compilation cache: keep it out of the user's home.
 os.environ.setdefault("ATTNDYN_CACHE_DIR", os.path.join(tempfile.gettempdir(), "attndyn-test-jax"))
 
 import jax

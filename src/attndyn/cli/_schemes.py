@@ -139,6 +139,7 @@ def schemes(**raw: Any) -> None:
     # study's are rw_layers and rw_runs).
     for name in ("layers", "runs"):
         check_int(f"--{name}", options[name], lower=1, upper=INT32_MAX)
+    use_cache(options)  # before any JAX work (the closed-form checks below compile some)
     # What the study would find only mid-run (a terminal-rate fit that cannot start by
     # t = 1e7, a start radius float32 cannot hold), refused in closed form before the
     # output folder is touched, naming the options.
@@ -153,7 +154,6 @@ def schemes(**raw: Any) -> None:
     if options["full_size"]:
         rw.update(rw_dim=512, rw_n_tokens=256)
     arguments = result_arguments(options)
-    use_cache(options)
     with Output(
         options["out"],
         dataset="schemes.nc",
