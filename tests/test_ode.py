@@ -146,6 +146,59 @@ def test_vmap_over_starts_and_parameters():
     # vmap over Mix-LN's τ: test_mix_ln_extremes_and_vmap_over_tau.
 
 
+def _counting(field, traced: list):
+    """``field``, noting each call (calls happen when a solve is traced, never when its
+    compiled program runs)."""
+
+    def counted(t, y, args):
+        traced.append(1)
+        return field(t, y, args)
+
+    return counted
+
+
+def test_one_compiled_solve_serves_every_save_grid_horizon_and_tolerance(monkeypatch):
+    # The save times, the horizon and the tolerances enter the compiled solve as arrays (a
+    # model's SaveAt is static, so the solve takes it apart: saveat.without_saves): the
+    # schemes study's fits, at two tolerances on their own grids, and a sweep over T, trace
+    # once. Counted by the vector field's calls: traces, whatever JAX's disk cache holds.
+    from attndyn._models import ode as ode_module, symmetric as symmetric_module
+
+    traced = []
+    for module in (ode_module, symmetric_module):
+        monkeypatch.setattr(module, "_field", _counting(module._field, traced))
+    runs = [  # (save times, horizon, integrator): same number of saves, all else differs
+        ((0.5, 1.0), 1.0, ODEIntegrator()),
+        ((0.25, 1.5), 2.0, ODEIntegrator(rtol=1e-7, atol=1e-9)),
+    ]
+    x0 = random_start(n=3, d=7)  # a shape no other test here solves: the first run traces
+    for model in (
+        lambda s, i: NormalizedAttentionODE(Attention(1.0), PreLN(), saveat=s, integrator=i),
+        lambda s, i: ad.SymmetricODE(PreLN(), 2.0, n_tokens=7, saveat=s, integrator=i),
+    ):
+        counts, sols = [], []
+        for ts, horizon, integrator in runs:
+            sols.append(model(SaveAt(horizon, ts), integrator).solve(x0))
+            counts.append(len(traced))
+        traced.clear()
+        assert counts[0] > 0 and counts[1] == counts[0]
+        # The arrays are the run's own: its times, and its horizon (the placeholder's is 1).
+        np.testing.assert_array_equal(sols[1].ts, np.array([0.25, 1.5], np.float32))
+        assert bool(jnp.all(jnp.isfinite(sols[1].r))) and not np.array_equal(
+            sols[0].r[-1], sols[1].r[-1]
+        )
+
+
+def test_tolerances_are_exact_array_leaves():
+    integrator = ODEIntegrator(rtol=1e-10, atol=np.float32(1e-12))
+    # float64 whatever JAX's x64 setting: cast to the state's dtype in the solve, as a
+    # Python float would be (bit-identical numbers: benchmarks/same_numbers.py).
+    assert integrator.rtol.dtype == np.float64 and float(integrator.rtol) == 1e-10
+    assert float(integrator.atol) == float(np.float32(1e-12))
+    dynamic, _ = eqx.partition(integrator, eqx.is_array)
+    assert float(dynamic.rtol) == 1e-10  # a leaf: a sweep over it never recompiles
+
+
 @pytest.mark.parametrize(
     ("build", "needle"),
     [
@@ -164,6 +217,10 @@ def test_vmap_over_starts_and_parameters():
             "dt0",
         ),
         (lambda: attndyn.scheme_from_name("layer-norm"), "scheme"),
+        (lambda: ODEIntegrator(rtol="1e-6"), "rtol"),
+        (lambda: ODEIntegrator(atol=[1e-8, 1e-9]), "atol"),
+        (lambda: ODEIntegrator(rtol=0.0), "rtol"),
+        (lambda: ODEIntegrator(atol=float("nan")), "atol"),
     ],
 )
 def test_bad_input_is_a_clear_error(build, needle):

@@ -107,3 +107,16 @@ class SaveAt(eqx.Module):
                 "or a smaller dt)."
             )
         return steps
+
+
+#: The placeholder save grid of :func:`without_saves`.
+_NO_SAVES = SaveAt(1.0)
+
+
+def without_saves(model):
+    """``model`` with a placeholder :class:`SaveAt`, for a compiled solve that takes the
+    save times and horizon as arrays: a ``SaveAt`` is static (its times are Python floats,
+    validated once), so a model that carries its own compiles once per save grid, where
+    the solve itself (an adaptive ODE's: its steps do not depend on where it saves) is the
+    same program for every grid."""
+    return eqx.tree_at(lambda m: m.saveat, model, _NO_SAVES)

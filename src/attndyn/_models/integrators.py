@@ -27,6 +27,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import lineax as lx
+import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
 from .._core.errors import (
@@ -110,13 +111,31 @@ class ProjectedSolver(dfx.AbstractWrappedSolver):
         return self.solver.func(terms, t0, y0, args)
 
 
+def _tolerance(name: str) -> Callable[[Any], np.ndarray]:
+    """Converter of a step-size tolerance: a float64 0-d NumPy array, exact whatever JAX's
+    x64 setting when it is built; anything but one real number is refused, naming it."""
+
+    def convert(value) -> np.ndarray:
+        refused = isinstance(value, str | bytes | bool | np.bool_) or value is None
+        try:
+            array = None if refused else np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            array = None
+        if array is None or array.ndim != 0:
+            raise ParameterError(f"{name}={value!r:.40} must be one real number > 0.")
+        return array
+
+    return convert
+
+
 @final
 class ODEIntegrator(eqx.Module):
     """Any diffrax ODE solver, adaptive (PID controller) or with constant steps.
 
     Args:
         solver: a diffrax ODE solver (default ``Tsit5``).
-        rtol, atol: tolerances of the adaptive PID step controller.
+        rtol, atol: tolerances of the adaptive PID step controller (array leaves: solves
+            that differ only in them are one compiled program).
         dt0: initial step (``None`` lets diffrax choose; required when ``adaptive=False``).
         adaptive: ``False`` takes constant steps ``dt0``.
         max_steps: the solver's step budget per solve. A solve that fails (budget used up,
@@ -125,8 +144,11 @@ class ODEIntegrator(eqx.Module):
     """
 
     solver: dfx.AbstractSolver = dfx.Tsit5()
-    rtol: float = eqx.field(static=True, default=1e-6)
-    atol: float = eqx.field(static=True, default=1e-8)
+    # Array leaves, not static: solves that differ only in their tolerances (the schemes
+    # study's fits at two of them) are one compiled program. Kept in float64 here, and cast
+    # to the state's dtype in the solve, as a Python float would be.
+    rtol: Float[np.ndarray, ""] = eqx.field(converter=_tolerance("rtol"), default=1e-6)
+    atol: Float[np.ndarray, ""] = eqx.field(converter=_tolerance("atol"), default=1e-8)
     dt0: float | None = eqx.field(static=True, default=None)
     adaptive: bool = eqx.field(static=True, default=True)
     max_steps: int = eqx.field(static=True, default=100_000)
@@ -172,8 +194,11 @@ class ODEIntegrator(eqx.Module):
         """
         if jump_ts is not None:
             return self._solve_pieces(field, t0, t1, y0, args, ts, jump_ts)
+        dtype = jnp.result_type(*jax.tree.leaves(y0))
         controller = (
-            dfx.PIDController(rtol=self.rtol, atol=self.atol)
+            dfx.PIDController(
+                rtol=jnp.asarray(self.rtol, dtype), atol=jnp.asarray(self.atol, dtype)
+            )
             if self.adaptive
             else dfx.ConstantStepSize()
         )

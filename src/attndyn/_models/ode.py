@@ -17,7 +17,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._core.attention import Attention
 from .._core.errors import ParameterError, check_start
-from .._core.saveat import SaveAt
+from .._core.saveat import SaveAt, without_saves
 from .._core.schemes import AbstractScheme, PostLN
 from .._core.sphere import tangent_project
 from .base import AbstractTrajectoryModel
@@ -131,25 +131,36 @@ class NormalizedAttentionODE(AbstractTrajectoryModel):
         check_start("x0", x0)  # before tracing: jit refuses some types first
         return self._solve(x0)
 
-    @eqx.filter_jit
     def _solve(self, x0: Float[Array, "N d"]) -> ODESolution:
-        dtype = x0.dtype
-        ts = jnp.asarray(self.save_times, dtype)
-        centred = self.scheme.norm.centre(x0)
-        r0 = jnp.linalg.norm(centred, axis=-1)
-        # Post-LN, nGPT, sqrt-scaling (and Mix-LN before τ > 0) keep rows on the sphere:
-        # r = 1 throughout, as after the first discrete layer.
-        y0 = (centred / r0[:, None], self.scheme.start_radius(r0))
-        t_end = jnp.asarray(self.saveat.horizon, dtype)
-        t0 = jnp.zeros((), dtype)
-        (theta, r), steps = self.integrator.solve_scheme(_field, self, t0, t_end, y0, ts)
-        norms = jnp.linalg.norm(theta, axis=-1)
-        drift = jnp.max(jnp.abs(norms - 1), axis=-1)
-        return ODESolution(ts, theta / norms[..., None], r, drift, steps)
+        ts = jnp.asarray(self.save_times, x0.dtype)
+        t_end = jnp.asarray(self.saveat.horizon, x0.dtype)
+        return _solve_ode(without_saves(self), x0, ts, t_end)
 
     def trajectory(self, x0, *, key: PRNGKeyArray | None = None):
         """The states r_i θ_i at :attr:`save_times` (deterministic: ``key`` is unused)."""
         return self.solve(x0, key=key).x
+
+
+@eqx.filter_jit
+def _solve_ode(
+    model: NormalizedAttentionODE,
+    x0: Float[Array, "N d"],
+    ts: Float[Array, " S"],
+    t_end: Float[Array, ""],
+) -> ODESolution:
+    """:meth:`NormalizedAttentionODE.solve` with the save times and horizon as arrays (the
+    model's own :class:`SaveAt` is a placeholder here, :func:`without_saves`)."""
+    dtype = x0.dtype
+    centred = model.scheme.norm.centre(x0)
+    r0 = jnp.linalg.norm(centred, axis=-1)
+    # Post-LN, nGPT, sqrt-scaling (and Mix-LN before τ > 0) keep rows on the sphere:
+    # r = 1 throughout, as after the first discrete layer.
+    y0 = (centred / r0[:, None], model.scheme.start_radius(r0))
+    t0 = jnp.zeros((), dtype)
+    (theta, r), steps = model.integrator.solve_scheme(_field, model, t0, t_end, y0, ts)
+    norms = jnp.linalg.norm(theta, axis=-1)
+    drift = jnp.max(jnp.abs(norms - 1), axis=-1)
+    return ODESolution(ts, theta / norms[..., None], r, drift, steps)
 
 
 def _field(t, y, args: tuple[NormalizedAttentionODE, AbstractScheme]):

@@ -30,7 +30,7 @@ from jaxtyping import Array, Float, Key, PRNGKeyArray
 from .._core import defaults
 from .._core.attention import float_leaf
 from .._core.errors import ParameterError, check_bound, check_int, check_scalar
-from .._core.saveat import SaveAt
+from .._core.saveat import SaveAt, without_saves
 from .._core.schemes import AbstractScheme
 from ..theory._symmetric import symmetric_attention
 from .base import AbstractModel
@@ -149,16 +149,10 @@ class SymmetricODE(AbstractModel):
         )
         return self._solve(jnp.dtype(x0))
 
-    @eqx.filter_jit
     def _solve(self, dtype) -> SymmetricSolution:
         ts = jnp.asarray(self.save_times, dtype)
-        # The sphere schemes run at r = 1 (as in the full ODE), as does Mix-LN after a
-        # Post-LN phase.
-        y0 = (jnp.zeros((), dtype), self.scheme.start_radius(self.r0.astype(dtype)))
         t_end = jnp.asarray(self.saveat.horizon, dtype)
-        t0 = jnp.zeros((), dtype)
-        (log_gap, r), _ = self.integrator.solve_scheme(_field, self, t0, t_end, y0, ts)
-        return SymmetricSolution(ts, log_gap, r)
+        return _solve_symmetric(without_saves(self), ts, t_end)
 
     def simulate(
         self, x0: Float[Array, "batch N d"], keys: Key[Array, " batch"]
@@ -182,6 +176,21 @@ class SymmetricODE(AbstractModel):
         common = jnp.sqrt(jnp.maximum(1 - gap, 0))
         own = jnp.sqrt(gap) * jnp.eye(n, dtype=gap.dtype)
         return r * jnp.concatenate([jnp.full((n, 1), common, gap.dtype), own], axis=1)
+
+
+@eqx.filter_jit
+def _solve_symmetric(
+    model: SymmetricODE, ts: Float[Array, " S"], t_end: Float[Array, ""]
+) -> SymmetricSolution:
+    """:meth:`SymmetricODE.solve` with the save times and horizon as arrays (the model's
+    own :class:`SaveAt` is a placeholder here, :func:`without_saves`)."""
+    dtype = ts.dtype
+    # The sphere schemes run at r = 1 (as in the full ODE), as does Mix-LN after a
+    # Post-LN phase.
+    y0 = (jnp.zeros((), dtype), model.scheme.start_radius(model.r0.astype(dtype)))
+    t0 = jnp.zeros((), dtype)
+    (log_gap, r), _ = model.integrator.solve_scheme(_field, model, t0, t_end, y0, ts)
+    return SymmetricSolution(ts, log_gap, r)
 
 
 def _field(t, y, args: tuple[SymmetricODE, AbstractScheme]):
