@@ -11,6 +11,7 @@ import warnings
 import zlib
 from pathlib import Path
 
+import click
 import numpy as np
 import pytest
 import xarray as xr
@@ -221,6 +222,18 @@ def test_help_shows_the_new_flags_only():
     assert "--n-tokens" in result.output and "--n-trajectories" in result.output
     assert "--on-nonfinite" in result.output
     assert not re.search(r"--tokens\b|--trajectories\b|--exclude-nonfinite", result.output)
+
+
+def test_every_shown_option_of_every_command_says_what_it_does():
+    # `attndyn modes --help` listed --norm and --engine with their choices and nothing else.
+    # The hidden 0.4 spellings are the only options without help.
+    unexplained = [
+        f"{name} {param.opts[0]}"
+        for name, command in main.commands.items()
+        for param in command.params
+        if isinstance(param, click.Option) and not param.hidden and not param.help
+    ]
+    assert unexplained == []
 
 
 def test_an_old_flag_still_works_with_a_note(monkeypatch, tmp_path):

@@ -71,7 +71,14 @@ NAME = "modes"
     type=click.Choice(SCHEME_NAMES),
     help="Normalization scheme of the layer maps (the theory is Post-LN's).",
 )
-@click.option("--norm", default=defaults.NORM, show_default=True, type=click.Choice(NORM_NAMES))
+@click.option(
+    "--norm",
+    default=defaults.NORM,
+    show_default=True,
+    type=click.Choice(NORM_NAMES),
+    help="Token normalisation of the scheme: rms (the unit sphere) or layernorm (centred: "
+    "the unit sphere of the mean-zero hyperplane, d ≥ 3). Discrete engine only.",
+)
 @click.option(
     "--noise",
     default=defaults.STUDY_DEFAULTS["noise"]["modes"],
@@ -88,7 +95,14 @@ NAME = "modes"
     type=click.Choice(DISTRIBUTIONS),
     help="Law of the noise [default: rademacher for scalar, gaussian for matrix].",
 )
-@click.option("--engine", default=defaults.ENGINE, show_default=True, type=click.Choice(ENGINES))
+@click.option(
+    "--engine",
+    default=defaults.ENGINE,
+    show_default=True,
+    type=click.Choice(ENGINES),
+    help="discrete: the depth-L layer maps of --scheme; sde: their L → ∞ limit for Post-LN "
+    "with rms tokens, the hybrid SDE (seed 003 eq. 8; --noise none or scalar).",
+)
 @click.option(
     "--depth", default=defaults.DEPTH, show_default=True, type=int, help="L: layers per unit time."
 )
