@@ -95,3 +95,13 @@ def test_the_checker_finds_broken_links(tmp_path, monkeypatch):
     assert any("c.md does not exist" in f for f in found)
     assert any("outside the repository" in f for f in found)
     assert any("no heading #nope" in f for f in found)
+
+
+PLACEHOLDER = re.compile(r"^[ \t]*[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+[ \t]*$", re.MULTILINE)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_page_holds_a_placeholder(page):
+    # A line that is one SHOUTED_NAME (outside code) is text meant to be written later:
+    # the many-tokens guide shipped two (LONG_CONTEXT_SECTION, PERFORMANCE_SUMMARY).
+    assert PLACEHOLDER.findall(prose(page.read_text())) == []
