@@ -55,6 +55,15 @@ def test_the_command_line_reads_the_one_place():
     assert _default(_modes.modes, "saves") == studies.ModesSpec().saves
     for name in ("sigma", "dt", "solver", "tol", "seed", "on_nonfinite", "on_merged"):
         assert _default(_phase.phase_diagram, name) == getattr(defaults, name.upper())
+    # The grids a command runs with no options (modes' --beta is optional beside --gamma:
+    # its grid is read when neither is given, tests/test_cli_inputs.py runs it).
+    for command, grid in (
+        (_phase.phase_diagram, defaults.COMMAND_GRIDS["phase-diagram"]),
+        (_evolution.evolution, defaults.COMMAND_GRIDS["evolution"]),
+        (_modes.modes, {k: v for k, v in defaults.COMMAND_GRIDS["modes"].items() if k != "beta"}),
+    ):
+        for name, value in grid.items():
+            assert _default(command, name) == value, (command.name, name)
 
 
 def test_the_schemes_command_and_study_share_their_defaults():

@@ -96,10 +96,30 @@ STUDY_DEFAULTS: Final = {
     "early_absorption": {"command line": "auto"},
 }
 #: The phase diagram's β grid (``attndyn phase-diagram`` with no options): points on both
-#: sides of β_c(d) for d = 4, 6, 8 (0.66, 1.03, 1.24) but none within 0.15 of one, where
+#: sides of β_c(d) for d = 4, 6, 8 (0.66, 1.03, 1.24) but none within 0.14 of one, where
 #: the drift away from −1 vanishes and no finite T settles (0:4:0.5 had β = 1.0, 0.03
 #: below β_c(6), with pairs still antipodal at T = 240).
 PHASE_BETAS: Final = "0,0.4,0.8,1.5,2,2.5,3,3.5,4"
+#: The points each command runs with no options (its grid, as the command line reads it;
+#: the models and the study functions take the points they are given). phase-diagram: seed
+#: 003 Fig. 3 (two tokens, d = 4, 6, 8, :data:`PHASE_BETAS`) and Fig. 4's ε for
+#: ``--kind beta-eps``; evolution: seed 003 Figs. 7-8 (β = 5, d = 4, N = 50, ε = 1 for the
+#: hybrid model); modes: the growth of the modes of 4,096 tokens on the circle at β = 4, 9,
+#: 16 (spec §7). The schemes study's n, d, β are :data:`SCHEMES_N_TOKENS`, … above.
+COMMAND_GRIDS: Final = {
+    "phase-diagram": {"beta": PHASE_BETAS, "dim": "4,6,8", "n_tokens": "2", "eps": "0.1:2:0.1"},
+    "evolution": {"beta": "5", "dim": "4", "n_tokens": "50", "eps": "1.0"},
+    "modes": {"beta": "4,9,16", "dim": "2", "n_tokens": "4096"},
+}
+
+
+def _grid_defaults(name: str, schemes: str | None = None) -> str:
+    """The reference page's default of a grid parameter: none on the models and study
+    functions, then each command's (:data:`COMMAND_GRIDS`)."""
+    shown = [f"{c}: {g[name]}" for c, g in COMMAND_GRIDS.items() if name in g]
+    shown += [] if schemes is None else [f"schemes: {schemes}"]
+    return "— (models); " + "; ".join(shown)
+
 
 HORIZON: Final = STUDY_DEFAULTS["horizon"]
 #: The schemes study's nGPT steps α (part b; the first is the rate table's) and its
@@ -131,17 +151,29 @@ class Parameter:
 #: docs. ``default`` is shown as the docs show it (rendered from the constants above).
 PARAMETERS: Final = (
     Parameter(
-        "beta", "β", "inverse temperature of attention", "1", "— (schemes: 3)", "all", "--beta"
+        "beta",
+        "β",
+        "inverse temperature of attention",
+        "1",
+        _grid_defaults("beta", f"{SCHEMES_BETA:g}"),
+        "all",
+        "--beta",
     ),
     Parameter(
-        "dim", "d", "token dimension (tokens on S^(d−1))", "1", "— (schemes: 32)", "all", "--dim"
+        "dim",
+        "d",
+        "token dimension (tokens on S^(d−1))",
+        "1",
+        _grid_defaults("dim", str(SCHEMES_DIM)),
+        "all",
+        "--dim",
     ),
     Parameter(
         "n_tokens",
         "N",
         "number of tokens per trajectory",
         "1 (count)",
-        "— (schemes: 32)",
+        _grid_defaults("n_tokens", str(SCHEMES_N_TOKENS)),
         "all",
         "--n-tokens",
     ),
@@ -220,12 +252,19 @@ PARAMETERS: Final = (
         "--sigma",
     ),
     Parameter(
-        "eps", "ε", "scale of the scalar (hybrid) value noise", "1", "—", "models, studies", "--eps"
+        "eps",
+        "ε",
+        "scale of the scalar (hybrid) value noise",
+        "1",
+        _grid_defaults("eps"),
+        "models, studies",
+        "--eps",
     ),
     Parameter(
         "noise",
         "",
-        "the value noise: full, hybrid or none (modes: none, scalar, matrix)",
+        "the value noise: full, hybrid or none (modes: none, scalar, matrix); the flag is "
+        "the modes command's (phase-diagram: --kind, evolution: --model)",
         "",
         f"{NOISE} (modes: {STUDY_DEFAULTS['noise']['modes']})",
         "studies",
@@ -244,7 +283,7 @@ PARAMETERS: Final = (
     Parameter(
         "norm",
         "",
-        "token normalisation of Post-LN: rms or layernorm",
+        "token normalisation of the scheme: rms or layernorm",
         "",
         NORM,
         "discrete models, studies",

@@ -42,6 +42,8 @@ __getattr__ = lazy_names(
 
 #: The (t, β) heatmap of the pair density, written after the dataset and the main figure.
 PAIR_DENSITY_FIGURE = "evolution_pair_density.png"
+#: The points the command runs with no options (one place: attndyn._core.defaults).
+GRID = defaults.COMMAND_GRIDS["evolution"]
 
 
 @click.command("evolution")
@@ -52,13 +54,17 @@ PAIR_DENSITY_FIGURE = "evolution_pair_density.png"
     show_default=True,
     help="Comma list of full, hybrid, deterministic (Fig. 9: full,deterministic).",
 )
-@click.option("--beta", default="5", show_default=True, help="β values: a:b:step or a,b,c.")
-@click.option("--dim", default="4", show_default=True, help="Dimensions d ≥ 2.")
-@click.option("--n-tokens", default="50", show_default=True, help="Numbers of tokens N ≥ 1.")
+@click.option(
+    "--beta", default=GRID["beta"], show_default=True, help="β values: a:b:step or a,b,c."
+)
+@click.option("--dim", default=GRID["dim"], show_default=True, help="Dimensions d ≥ 2.")
+@click.option(
+    "--n-tokens", default=GRID["n_tokens"], show_default=True, help="Numbers of tokens N ≥ 1."
+)
 @deprecated_option("--tokens", "--n-tokens")
 @click.option(
     "--eps",
-    default="1.0",
+    default=GRID["eps"],
     show_default=True,
     help="Hybrid noise ε ≥ 0 (list; --model hybrid only).",
 )

@@ -51,17 +51,21 @@ __getattr__ = lazy_names(
 )
 
 NAME = "modes"
+#: The points the command runs with no options (one place: attndyn._core.defaults).
+GRID = defaults.COMMAND_GRIDS[NAME]
 
 
 @click.command(NAME)
-@click.option("--beta", default=None, help="β > 0: a:b:step or a,b,c [default: 4,9,16].")
+@click.option("--beta", default=None, help=f"β > 0: a:b:step or a,b,c [default: {GRID['beta']}].")
 @click.option(
     "--gamma",
     default=None,
     help="Instead of --beta: β = γ log N per N (long context), γ > 0 (a list).",
 )
-@click.option("--dim", default="2", show_default=True, help="Dimensions d ≥ 2 (a list).")
-@click.option("--n-tokens", default="4096", show_default=True, help="Numbers of tokens N ≥ 2.")
+@click.option("--dim", default=GRID["dim"], show_default=True, help="Dimensions d ≥ 2 (a list).")
+@click.option(
+    "--n-tokens", default=GRID["n_tokens"], show_default=True, help="Numbers of tokens N ≥ 2."
+)
 @deprecated_option("--tokens", "--n-tokens")
 @attention_option("Attention kind (Q = K = V = I).")
 @click.option(
@@ -88,7 +92,11 @@ NAME = "modes"
     "(σ M/√L, --sigma).",
 )
 @click.option("--eps", default=None, help="Scalar noise levels ε ≥ 0 (--noise scalar).")
-@click.option("--sigma", default=None, help="Matrix noise scales σ > 0 (--noise matrix).")
+@click.option(
+    "--sigma",
+    default=None,
+    help="Matrix noise scales σ ≥ 0 (--noise matrix; σ = 0 is the noiseless flow beside them).",
+)
 @click.option(
     "--values",
     default=None,
@@ -256,7 +264,7 @@ def _parse(options: Mapping[str, Any]) -> tuple[ModesSpec, ModesRun, list[dict[s
     scales = (
         {"gammas": floats("gamma", options["gamma"])}
         if options["gamma"]
-        else {"betas": floats("beta", options["beta"] or "4,9,16")}
+        else {"betas": floats("beta", options["beta"] or GRID["beta"])}
     )
     points = run_module.modes_points(
         dims=ints("dim", options["dim"]),

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from .._core.defaults import COMMAND_GRIDS
 from .._core.names import ATTENTION_KINDS
 from ..studies._names import (
     DEFAULT_ATTENTION,
@@ -37,6 +38,9 @@ from ._common import (
     study_output,
 )
 
+#: The points the command runs with no options (one place: attndyn._core.defaults).
+GRID = COMMAND_GRIDS["phase-diagram"]
+
 #: What the command runs, imported when it runs (a --help imports no JAX).
 __getattr__ = lazy_names(
     __name__,
@@ -62,10 +66,12 @@ __getattr__ = lazy_names(
     default=DEFAULT_BETAS,
     show_default=True,
     help="β values: a:b:step or a,b,c [default: both sides of β_c(d) for d = 4, 6, 8, none "
-    "within 0.15 of one, where a finite horizon cannot settle].",
+    "within 0.14 of one, where a finite horizon cannot settle].",
 )
-@click.option("--dim", default="4,6,8", show_default=True, help="Dimensions d ≥ 2.")
-@click.option("--n-tokens", default="2", show_default=True, help="Numbers of tokens N ≥ 1.")
+@click.option("--dim", default=GRID["dim"], show_default=True, help="Dimensions d ≥ 2.")
+@click.option(
+    "--n-tokens", default=GRID["n_tokens"], show_default=True, help="Numbers of tokens N ≥ 1."
+)
 @deprecated_option("--tokens", "--n-tokens")
 @click.option(
     "--depth",
@@ -89,7 +95,7 @@ __getattr__ = lazy_names(
 )
 @click.option(
     "--eps",
-    default="0.1:2:0.1",
+    default=GRID["eps"],
     show_default=True,
     help="Hybrid noise ε ≥ 0 (beta-eps only): a:b:step or a,b,c.",
 )
