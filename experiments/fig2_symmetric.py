@@ -57,7 +57,7 @@ axes[1].set_title("clustering gap 1 − γ (log scale)", fontsize=9)
 axes[2].set(xlabel="t", ylabel="r(t)")
 axes[2].set_title("token magnitude r(t)", fontsize=9)
 fig.suptitle(
-    f"Seed 004 Fig. 2, symmetric start: β = {args.beta}, n = d = {args.tokens}, "
+    f"Seed 004 Fig. 2, symmetric start: β = {args.beta}, n = d = {args.n_tokens}, "
     f"r0 = {args.r0}, deterministic ODEs (no sampling)"
 )
 handles, labels = axes[0].get_legend_handles_labels()

@@ -52,7 +52,7 @@ axes[0].set_title("γ(t)", fontsize=9)
 axes[1].set(xlabel="t", ylabel="1 − γ(t)", ylim=(1e-12, 2))
 axes[1].set_title(r"gap $1-\gamma$; theory: $e^{-2\int \alpha}$", fontsize=9)
 fig.suptitle(
-    f"Seed 004 Fig. 3: nGPT, symmetric start, β = {args.beta}, n = d = {args.tokens}, "
+    f"Seed 004 Fig. 3: nGPT, symmetric start, β = {args.beta}, n = d = {args.n_tokens}, "
     "reduced ODE (no sampling)"
 )
 fig.legend(*axes[1].get_legend_handles_labels(), loc="outside right upper", fontsize=8)

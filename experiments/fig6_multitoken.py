@@ -11,7 +11,7 @@ import json
 
 import numpy as np
 import xarray as xr
-from _common import FIGURES, checkpoint_of, figure_stem, parser, run, summary
+from _common import FIGURES, checkpoint_of, figure_stem, parser, read_summary, run, summary
 
 import attndyn as ad
 
@@ -68,7 +68,7 @@ def main():
     points = ad.grid(dim=[4], n_tokens=n_tokens, beta=[float(b) for b in betas])
     stem = figure_stem(f"fig6_multitoken_{args.engine}", args)
     if args.replot:
-        rows = json.loads((FIGURES / f"{stem}.json").read_text())
+        rows = read_summary(FIGURES / f"{stem}.json")
         ds = with_theory(from_rows(rows, n=n, horizon=horizon, engine=args.engine), horizon)
         ad.plot.beta_n(ds, title=TITLE).savefig(FIGURES / f"{stem}.png", dpi=130)
         return

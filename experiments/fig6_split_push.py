@@ -33,7 +33,7 @@ import json
 
 import matplotlib
 import numpy as np
-from _common import FIGURES
+from _common import FIGURES, read_summary
 from scipy.optimize import brentq
 
 matplotlib.use("Agg")
@@ -58,7 +58,7 @@ def fig6_rows() -> list[dict]:
     path = FIGURES / "fig6_multitoken_discrete_full.json"
     if not path.exists():
         return []
-    return [r for r in json.loads(path.read_text()) if r["n_tokens"] in (2, 3, 5)]
+    return [r for r in read_summary(path) if r["n_tokens"] in (2, 3, 5)]
 
 
 def survival(beta: float, sizes) -> float:

@@ -93,7 +93,7 @@ def main() -> None:
     rows = []
     for i, (name, kwargs, n) in enumerate(STUDIES):
         started = time.perf_counter()
-        n = max(1, round(n * args.trajectories_scale))
+        n = max(1, round(n * args.n_trajectories_scale))
         row = {"study": name, **kwargs, "trajectories": n}
         row.update(simulate(n, seed=100 + i, **kwargs))
         if kwargs["n_tokens"] == 2:

@@ -90,8 +90,8 @@ labels.append("Wilson 95 % (bars)")
 fig.legend(handles, labels, loc="outside lower center", ncols=8, fontsize=8)
 fig.suptitle(
     "Schemes under value noise: "
-    f"V = Ξ/√L with Gaussian Ξ (σ = 1), β = {args.beta}, d = {args.dim}, N = {args.tokens}, "
-    f"L = {args.depth}, {args.trajectories} trajectories per scheme"
+    f"V = Ξ/√L with Gaussian Ξ (σ = 1), β = {args.beta}, d = {args.dim}, N = {args.n_tokens}, "
+    f"L = {args.depth}, {args.n_trajectories} trajectories per scheme"
 )
 fig.savefig(args.out, dpi=120)
 print(json.dumps({"times": list(map(float, times)), "exact_post_ln": exact, **summary}))

@@ -109,3 +109,39 @@ def test_a_script_study_resumes_from_its_checkpoint(tmp_path):
     assert (again["count"].values == ds["count"].values).all()
     with pytest.raises(ad.ParameterError, match="checkpoint"):
         run(points, seed=1, checkpoint=ckpt, **kwargs)  # another study's file is refused
+
+
+def _dests(source: str) -> set[str]:
+    """The attribute names of the flags a parser in ``source`` declares (``--n-tokens`` →
+    ``n_tokens``; an explicit ``dest=`` wins)."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument"):
+            continue
+        dest = next((k.value for k in node.keywords if k.arg == "dest"), None)
+        flags = [a.value for a in node.args if isinstance(a, ast.Constant)]
+        if isinstance(dest, ast.Constant):
+            found.add(dest.value)
+        elif flags:
+            long = next((f for f in flags if f.startswith("--")), flags[0])
+            found.add(long.lstrip("-").replace("-", "_"))
+    return found
+
+
+@pytest.mark.parametrize(
+    "script",
+    sorted(p.name for p in EXPERIMENTS.glob("*.py") if not p.name.startswith("_")),
+)
+def test_every_flag_a_script_reads_is_one_it_declares(script):
+    # fig2_symmetric, fig3_ngpt_alpha and schemes_noise read args.tokens after the flag
+    # became --n-tokens, and crashed at their figure's title.
+    source = (EXPERIMENTS / script).read_text()
+    declared = _dests(source) | _dests((EXPERIMENTS / "_common.py").read_text())
+    read = {
+        node.attr
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "args"
+    }
+    assert read - declared == set(), script
