@@ -39,10 +39,11 @@ class DistributedError(RuntimeError):
 
 
 class NumericalMergeError(FloatingPointError):
-    """Tokens merged numerically (``on_merged="raise"``, the default): the float type
-    cannot resolve their gap, so the arithmetic, not the dynamics, would fix those
-    trajectories' class. A checkpointed run keeps its work: rerun it with
-    ``on_merged="exclude"`` or ``"count"`` to resume."""
+    """Tokens merged numerically and nothing bounds their class (``on_merged="auto"``, the
+    default), or any merge under ``on_merged="raise"``: the float type cannot resolve their
+    gap, so the arithmetic, not the dynamics, would fix those trajectories' class. A
+    checkpointed run keeps its work: rerun it with ``on_merged="exclude"`` or ``"count"``
+    to resume."""
 
 
 class NumericalMergeWarning(UserWarning):

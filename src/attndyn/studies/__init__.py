@@ -1,4 +1,5 @@
-"""Typed study functions behind the CLI: phase diagrams, evolution in time, the schemes.
+"""Typed study functions behind the CLI: phase diagrams, evolution in time, the schemes,
+the modes of many tokens, and the rate fits.
 
 Each takes its parameters as Python values (no parsing, no printing) and returns an
 ``xarray.Dataset`` with provenance; the CLI only parses options and writes files.

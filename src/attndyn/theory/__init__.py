@@ -7,6 +7,8 @@ What theory takes from the rest of the package, exactly:
   attention kinds (``ATTENTION_KINDS``);
 - a norm's codimension and whether it is affine (``attndyn._core.norms``: d or d − 1
   dimensions, :func:`effective_dim`);
+- the symmetric start's default radius r0 (``attndyn._core.defaults``), and equinox for
+  the frozen records it returns (:func:`terminal_rate_theory`'s is an ``eqx.Module``);
 - for the symmetric start, a scheme's own description of its speed factors,
   :meth:`AbstractScheme.speed_laws <attndyn.AbstractScheme.speed_laws>`: a few flags and
   numbers per stretch of time (s ∝ r? ∝ |A|? ∝ √(t + 1)? which α? where Mix-LN switches),
