@@ -119,8 +119,10 @@ def _dests(source: str) -> set[str]:
         if not (isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument"):
             continue
         dest = next((k.value for k in node.keywords if k.arg == "dest"), None)
-        flags = [a.value for a in node.args if isinstance(a, ast.Constant)]
-        if isinstance(dest, ast.Constant):
+        flags = [
+            a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)
+        ]
+        if isinstance(dest, ast.Constant) and isinstance(dest.value, str):
             found.add(dest.value)
         elif flags:
             long = next((f for f in flags if f.startswith("--")), flags[0])
