@@ -254,13 +254,7 @@ def study_options(func: Callable) -> Callable:
     and multi-host flags. :func:`start_processes`, :func:`model_spec` and
     :func:`monte_carlo` read them."""
     options = [
-        click.option(
-            "--engine",
-            default=defaults.ENGINE,
-            show_default=True,
-            type=click.Choice(ENGINES),
-            help="discrete: the depth-L layer maps; sde: the L → ∞ SDE (eq. 6 / eq. 8).",
-        ),
+        engine_option("discrete: the depth-L layer maps; sde: the L → ∞ SDE (eq. 6 / eq. 8)."),
         click.option(
             "--values",
             default=None,
@@ -276,14 +270,10 @@ def study_options(func: Callable) -> Callable:
             type=float,
             help="σ > 0: the scale of the full value noise (not of the hybrid model's ε).",
         ),
-        click.option(
-            "--norm",
-            default=defaults.NORM,
-            show_default=True,
-            type=click.Choice(NORM_NAMES),
-            help="Token normalisation of Post-LN: rms (the unit sphere) or layernorm "
-            "(centred: the unit sphere of the mean-zero hyperplane, d ≥ 3; its law is the "
-            "rms model in d − 1 dimensions). Discrete engine only.",
+        norm_option(
+            "Token normalisation of Post-LN: rms (the unit sphere) or layernorm (centred: "
+            "the unit sphere of the mean-zero hyperplane, d ≥ 3; its law is the rms model in "
+            "d − 1 dimensions). Discrete engine only."
         ),
         click.option(
             "--step",
@@ -531,15 +521,27 @@ def cacheable_solves() -> None:
     os.environ.setdefault("EQX_ON_ERROR", "nan")
 
 
+def _choice_option(flag: str, default: str, choices, help: str) -> Callable:
+    """A fixed list of names with its shared default (every command's help says what the
+    choice does for it)."""
+    return click.option(
+        flag, default=default, show_default=True, type=click.Choice(choices), help=help
+    )
+
+
 def attention_option(help: str) -> Callable:
     """``--attention``: softmax (SA) or unnormalized (USA), the shared default."""
-    return click.option(
-        "--attention",
-        default=defaults.ATTENTION,
-        show_default=True,
-        type=click.Choice(ATTENTION_KINDS),
-        help=help,
-    )
+    return _choice_option("--attention", defaults.ATTENTION, ATTENTION_KINDS, help)
+
+
+def engine_option(help: str) -> Callable:
+    """``--engine``: the discrete layer maps or their L → ∞ SDE, the shared default."""
+    return _choice_option("--engine", defaults.ENGINE, ENGINES, help)
+
+
+def norm_option(help: str) -> Callable:
+    """``--norm``: rms or (centred) layernorm tokens, the shared default."""
+    return _choice_option("--norm", defaults.NORM, NORM_NAMES, help)
 
 
 def overwrite_option() -> Callable:

@@ -14,11 +14,10 @@ from .._core import defaults
 from .._core.names import (
     DISTRIBUTIONS,
     IMPLEMENTATIONS,
-    NORM_NAMES,
     SCHEME_NAMES,
     SDE_SOLVER_NAMES,
 )
-from ..studies._names import ENGINES, MODES_NOISES
+from ..studies._names import MODES_NOISES
 from ._common import (
     attention_option,
     cache_options,
@@ -27,11 +26,13 @@ from ._common import (
     command_options,
     deprecated_option,
     emit_json,
+    engine_option,
     floats,
     given,
     ints,
     lazy_names,
     nonempty_path,
+    norm_option,
     output_bytes,
     overwrite_option,
     png_metadata,
@@ -75,13 +76,9 @@ GRID = defaults.COMMAND_GRIDS[NAME]
     type=click.Choice(SCHEME_NAMES),
     help="Normalization scheme of the layer maps (the theory is Post-LN's).",
 )
-@click.option(
-    "--norm",
-    default=defaults.NORM,
-    show_default=True,
-    type=click.Choice(NORM_NAMES),
-    help="Token normalisation of the scheme: rms (the unit sphere) or layernorm (centred: "
-    "the unit sphere of the mean-zero hyperplane, d ≥ 3). Discrete engine only.",
+@norm_option(
+    "Token normalisation of the scheme: rms (the unit sphere) or layernorm (centred: the unit "
+    "sphere of the mean-zero hyperplane, d ≥ 3). Discrete engine only."
 )
 @click.option(
     "--noise",
@@ -103,13 +100,9 @@ GRID = defaults.COMMAND_GRIDS[NAME]
     type=click.Choice(DISTRIBUTIONS),
     help="Law of the noise [default: rademacher for scalar, gaussian for matrix].",
 )
-@click.option(
-    "--engine",
-    default=defaults.ENGINE,
-    show_default=True,
-    type=click.Choice(ENGINES),
-    help="discrete: the depth-L layer maps of --scheme; sde: their L → ∞ limit for Post-LN "
-    "with rms tokens, the hybrid SDE (seed 003 eq. 8; --noise none or scalar).",
+@engine_option(
+    "discrete: the depth-L layer maps of --scheme; sde: their L → ∞ limit for Post-LN with rms "
+    "tokens, the hybrid SDE (seed 003 eq. 8; --noise none or scalar)."
 )
 @click.option(
     "--depth", default=defaults.DEPTH, show_default=True, type=int, help="L: layers per unit time."
