@@ -121,7 +121,7 @@ def write_evolution(
 
 def read_summary(path: Path) -> list[dict]:
     """The rows of a written :func:`summary`, in today's names: summaries written before
-    0.5 name N ``tokens`` (the committed Fig. 6 runs at the paper's scale are such)."""
+    0.5 name N ``tokens`` (the committed Fig. 6 summaries are such)."""
     return [
         {("n_tokens" if key == "tokens" else key): value for key, value in row.items()}
         for row in json.loads(path.read_text())

@@ -15,7 +15,8 @@ trajectories still moving), on every CPU core.
 
     python experiments/fig3_beta_d.py [--full] [--out PATH]
 
-The figure defaults to figures/fig3_beta_d.png, or figures/fig3_beta_d_full.png with --full.
+The figure defaults to figures/fig3_beta_d.png, or figures/fig3_beta_d_full.png with --full;
+the dataset is written beside it as .nc (not committed).
 """
 
 import argparse

@@ -1,8 +1,8 @@
 """Seed 003 Fig. 6: P(at least one antipodal pair) against β for several N, d = 4.
 
 Post-LN with full Gaussian value noise (eq. 4; SA), L = 100. Reduced: β ∈ {0, 1, ..., 8},
-N ∈ {2, 3, 5, 10}, 200 trajectories, T = 30. --full: β step 0.5, 10,000 trajectories,
-T = 500.
+N ∈ {2, 3, 5, 10}, 200 trajectories, T = 30. --full: N ∈ {2, 3, 5, 10, 20}, β step 0.5,
+10,000 trajectories, T = 500.
 Writes figures/fig6_multitoken_<engine>[_full][_x64].{png,json} (--full, --x64);
 --replot redraws the figure from its JSON (no simulation).
 """

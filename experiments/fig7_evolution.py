@@ -1,6 +1,6 @@
 """Seed 003 Fig. 7: clustering fractions against time, d = 4, N = 50, β = 5.
 
-Full value noise (eq. 4; SA), L = 100. Reduced: 200 trajectories, T = 20, L = 50.
+Full value noise (eq. 4; SA). Reduced: 200 trajectories, T = 20, L = 50.
 --full: 2,000 trajectories, T = 50, L = 100.
 Writes figures/fig7_evolution_<engine>[_full][_x64].{png,json} (--full, --x64).
 """

@@ -7,7 +7,7 @@ compare with a fine reference: the exact two-token overlap diffusion (spec §3.4
 the corrected √2), solved with dt = 1e-3 by Heun over many more paths. The weak error
 |E f(X_L) − E f(Y)| is fitted to C·L^{−p} over the L whose error exceeds 2 standard
 errors. Theorem 1's invariance: Gaussian, uniform and Rademacher value entries give the
-same limit (their errors at each L are compared). A second panel shows the weak order of
+same limit (their E Z² are compared at L = 10, 30 and 100). A second panel shows the weak order of
 the projected Euler–Maruyama SDE solver (the default sphere-preserving scheme).
 
     python experiments/limit_convergence.py          # reduced: ~2-3 min on 2 CPU cores

@@ -6,7 +6,7 @@ clusters per token, beside γ_c(N, d), where a token's softmax weight on itself 
 uniform tokens is ½ (attndyn.theory.critical_gamma). Reduced: 4 trajectories a point.
 --full: 16, and N up to 4,096.
 
-Writes figures/modes_long_context[_full].{png,json}.
+Writes figures/modes_long_context[_full].{png,json} (and .nc, not committed).
 """
 
 import json
