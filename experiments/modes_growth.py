@@ -7,9 +7,9 @@ power P_ℓ is fitted over the linear window (attndyn.studies.modes) and set bes
 (attndyn.theory.mode_growth_rate with depth = L and N). Reduced: 12 trajectories a point,
 T = 3 (61 saves). --full: 32 trajectories, T = 8 (161 saves: the clusters too).
 
-Writes figures/modes_growth[_full].{png,json} (and .nc, not committed); the JSON lists, per point and degree in its
-linear window, the fitted rate, its standard error, 2λ_ℓ and the deviation in standard
-errors.
+Writes figures/modes_growth[_full].{png,json} (and .nc, not committed); the JSON lists, per
+point and degree in its linear window, the fitted rate, its standard error, 2λ_ℓ and the
+deviation in standard errors.
 """
 
 import json

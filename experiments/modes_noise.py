@@ -9,9 +9,9 @@ First, without noise, β = 4, 9, 16 (ℓ* = 3, 4, 6): the clusters the tokens ga
 against ℓ*. Reduced: 16 trajectories a level (8 a β without noise). --full: 64, T = 120.
 
 Writes figures/modes_plateau[_full].{png,json} and
-figures/modes_noise_{matrix,scalar}[_full].{png,json} (and each .nc, not committed): per point the plateau's cluster
-count and lifetime (mean ± SE, cut at the horizon), how many trajectories it ended in,
-and the clusters at the horizon.
+figures/modes_noise_{matrix,scalar}[_full].{png,json} (and each .nc, not committed): per
+point the plateau's cluster count and lifetime (mean ± SE, cut at the horizon), how many
+trajectories it ended in, and the clusters at the horizon.
 """
 
 import json
