@@ -6,9 +6,9 @@ b = e^{βZ}:
 
 - full noise, USA (eq. 20): ``m = (σ²/4)(2(d−2)ab − Z(a²+b²))``, ``s = (σ/√2)√(a²+b²)``;
 - full noise, SA: SA = USA·2/(a+b), so ``m`` is scaled by 4/(a+b)² and ``s`` by 2/(a+b):
-  ``m = σ²(2(d−2)ab − Z(a²+b²))/(a+b)²``, ``s = √2 σ √(a²+b²)/(a+b)``. 003 eq. 21 (and
-  spec §3.4) print the diffusion without the factor √2; the law of the full SDE agrees
-  with the corrected one (``tests/test_overlap.py``);
+  ``m = σ²(2(d−2)ab − Z(a²+b²))/(a+b)²``, ``s = √2 σ √(a²+b²)/(a+b)``. 003 eq. 21 prints
+  the diffusion without the factor √2 (spec §3.4 carries the corrected form); the law of
+  the full SDE agrees with the corrected one (``tests/test_overlap.py``);
 - hybrid: with c = 1/2 (USA) or 1/(a+b) (SA): ``m = 2cb(1 − ε²c(a + 2bZ))``,
   ``s = 2εcb``. For USA this is eq. 26, ``e^{βZ}(1−Z²)[(1 − ε²e^β/2 − ε²Z e^{βZ})dt + ε dB]``.
 
