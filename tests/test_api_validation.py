@@ -405,3 +405,10 @@ def test_a_rounded_horizon_is_warned_as_recorded(depth, horizon):
     layers, time = found.groups()
     assert int(layers) == model.n_layers == int(model.save_layers[-1])
     assert float(time) == pytest.approx(float(model.save_times[-1]), rel=1e-5)
+
+
+def test_select_route_refuses_an_unknown_route():
+    # A misspelt route ran as "auto" (the estimator checked it, select_route did not).
+    model = ad.DiscreteTransformer(ad.Attention(1.0), ad.MatrixValues(1.0))
+    with pytest.raises(ad.ParameterError, match="route='ful' is not allowed"):
+        ad.select_route(model, n_tokens=2, dim=4, route="ful")

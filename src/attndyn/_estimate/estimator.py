@@ -115,6 +115,7 @@ def estimate_probabilities(
         key: the PRNG key of the whole study.
         n_trajectories: trajectories per point (independent uniform starts on the sphere,
             scaled by ``radius``).
+        radius: the starts' norm, > 0 (1: the unit sphere).
         tol: clustering tolerance, in (0, 1).
         chunk_size: trajectories simulated at once (cut to the trajectory count, then
             rounded up to whole tiles on every local device; the padding is not counted);
@@ -138,7 +139,8 @@ def estimate_probabilities(
             ...) is refused, except ``kind``.
         route: ``"auto"`` simulates a model's reduced form wherever it has one that is
             exact in law (for :class:`DiscreteTransformer`: Q = K = I, one head, no random
-            weights, a built-in scheme with an RMS norm, N < d, and Gaussian value matrices
+            weights, a built-in scheme with an RMS norm and N < d (or N = d = 2), or Post-LN with a
+            centred LayerNorm and N < d − 1, and Gaussian value matrices
             or values that are multiples of I; the N × N token coordinates instead of
             N × d); ``"full"`` always runs the model itself; ``"reduced"`` insists (a
             ParameterError says why it does not apply). Provenance records the route of

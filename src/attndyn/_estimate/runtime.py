@@ -81,8 +81,9 @@ def enable_compilation_cache(
     A folder that was asked for (``path``, or ``$ATTNDYN_CACHE_DIR``) must be a folder
     this user can write to: anything else (a file, a read-only place) is refused with a
     :class:`ParameterError` naming ``name`` (the option that gave it). The default folder
-    (``~/.cache/attndyn/jax``) is only wished for: if it cannot be written, a warning says
-    so and the cache stays off (JAX would skip every write to it silently).
+    (``~/.cache/attndyn/jax``, or ``$XDG_CACHE_HOME/attndyn/jax``) is only wished for: if
+    it cannot be written, a warning says so and the cache stays off (JAX would skip every
+    write to it silently).
 
     JAX keeps no program with a host callback, and equinox's default
     ``EQX_ON_ERROR=raise`` makes diffrax's in-program input checks callbacks: the ODE and

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Key, PRNGKeyArray, PyTree
 
-from .._core.errors import ParameterError, check_start
+from .._core.errors import ParameterError, check_choice, check_start
 
 if TYPE_CHECKING:
     from .merging import MergeLaw
@@ -51,7 +51,8 @@ class AbstractModel(eqx.Module):
 
     :meth:`simulate` returns, for each trajectory, the tokens at every save time as rows of
     coordinates in *some* orthonormal frame: ``k = d`` for the models that simulate
-    R^d itself, ``k ≤ d`` for reduced forms (the frame of the tokens' span). Only
+    R^d itself, another k for reduced forms (the frame of the tokens' span; the symmetric
+    ODE's n × (n + 1) frame). Only
     rotation-invariant observables (overlaps, classes, cosines) may be read from them.
     """
 
@@ -223,6 +224,7 @@ def select_route(model: AbstractModel, *, n_tokens: int, dim: int, route: str = 
     ``route="auto"`` takes the model's reduced form where it has one (exact in law),
     ``"full"`` never does, and ``"reduced"`` insists (a ParameterError says why not).
     """
+    check_choice("route", route, ROUTES)
     if route == "full":
         return Route(model, "full", "route='full' was asked for")
     reduced, reason = model.reduction(n_tokens, dim)

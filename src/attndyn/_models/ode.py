@@ -125,7 +125,9 @@ class NormalizedAttentionODE(AbstractTrajectoryModel):
         return dtheta, scheme.radial_rate(t, r, radial, attn_norm)
 
     def solve(self, x0: Float[Array, "N d"], *, key: PRNGKeyArray | None = None) -> ODESolution:
-        """Solve from ``x0`` (θ = x0/|x0|, r = |x0|) and return the saves. The flow is
+        """Solve from ``x0`` (θ its rows normalised, centred first under LayerNorm; r their
+        norms, or 1 for the schemes that keep tokens on the sphere: the class docstring) and
+        return the saves. The flow is
         deterministic: ``key`` is accepted (one signature for every model) and unused."""
         del key
         check_start("x0", x0)  # before tracing: jit refuses some types first

@@ -92,7 +92,8 @@ class SymmetricODE(AbstractModel):
 
     As a model for the estimator, :meth:`simulate` ignores the starts it is given (the
     start is the symmetric one, and the flow is deterministic) and returns the n tokens as
-    rows of an ``n × n`` frame whose Gram matrix is r²((1 − γ)I + γ11ᵀ).
+    rows of an ``n × (n + 1)`` frame (k = n + 1 coordinates) whose Gram matrix is
+    r²((1 − γ)I + γ11ᵀ).
     """
 
     per_device: ClassVar[bool] = False

@@ -1,9 +1,9 @@
 """Figures of attndyn's results datasets (matplotlib, without pyplot).
 
 ``import attndyn`` does not load this package (nor matplotlib); ``attndyn.plot`` does, on
-first use. Every function returns a :class:`matplotlib.figure.Figure` (``schemes``: a dict
-of them); ``fig.savefig(path)`` writes it, and the user's matplotlib backend is never
-changed.
+first use. Every figure function returns a :class:`matplotlib.figure.Figure` (``schemes``:
+a dict of them; the colour helpers return colours); ``fig.savefig(path)`` writes it, and
+the user's matplotlib backend is never changed.
 
 - :func:`phase_diagram`: P(outcome) against β per d, with the exact t = ∞ curves (Fig. 3);
 - :func:`beta_eps`: the (β, ε) diagram (Fig. 4);

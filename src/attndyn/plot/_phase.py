@@ -21,9 +21,10 @@ def plot_phase_diagram(
     """P(outcome) at the last save time against β, one colour per d: the Monte Carlo
     estimates with their Wilson 95 % intervals as error bars at the sampled β.
 
-    With ``theory=True`` and two tokens, the exact t = ∞ probability is drawn for each d
-    and β_c(d) is marked with a dashed vertical line (for a centred-LayerNorm study, those
-    of d − 1 dimensions: the dataset's ``norm`` attribute). Colours run along viridis with d.
+    With ``theory=True``, two tokens and ``outcome="antipodal"``, the exact t = ∞ probability
+    is drawn for each d and β_c(d) is marked with a dashed vertical line (for a
+    centred-LayerNorm study, those of d − 1 dimensions: the dataset's ``norm`` attribute).
+    Colours run along viridis with d.
     The legend explains every mark and line; the title states the setting (N, the sample
     size, L and T; ``title`` adds a first line).
     """

@@ -50,7 +50,8 @@ def category_colors(names: Sequence[str]) -> dict[str, str]:
 
 
 def ordered_colors(n: int, cmap: str = "viridis") -> np.ndarray:
-    """``n`` colours for ordered values from a perceptually uniform map (RGBA rows)."""
+    """``n`` colours (one when ``n`` < 1) for ordered values from a perceptually uniform
+    map (RGBA rows)."""
     return matplotlib.colormaps.get_cmap(cmap)(np.linspace(0.0, 0.85, max(n, 1)))
 
 

@@ -238,7 +238,7 @@ def auto_tol(n_tokens: int, dim: int) -> float:
     4,096 tokens on a circle (spacing 1.5·10⁻³ rad against a reach of 0.045) touch in one
     chain that spans the circle and count as one cluster before any has formed; with this
     tolerance the uniform start has about N clusters, and the count falls to the number of
-    clusters as they contract (exponentially fast) below it. N = 4,096: 1.1·10⁻⁸ on S¹,
+    clusters as they contract (exponentially fast) below it. N = 4,096: 1.2·10⁻⁸ on S¹,
     1.5·10⁻⁵ on S²."""
     area = 2 * math.pi ** (dim / 2) / math.gamma(dim / 2)
     spacing = (area / n_tokens) ** (1 / (dim - 1))

@@ -401,9 +401,9 @@ def phase_diagram_study(
     computed before the simulation, NaN with a note where β >
     :data:`attndyn.theory.EXACT_BETA_MAX`), for ``beta-n`` the three-token reading of
     :func:`three_token_curve`, and the SDE solver's measured drift off the sphere
-    (``engine="sde"``). ``kind`` fixes
+    (``engine="sde"``). ``kind`` requires
     ``spec.noise`` (beta-d and beta-n: ``"full"``, beta-eps: ``"hybrid"``, as the CLI pairs
-    them) and the keys of every point (:func:`phase_points`)."""
+    them; another is refused) and fixes the keys of every point (:func:`phase_points`)."""
     spec = spec.for_study("phase-diagram")
     points = check_study(kind, spec, points)
     # Every point's model, built once (and so validated) before anything runs; the

@@ -6,7 +6,7 @@ Four parts, all in one dataset (:func:`schemes_study`):
     (Thm 4.1) drawn over the full n-particle solve (seed 004 Fig. 2);
 (b) nGPT for several α (Fig. 3);
 (c) random weights, layer by layer (Fig. 4): see :func:`random_weights_cosine`;
-(d) fitted terminal rates of 1 − γ against theory (:func:`attndyn.fit_terminal_rate`).
+(d) fitted terminal rates of 1 − γ against theory (:func:`attndyn.studies.fit_terminal_rate`).
 """
 
 import dataclasses

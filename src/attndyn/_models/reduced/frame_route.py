@@ -60,8 +60,8 @@ DIRECT_COMPLEMENT_MAX = 6
 @final
 class ReducedTransformer(AbstractFrameRoute):
     """The frame route: :class:`DiscreteTransformer` with Gaussian value matrices on the
-    N × N token coordinates (see the module docstring), for any N < d and any
-    rotation-equivariant scheme.
+    N × N token coordinates (see the module docstring), for any N < d (or N = d = 2; under
+    Post-LN with a centred LayerNorm, N < d − 1) and any rotation-equivariant scheme.
 
     Built by ``model.reduction(n_tokens, dim)`` where
     :func:`~attndyn._models.reduced.reduction.reduction_blocker` allows it: Q = K = I with
