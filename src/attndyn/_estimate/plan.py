@@ -21,7 +21,7 @@ from .._core.errors import (
     check_sequence,
 )
 from .._core.renamed import deprecation
-from .._models.base import ROUTES, AbstractModel, select_route
+from .._models.base import ROUTES, AbstractModel, route_of
 from .diagnose import overflow_refusal
 from .keys import Point, numeric_identity, point_id, point_text
 
@@ -249,7 +249,7 @@ def plan_point(
             f"{type(user_model).__name__} at {point}."
         )
     check_dimension(user_model, point, dim)
-    model, route_name, reason = select_route(user_model, n_tokens=n_tokens, dim=dim, route=route)
+    model, route_name, reason = route_of(user_model, n_tokens, dim, route)
     if absorption_bound is not None:
         try:
             model = model.with_absorption(tol=tol, bound=absorption_bound, dim=dim)

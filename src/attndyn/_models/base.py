@@ -225,6 +225,12 @@ def select_route(model: AbstractModel, *, n_tokens: int, dim: int, route: str = 
     ``"full"`` never does, and ``"reduced"`` insists (a ParameterError says why not).
     """
     check_choice("route", route, ROUTES)
+    return route_of(model, n_tokens, dim, route)
+
+
+def route_of(model: AbstractModel, n_tokens: int, dim: int, route: str) -> Route:
+    """:func:`select_route` for a route already checked (the estimator's, in
+    ``plan.check_options``, before any point is built)."""
     if route == "full":
         return Route(model, "full", "route='full' was asked for")
     reduced, reason = model.reduction(n_tokens, dim)
