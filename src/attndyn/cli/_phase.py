@@ -11,7 +11,6 @@ from .._core.defaults import COMMAND_GRIDS
 from .._core.names import ATTENTION_KINDS
 from ..studies._names import (
     DEFAULT_ATTENTION,
-    DEFAULT_BETAS,
     DEFAULT_DEPTH,
     DEFAULT_HORIZON,
     KINDS,
@@ -63,7 +62,7 @@ __getattr__ = lazy_names(
 )
 @click.option(
     "--beta",
-    default=DEFAULT_BETAS,
+    default=GRID["beta"],
     show_default=True,
     help="β values: a:b:step or a,b,c [default: both sides of β_c(d) for d = 4, 6, 8, none "
     "within 0.14 of one, where a finite horizon cannot settle].",
