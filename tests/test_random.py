@@ -38,6 +38,20 @@ def test_fold_in_is_bit_exact(data):
     np.testing.assert_array_equal(jax.random.key_data(plain), jax.random.key_data(theirs))
 
 
+@pytest.mark.parametrize("num", [1, 2, 3, 7])
+def test_split_is_bit_exact(num):
+    # The estimator's starts split each trajectory's key with it (one unrolled hash).
+    for key in (jax.random.key(12345), jax.random.fold_in(jax.random.key(0), 2**31 + 3)):
+        ours = jax.jit(core_random.split, static_argnums=1)(key, num)
+        theirs = jax.random.split(key, num)
+        np.testing.assert_array_equal(jax.random.key_data(ours), jax.random.key_data(theirs))
+    raw = jax.random.key(3, impl="rbg")  # another implementation: jax.random itself
+    np.testing.assert_array_equal(
+        jax.random.key_data(core_random.split(raw, num)),
+        jax.random.key_data(jax.random.split(raw, num)),
+    )
+
+
 @pytest.mark.default_case("shape1")
 @pytest.mark.parametrize("shape", [(1,), (3,), (2, 4), (16, 16), (3, 5, 7)])
 def test_samplers_are_bit_exact(shape):
