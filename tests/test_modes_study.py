@@ -140,6 +140,19 @@ def test_the_three_figures_fit_and_explain_their_marks():
         assert fig.legends or any(ax.get_legend() for ax in fig.axes)
 
 
+def test_the_plateau_marks_say_how_many_trajectories_reached_it():
+    """The plateau mark averages only the trajectories that reached the plateau: each
+    point's clusters panel says k/n, k from the dataset."""
+    ds = _fake(
+        ModesSpec(horizon=1.0, saves=11), modes_points(dims=[2], n_tokens=[64], betas=[4.0, 9.0])
+    )
+    fig = ad.plot.modes(ds)
+    texts = {t.get_text() for ax in fig.axes for t in ax.texts}
+    n = ds.sizes["trajectory"]
+    for k in ds["n_plateau"].values:
+        assert f"plateau reached: {int(k)}/{n}" in texts
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("dim", "beta"), [(2, 9.0), (3, 9.0)])
 def test_measured_growth_rates_agree_with_the_theory(dim, beta):

@@ -70,12 +70,12 @@ def _modes(ds: xr.Dataset) -> Figure:
     colors = dict(zip(betas, ordered_colors(len(betas)), strict=True))
     for column, dim in enumerate(dims):
         points = [i for i in range(ds.sizes["point"]) if int(ds["dim"].values[i]) == dim]
-        for i in points:
+        for stack, i in enumerate(points):
             row = ds.isel(point=i)
             color = colors[float(row["beta"])]
             _rates(axes[0, column], row, color)
             _star_power(axes[1, column], row, color)
-            _clusters(axes[2, column], row, color)
+            _clusters(axes[2, column], row, color, stack)
         tokens = sorted({int(ds["n_tokens"].values[i]) for i in points})
         axes[0, column].set_title(
             f"d = {dim}, N = {', '.join(f'{n:,}' for n in tokens)}: growth rate of P_ℓ",
@@ -103,7 +103,7 @@ def _modes(ds: xr.Dataset) -> Figure:
             marker="s",
             mec="k",
             ls="none",
-            label="plateau: its clusters (± SE) at its start",
+            label="plateau where reached: clusters ± SE at start",
         ),
     ]
     fig.legend(handles=handles, loc="outside right center", fontsize=8, frameon=False)
@@ -178,7 +178,7 @@ def _star_power(ax, row: xr.Dataset, color) -> None:
     ax.set_ylabel("N·P_ℓ* (1 for uniform tokens)")
 
 
-def _clusters(ax, row: xr.Dataset, color) -> None:
+def _clusters(ax, row: xr.Dataset, color, stack: int = 0) -> None:
     times = row["time"].values
     mean, se = row["n_clusters"].values, row["n_clusters_se"].values
     ax.plot(times, mean, color=color, lw=1.0)
@@ -186,10 +186,12 @@ def _clusters(ax, row: xr.Dataset, color) -> None:
     marks = _marks(len(times))
     ax.errorbar(times[marks], mean[marks], yerr=se[marks], fmt="o", ms=3, color=color, capsize=2)
     ax.axhline(int(row["ell_star"]), color=color, ls=":", lw=1.0)
-    if int(row["n_plateau"]) > 0:
+    formed = int(row["n_plateau"])
+    if formed > 0:
+        start, level = float(row["plateau_start"]), float(row["plateau_clusters"])
         ax.errorbar(
-            [float(row["plateau_start"])],
-            [float(row["plateau_clusters"])],
+            [start],
+            [level],
             yerr=[float(row["plateau_clusters_se"])],
             fmt="s",
             ms=6,
@@ -197,6 +199,17 @@ def _clusters(ax, row: xr.Dataset, color) -> None:
             mec="k",
             capsize=2,
         )
+    # The mark averages only the trajectories whose tokens gathered before the horizon (the
+    # curve averages all): say how many, so that 1 of 8 does not read as the point's. One
+    # line per point, stacked in the empty lower left (marks of close points overlap).
+    ax.text(
+        0.03,
+        0.2 + 0.07 * stack,
+        f"plateau reached: {formed}/{row.sizes['trajectory']}",
+        transform=ax.transAxes,
+        fontsize=7,
+        color=color,
+    )
     ax.set_yscale("log")
     ax.set_xlabel("t")
     ax.set_ylabel("clusters (mean ± SE)")
