@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 import xarray as xr
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_hex
 from matplotlib.container import ErrorbarContainer
 
@@ -257,6 +258,20 @@ def test_pair_density_rows_are_the_simulated_betas():
     assert lower >= -0.5 and upper <= 1.5  # two rows of cells: no β axis below 0
     assert [t.get_text() for t in panels[0].get_yticklabels()] == ["0.25", "0.5"]
     assert _width_px(fig) <= 1600
+
+
+@pytest.mark.parametrize("variable", ["pair_density", "span_dim"])
+def test_pair_density_colour_bar_label_fits_one_beta(variable):
+    # The evolution command's default (one β): the one-line label ran off the figure's top.
+    ds = _dataset().isel(point=[0]).assign({variable: (("point", "time"), [[0.5, 0.9]])})
+    fig = plot.pair_density(ds, variable=variable)
+    canvas = FigureCanvasAgg(fig)  # what savefig draws with
+    canvas.draw()
+    # Everything drawn (the colour bar's label included) lies inside the figure, in inches.
+    drawn = fig.get_tightbbox(canvas.get_renderer())
+    width, height = fig.get_size_inches()
+    assert drawn.x0 >= -0.01 and drawn.y0 >= -0.01, drawn
+    assert drawn.x1 <= width + 0.01 and drawn.y1 <= height + 0.01, (drawn, width, height)
 
 
 def test_evolution_refuses_a_bad_ncols():

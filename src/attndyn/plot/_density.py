@@ -9,9 +9,11 @@ from ._style import MAX_WIDTH_INCHES, SYMBOLS, setting_line, swept
 
 #: Coordinates that split a dataset into panels (β and time are the axes of each panel).
 GROUP_KEYS = ("model", "dim", "n_tokens", "eps")
+#: The colour bar's label, in two lines: one β row makes a colour bar ~1.5 inches tall,
+#: which cut a one-line label off at the figure's edge.
 LABELS = {
-    "pair_density": "fraction of pairs with cosine > 0.999",
-    "span_dim": "dimension of the span (Gram eigenvalues > 1e-3)",
+    "pair_density": "fraction of pairs\nwith cosine > 0.999",
+    "span_dim": "dimension of the span\n(Gram eigenvalues > 1e-3)",
     "mean_cosine": "mean pairwise cosine",
 }
 
@@ -50,7 +52,10 @@ def plot_pair_density(ds: xr.Dataset, *, variable: str = "pair_density", ncols: 
     fig, axes = subplots(
         rows,
         columns,
-        figsize=(min(3.6 * columns + 1.4, MAX_WIDTH_INCHES), (0.35 * n_betas + 1.6) * rows + 0.6),
+        figsize=(
+            min(3.6 * columns + 1.4, MAX_WIDTH_INCHES),
+            max(3.0, (0.35 * n_betas + 1.6) * rows + 0.6),
+        ),
         squeeze=False,
     )
     times = ds["time"].values
