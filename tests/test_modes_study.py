@@ -149,8 +149,8 @@ def test_the_plateau_marks_say_how_many_trajectories_reached_it():
     fig = ad.plot.modes(ds)
     texts = {t.get_text() for ax in fig.axes for t in ax.texts}
     n = ds.sizes["trajectory"]
-    for k in ds["n_plateau"].values:
-        assert f"plateau reached: {int(k)}/{n}" in texts
+    for beta, k in zip(ds["beta"].values, ds["n_plateau"].values, strict=True):
+        assert f"β = {beta:g}, N = 64: plateau reached {int(k)}/{n}" in texts
 
 
 @pytest.mark.slow

@@ -188,10 +188,9 @@ def _clusters(ax, row: xr.Dataset, color, stack: int = 0) -> None:
     ax.axhline(int(row["ell_star"]), color=color, ls=":", lw=1.0)
     formed = int(row["n_plateau"])
     if formed > 0:
-        start, level = float(row["plateau_start"]), float(row["plateau_clusters"])
         ax.errorbar(
-            [start],
-            [level],
+            [float(row["plateau_start"])],
+            [float(row["plateau_clusters"])],
             yerr=[float(row["plateau_clusters_se"])],
             fmt="s",
             ms=6,
@@ -205,7 +204,8 @@ def _clusters(ax, row: xr.Dataset, color, stack: int = 0) -> None:
     ax.text(
         0.03,
         0.2 + 0.07 * stack,
-        f"plateau reached: {formed}/{row.sizes['trajectory']}",
+        f"β = {float(row['beta']):g}, N = {int(row['n_tokens']):,}: plateau reached "
+        f"{formed}/{row.sizes['trajectory']}",
         transform=ax.transAxes,
         fontsize=7,
         color=color,
