@@ -6,11 +6,10 @@ from .._core import defaults
 
 #: The phase diagrams of seed 003: (β, d) Fig. 3, (β, ε) Fig. 4, (β, N) Fig. 6.
 KINDS = ("beta-d", "beta-eps", "beta-n")
-#: The main job's model and grid (``attndyn phase-diagram`` with no options): L = 100,
-#: T = 100 and the β grid argued in :mod:`attndyn._core.defaults`.
+#: The main job's model (``attndyn phase-diagram`` with no options): L = 100, T = 100; its
+#: grid is ``defaults.COMMAND_GRIDS["phase-diagram"]``.
 DEFAULT_DEPTH = defaults.DEPTH
 DEFAULT_HORIZON = defaults.horizon_of("phase-diagram")
-DEFAULT_BETAS = defaults.PHASE_BETAS
 #: The discrete layer maps or their L → ∞ SDE.
 ENGINES = ("discrete", "sde")
 #: The attention each kind uses unless said otherwise. Fig. 4 tests Prop. 1, which holds

@@ -61,7 +61,6 @@ from ..theory import (
 from ..theory._hybrid import STEP_WARNING
 from ._names import (
     DEFAULT_ATTENTION as DEFAULT_ATTENTION,
-    DEFAULT_BETAS as DEFAULT_BETAS,
     DEFAULT_DEPTH as DEFAULT_DEPTH,
     DEFAULT_HORIZON as DEFAULT_HORIZON,
     ENGINES as ENGINES,
