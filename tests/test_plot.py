@@ -17,8 +17,13 @@ from attndyn import plot
 from attndyn.plot._sde import shown_betas
 from attndyn.plot._style import DEFAULT_DPI
 
+#: The model fields a study's provenance records (ModelSpec.metadata): what the figures
+#: read to name the model and to decide whether seed 003's theory is its theory.
+POST_LN = {"scheme": "post-ln", "engine": "discrete", "attention": "softmax", "values": "gaussian"}
+
 
 def _dataset(*, n_tokens: int = 2, model: str = "", **provenance) -> xr.Dataset:
+    provenance = {**POST_LN, **provenance}
     betas, times = [0.25, 0.5, 1.0], [1.0, 5.0]  # small β: cheap exact curves
     prob = np.tile(np.array([0.6, 0.3, 0.3, 0.1]), (len(betas), len(times), 1))
     dims3 = ("point", "time", "outcome")
@@ -125,7 +130,7 @@ def test_phase_diagram_structure():
     assert _width_px(fig) <= 1600
 
 
-def _hybrid_dataset(*, far: bool = True) -> xr.Dataset:
+def _hybrid_dataset(*, far: bool = True, **provenance) -> xr.Dataset:
     """A (β, ε) grid of two tokens: 3 β × 2 ε, probabilities built by hand."""
     betas, epss = [0.0, 2.0, 4.0], [0.5, 1.5]
     points = [(b, e) for e in epss for b in betas]
@@ -151,7 +156,8 @@ def _hybrid_dataset(*, far: bool = True) -> xr.Dataset:
             "beta": ("point", [b for b, _ in points]),
         },
     )
-    ds.attrs["provenance"] = json.dumps({"n_trajectories": 100, "depth": 100})
+    record = {**POST_LN, "attention": "unnormalized", "values": "rademacher", **provenance}
+    ds.attrs["provenance"] = json.dumps({"n_trajectories": 100, "depth": 100, **record})
     ds.attrs["attention"] = "unnormalized"
     return ds
 
@@ -202,7 +208,7 @@ def test_beta_eps_names_the_betas_its_line_panel_draws():
     ds = _hybrid_dataset()
     parts = [ds.assign_coords(beta=ds["beta"] + 6 * k) for k in range(3)]
     fig = plot.beta_eps(xr.concat(parts, dim="point").assign_coords(point=np.arange(18)))
-    assert "of the 9 β; all in the maps" in fig.axes[2].get_title()
+    assert "of the 9 β; all in the maps" in " ".join(fig.axes[2].get_title().split())
 
 
 def test_beta_eps_without_far_cells_has_no_cross_entry():
@@ -379,3 +385,208 @@ def test_every_committed_figure_fits_a_page():
     assert widths and all(w <= 1600 for w in widths.values()), {
         k: w for k, w in widths.items() if w > 1600
     }
+
+
+# Issue 42 item 8: figures that mislead. Each test below fails on 9f5b4a1.
+
+
+def _exact_lines(ax) -> list:
+    """The solid and dashed lines of an axes: exact curves and thresholds."""
+    return [line for line in ax.get_lines() if line.get_linestyle() in ("-", "--")]
+
+
+@pytest.mark.parametrize(
+    ("provenance", "named"),
+    [
+        ({"scheme": "pre-ln"}, "Pre-LN"),
+        ({"scheme": "mix-ln", "tau": 0.3}, "Mix-LN (τ = 0.3)"),
+        # No model fields at all (an estimate of a model the dataset does not name).
+        ({"scheme": None, "engine": None, "attention": None, "values": None}, None),
+    ],
+)
+def test_phase_diagram_draws_post_ln_theory_for_post_ln_only(provenance, named):
+    # A Pre-LN run drew Post-LN's exact curve and β_c(d): it looked like a failed Post-LN
+    # run. Theory only where it is the model's; the title says why there is none.
+    record = {k: v for k, v in {**POST_LN, **provenance}.items() if v is not None}
+    ds = _dataset()
+    ds.attrs["provenance"] = json.dumps({"n_trajectories": 1234, **record})
+    fig = plot.phase_diagram(ds)
+    (ax,) = fig.axes
+    assert _exact_lines(ax) == []
+    assert len(_estimates(ax)) == 2  # the estimates are all still there
+    labels = _legend_labels(fig)
+    assert "exact t = ∞" not in labels and "β_c(d)" not in labels
+    text = " ".join(_title_text(fig).split())
+    assert "no exact curve: the t = ∞ theory (seed 003) is Post-LN's" in text
+    if named:
+        assert named in text
+
+
+def test_theory_of_old_study_datasets_is_post_ln():
+    # A study dataset written before the scheme was recorded ran Post-LN (its equation is
+    # seed 003's): its curves stay.
+    ds = _dataset()
+    record = json.loads(ds.attrs["provenance"])
+    del record["scheme"]
+    ds.attrs["provenance"] = json.dumps({**record, "model_equation": "seed 003 eq. 4"})
+    assert len(_exact_lines(plot.phase_diagram(ds).axes[0])) == 4
+
+
+@pytest.mark.parametrize("draw", [plot.phase_diagram, plot.beta_n, plot.evolution])
+def test_every_title_names_the_model(draw):
+    for provenance, words in (
+        ({}, ("Post-LN", "softmax attention", "gaussian values")),
+        (
+            {"scheme": "ngpt", "alpha": 2.0, "attention": "unnormalized", "values": "uniform"},
+            ("nGPT (α = 2)", "unnormalized attention", "uniform values"),
+        ),
+        ({"engine": "sde", "values": None}, ("Post-LN SDE (L → ∞)", "Brownian noise")),
+    ):
+        text = " ".join(_title_text(draw(_dataset(**provenance))).split())
+        for word in words:
+            assert word in text, (draw.__name__, word, text)
+
+
+def test_pair_density_and_beta_eps_titles_name_the_model():
+    ds = _dataset(scheme="peri-ln").assign(pair_density=(("point", "time"), np.full((3, 2), 0.5)))
+    assert "Peri-LN, softmax attention" in " ".join(_title_text(plot.pair_density(ds)).split())
+    text = " ".join(_title_text(plot.beta_eps(_hybrid_dataset())).split())
+    assert "Post-LN, unnormalized attention, rademacher values" in text
+
+
+def test_evolution_draws_exact_levels_for_post_ln_only():
+    for scheme, dotted in (("post-ln", 2), ("sqrt-scaling", 0)):
+        fig = plot.evolution(_dataset(scheme=scheme))
+        lines = fig.axes[0].get_lines()
+        assert len([x for x in lines if x.get_linestyle() not in ("-", "None")]) == dotted
+        assert ("exact t = ∞ (two tokens)" in _legend_labels(fig)) == bool(dotted)
+
+
+def _beta_n_dataset(pairs) -> xr.Dataset:
+    """Points (N, d) at the three β of :func:`_dataset`, each N = 2 one with the exact
+    curve of its own d (as the study records it)."""
+    parts = []
+    for n, d in pairs:
+        part = _dataset(n_tokens=n).assign_coords(dim=("point", [d] * 3))
+        betas = part["beta"].values.tolist()
+        exact = [ad.theory.p_antipodal_uniform(b, d) if n == 2 else np.nan for b in betas]
+        parts.append(part.assign(p_antipodal_exact=("point", exact)))
+    return xr.concat(parts, dim="point").assign_coords(point=np.arange(3 * len(pairs)))
+
+
+def test_beta_n_draws_one_series_per_d_against_its_own_curve():
+    # The default d = 4, 6, 8 at N = 2 drew every point as one "N = 2" series against
+    # d = 4's curve.
+    fig = plot.beta_n(_beta_n_dataset([(2, 4), (2, 6), (2, 8)]))
+    (ax,) = fig.axes
+    assert len(_estimates(ax)) == 3
+    labels = _legend_labels(fig)
+    assert {"d = 4", "d = 6", "d = 8", "exact t = ∞ (N = 2)"} <= set(labels)
+    assert "N = 2" not in labels and "N = 2" in fig.axes[0].get_title()
+    curves = [line for line in ax.get_lines() if line.get_linestyle() == "-"]
+    assert len(curves) == 3
+    for line, d in zip(curves, (4, 6, 8)):  # each its own d's exact curve
+        x, y = np.asarray(line.get_xdata()), np.asarray(line.get_ydata())
+        np.testing.assert_allclose(y[::20], ad.theory.p_antipodal_curve(x[::20], d), atol=1e-9)
+        # The series and its curve share a colour.
+    colours = [to_hex(c.lines[0].get_color()) for c in _estimates(ax)]
+    assert colours == [to_hex(line.get_color()) for line in curves]
+    assert len(set(colours)) == 3
+
+
+def test_beta_n_with_several_n_and_d_draws_a_panel_per_d():
+    fig = plot.beta_n(_beta_n_dataset([(2, 4), (3, 4), (2, 6), (3, 6)]))
+    assert [ax.get_title() for ax in fig.axes] == ["d = 4", "d = 6"]
+    for ax in fig.axes:
+        assert len(_estimates(ax)) == 2  # N = 2 and N = 3
+        assert len([x for x in ax.get_lines() if x.get_linestyle() == "-"]) == 1  # N = 2's
+    assert fig.axes[0].get_ylim() == fig.axes[1].get_ylim()
+    assert {"N = 2", "N = 3"} <= set(_legend_labels(fig))
+    assert _width_px(fig) <= 1600
+
+
+def test_beta_eps_titles_fit_their_panels():
+    # Two (d, N) rows: each row's first title ("d = 3, N = 2: most likely …") was wider
+    # than its panel at 12 pt and cut off at the figure's left edge.
+    ds = _hybrid_dataset()
+    rows = [ds, ds.assign_coords(dim=("point", [4] * ds.sizes["point"]))]
+    fig = plot.beta_eps(xr.concat(rows, dim="point").assign_coords(point=np.arange(12)))
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    panels = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
+    assert len(panels) == 6
+    for ax in panels:
+        title = ax.title.get_window_extent(renderer)
+        assert title.x0 >= 0 and title.x1 <= fig.bbox.width, ax.get_title()
+        assert title.width <= ax.get_window_extent(renderer).width * 1.1, ax.get_title()
+    assert panels[3].get_title().startswith("d = 4, N = 2: ")
+
+
+def test_beta_eps_beta_curves_take_distinct_colours():
+    # Five β (the default grid's 0, 0.8, 2, 3, 4): along viridis β = 3 and 4 were two
+    # greens. Along plasma they run blue, purple, magenta, salmon, orange.
+    ds = _hybrid_dataset()  # β = 0, 2, 4; with β = 6, 8 beside them: five β
+    more = ds.assign_coords(beta=ds["beta"] + 6)
+    more = more.isel(point=np.flatnonzero(more["beta"].values < 9))
+    five = xr.concat([ds, more], dim="point")
+    fig = plot.beta_eps(five.assign_coords(point=np.arange(five.sizes["point"])))
+    colours = [to_hex(c.lines[0].get_color()) for c in _estimates(fig.axes[2])]
+    assert len(colours) == 5 and len(set(colours)) == 5
+    assert colours == [to_hex(c) for c in plot.ordered_colors(5, "plasma")]
+
+
+def test_beta_eps_of_another_scheme_draws_no_theory():
+    fig = plot.beta_eps(_hybrid_dataset(scheme="pre-ln"))
+    for ax in fig.axes:
+        assert [line for line in ax.get_lines() if line.get_linestyle() in ("-", "--", ":")] == []
+    labels = _legend_labels(fig)
+    assert "exact t = ∞ (two tokens)" not in labels
+    assert not any("varepsilon" in label for label in labels)
+    assert "seed 003's theory is Post-LN's" in " ".join(fig.get_suptitle().split())
+
+
+def test_pair_density_with_one_beta_is_a_curve_with_its_interval():
+    # Evolution's default (one β) drew one colour strip: the mean against time now, with
+    # its 95 % interval (± 1.96 SE) as a band.
+    mean, se = np.array([[0.1, 0.6]]), np.array([[0.01, 0.05]])
+    ds = (
+        _dataset()
+        .isel(point=[0])
+        .assign(pair_density=(("point", "time"), mean), pair_density_se=(("point", "time"), se))
+    )
+    fig = plot.pair_density(ds)
+    (ax,) = fig.axes
+    assert not [c for c in ax.collections if type(c).__name__ == "QuadMesh"]
+    (line,) = ax.get_lines()
+    np.testing.assert_allclose(np.asarray(line.get_ydata()), mean[0])
+    (band,) = [
+        c
+        for c in ax.collections
+        if type(c).__name__ in ("PolyCollection", "FillBetweenPolyCollection")
+    ]
+    heights = np.asarray(band.get_paths()[0].vertices)[:, 1]
+    np.testing.assert_allclose(heights.min(), 0.1 - 1.96 * 0.01)
+    np.testing.assert_allclose(heights.max(), 0.6 + 1.96 * 0.05)
+    assert "95 % interval (± 1.96 SE over trajectories)" in _legend_labels(fig)
+    assert "β = 0.25" in " ".join(_title_text(fig).split())
+
+
+def test_schemes_rates_draws_the_fitted_and_theory_laws():
+    # schemes_rates.png stated its fits in the titles only.
+    from attndyn.studies.rates import clock
+
+    ds = _schemes_dataset()
+    rates = plot.schemes(ds)["rates"]
+    for ax, name in zip(rates.axes, ds["scheme"].values):
+        row = ds.sel(scheme=name)
+        t = row["rate_time"].values
+        kind = str(row["terminal_rate_kind"].values)
+        for style, rate in (("--", row["terminal_rate"]), (":", row["terminal_rate_theory"])):
+            (line,) = [x for x in ax.get_lines() if x.get_linestyle() == style]
+            # A straight line in the law's clock, of the stated slope.
+            slope = np.polyfit(clock(t, kind), -np.log(10) * np.asarray(line.get_ydata()), 1)[0]
+            assert slope == pytest.approx(float(rate), rel=1e-9)
+    labels = _legend_labels(rates)
+    assert "fitted law (the fitted rate)" in labels
+    assert "law of Thm 4.1 (the theory's rate)" in labels

@@ -7,18 +7,24 @@ the user's matplotlib backend is never changed.
 
 - :func:`phase_diagram`: P(outcome) against β per d, with the exact t = ∞ curves (Fig. 3);
 - :func:`beta_eps`: the (β, ε) diagram (Fig. 4);
-- :func:`beta_n`: P(has an antipodal pair) against β per N (Fig. 6);
+- :func:`beta_n`: P(has an antipodal pair) against β per N and d (Fig. 6);
 - :func:`evolution`: class fractions against time (Figs. 7-9);
 - :func:`pair_density`: the peers' (t, β) heatmap of the fraction of clustered pairs (or
-  of the span dimension);
-- :func:`schemes`: the normalization-scheme figures (seed 004 Figs. 2-4, rates);
+  of the span dimension); with one β a panel, the mean against time with its interval;
+- :func:`schemes`: the normalization-scheme figures (seed 004 Figs. 2-4, rates, with
+  the fitted and the theory's laws drawn);
 - :func:`modes`: many tokens from the uniform state (mode growth rates against the
   theory, clusters, the noise and long-context studies).
 
-Every figure's title says what to look for and states the parameters and sample sizes.
+Every figure's title names the model (scheme, attention, law of the values: the dataset's
+provenance fields) and states the parameters and sample sizes. Theory (seed 003's exact
+t = ∞ curves and thresholds) is drawn only where it is the model's: Post-LN and its SDE,
+as the provenance's ``scheme`` field says; a dataset of another scheme, or one that does
+not name its model, gets none, and the title says so.
 Colours are colour-blind safe: the Okabe–Ito palette (:data:`OKABE_ITO`,
 :func:`category_colors`, :data:`OUTCOME_COLORS`) for categories, viridis
-(:func:`ordered_colors`) for ordered values.
+(:func:`ordered_colors`) for ordered values (plasma for the β curves of :func:`beta_eps`,
+whose five default β took two greens along viridis).
 """
 
 from ._density import plot_pair_density as pair_density

@@ -3,9 +3,10 @@
 import numpy as np
 import xarray as xr
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
 from ._figure import subplots
-from ._style import MAX_WIDTH_INCHES, SYMBOLS, setting_line, swept
+from ._style import MAX_WIDTH_INCHES, SYMBOLS, ordered_colors, setting_line, swept, wrap
 
 #: Coordinates that split a dataset into panels (β and time are the axes of each panel).
 GROUP_KEYS = ("model", "dim", "n_tokens", "eps")
@@ -43,9 +44,14 @@ def plot_pair_density(ds: xr.Dataset, *, variable: str = "pair_density", ncols: 
     between the values, where nothing was simulated).
 
     The peers' figure: their density of clustered pairs (cosine > 0.999) against time and
-    β, in which the metastable plateaus at large β show as bands.
+    β, in which the metastable plateaus at large β show as bands. Where every panel has one
+    β (``evolution``'s default), a heatmap would be one colour strip: the means are drawn
+    against time instead, one line per (model, d, N, ε, β) with its 95 % interval (± 1.96
+    standard errors, the dataset's ``<variable>_se``) as a band.
     """
     groups = _groups(ds)
+    if all(len(indices) == 1 for indices in groups.values()):
+        return _lines(ds, variable, groups)
     columns = max(1, min(ncols, len(groups)))
     rows = -(-len(groups) // columns)
     n_betas = max(len(v) for v in groups.values())
@@ -82,7 +88,7 @@ def plot_pair_density(ds: xr.Dataset, *, variable: str = "pair_density", ncols: 
             label=LABELS.get(variable, variable),
             pad=0.02,
         )
-    fig.suptitle(setting_line(ds, GROUP_KEYS), fontsize=9)
+    fig.suptitle(wrap(setting_line(ds, GROUP_KEYS), fig.get_figwidth()), fontsize=9)
     return fig  # type: ignore[return-value]
 
 
@@ -90,3 +96,33 @@ def _fmt(v) -> str:
     if isinstance(v, float | np.floating):
         return f"{float(v):g}"
     return str(v).strip('"')
+
+
+def _lines(ds: xr.Dataset, variable: str, groups: dict[tuple, list[int]]) -> Figure:
+    """``variable`` against time, one line per point (each group holds one β), with its
+    95 % interval as a band where the dataset carries the standard error."""
+    fig, ax = subplots(figsize=(7.5, 4.2))
+    times = ds["time"].values
+    colors = ordered_colors(len(groups))
+    for color, (label, (i,)) in zip(colors, groups.items()):
+        mean = np.asarray(ds[variable].values[i], dtype=float)
+        name = ", ".join(f"{SYMBOLS.get(k, k)} = {v}" for k, v in (*label, ("beta", _beta(ds, i))))
+        ax.plot(times, mean, color=color, lw=1.4, label=name)
+        if f"{variable}_se" in ds:
+            half = 1.96 * np.asarray(ds[f"{variable}_se"].values[i], dtype=float)
+            ax.fill_between(times, mean - half, mean + half, color=color, alpha=0.25, lw=0)
+    ax.set_xlabel("t")
+    ax.set_ylabel(LABELS.get(variable, variable).replace("\n", " "))
+    if variable != "span_dim":
+        ax.set_ylim(-0.02, 1.02)
+    handles, labels = ax.get_legend_handles_labels()
+    if f"{variable}_se" in ds:
+        handles.append(Patch(color="0.5", alpha=0.25))
+        labels.append("95 % interval (± 1.96 SE over trajectories)")
+    ax.legend(handles, labels, fontsize=8, loc="best")
+    ax.set_title(wrap(setting_line(ds, (*GROUP_KEYS, "beta")), 7.0), fontsize=9)
+    return fig  # type: ignore[return-value]
+
+
+def _beta(ds: xr.Dataset, i: int) -> str:
+    return _fmt(ds["beta"].values[i].item())

@@ -7,7 +7,15 @@ from matplotlib.figure import Figure
 
 from ..theory import EXACT_BETA_MAX, beta_critical, p_antipodal_curve
 from ._figure import subplots
-from ._style import axes_width, errorbars, key, ordered_colors, setting_line, wrap
+from ._style import (
+    axes_width,
+    errorbars,
+    key,
+    ordered_colors,
+    post_ln_theory,
+    setting_line,
+    wrap,
+)
 
 
 def plot_phase_diagram(
@@ -23,10 +31,13 @@ def plot_phase_diagram(
 
     With ``theory=True``, two tokens and ``outcome="antipodal"``, the exact t = ∞ probability
     is drawn for each d and β_c(d) is marked with a dashed vertical line (for a
-    centred-LayerNorm study, those of d − 1 dimensions: the dataset's ``norm`` attribute).
+    centred-LayerNorm study, those of d − 1 dimensions: the dataset's ``norm`` attribute)
+    where they are the model's theory: seed 003's, for Post-LN and its SDE, read from the
+    provenance's ``scheme`` field (:func:`._style.post_ln_theory`); another scheme, or a
+    dataset that does not name its model, gets none, and the title says so.
     Colours run along viridis with d.
-    The legend explains every mark and line; the title states the setting (N, the sample
-    size, L and T; ``title`` adds a first line).
+    The legend explains every mark and line; the title names the model and states the
+    setting (N, the sample size, L and T; ``title`` adds a first line).
     """
     norm = str(ds.attrs.get("norm", "rms"))
     if ax is None:
@@ -37,7 +48,8 @@ def plot_phase_diagram(
     last = ds.isel(time=-1).sel(outcome=outcome)
     dims = np.unique(last["dim"].values)
     tokens = np.unique(last["n_tokens"].values)
-    exact = theory and outcome == "antipodal" and list(tokens) == [2]
+    two_tokens = theory and outcome == "antipodal" and list(tokens) == [2]
+    exact = two_tokens and post_ln_theory(ds)
     for color, d in zip(ordered_colors(len(dims)), dims):
         sel = last.where(last["dim"] == d, drop=True).sortby("beta")
         beta = sel["beta"].values
@@ -54,8 +66,10 @@ def plot_phase_diagram(
         handles += [key("exact"), key("critical")]
         labels += ["exact t = ∞", "β_c(d)"]
     setting = setting_line(ds, ("n_tokens",))
-    if norm != "rms":
+    if exact and norm != "rms":
         setting += f"; {norm} tokens: the exact curves of d − 1 dimensions"
+    if two_tokens and not exact:
+        setting += "; no exact curve: the t = ∞ theory (seed 003) is Post-LN's"
     text = f"{title}\n{setting}" if title else setting
     ax.set_title(wrap(text, axes_width(ax) + 0.5), fontsize=9)
     upper = last["ci_upper"].values

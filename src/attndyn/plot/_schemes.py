@@ -11,6 +11,11 @@ from .._estimate.dataset import provenance
 from ._figure import subplots
 from ._style import MAX_WIDTH_INCHES, category_colors, ordered_colors, wrap
 
+#: The model of every part of the schemes study, as the titles name it: softmax attention
+#: (Q = K = I, or random Q, K in part c) and the layer maps' value V = I (the ODEs'), or
+#: random V (part c).
+ODE_MODEL = "softmax attention, V = I"
+
 #: 1 − γ below this is float32 rounding, not dynamics (γ is stored from float32 solves:
 #: its spacing near 1 is 6e-8), so the log panels stop here.
 GAP_FLOOR = 1e-6
@@ -72,7 +77,7 @@ def _gamma(ds: xr.Dataset, names, colors, params):
     fig.legend(handles, labels, loc="outside right upper", fontsize=8)
     fig.suptitle(
         f"Symmetric start: β = {params['beta']}, n = {params['n']}, d = {params['d']}, "
-        f"r0 = {params['r0']} (deterministic ODEs)",
+        f"r0 = {params['r0']} (deterministic ODEs: {ODE_MODEL})",
         fontsize=10,
     )
     return fig
@@ -102,8 +107,8 @@ def _ngpt_alpha(ds: xr.Dataset, params):
     axes[1].set_title(f"1 − γ until it drops below {GAP_FLOOR:g} (float32 rounding)", fontsize=9)
     fig.legend(loc="outside right upper", fontsize=8, title="nGPT step", title_fontsize=8)
     fig.suptitle(
-        f"nGPT, reduced ODE, symmetric start: β = {params['beta']}, n = {params['n']}, "
-        f"d = {params['d']}",
+        f"nGPT, reduced ODE, {ODE_MODEL}, symmetric start: β = {params['beta']}, "
+        f"n = {params['n']}, d = {params['d']}",
         fontsize=10,
     )
     return fig
@@ -157,8 +162,8 @@ def _random_weights(ds: xr.Dataset, names, colors, params):
     ax.legend(handles, labels, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_title(
         wrap(
-            f"Random weights re-drawn per layer (Kaiming): d = {rw['d']}, n = {rw['n']}, "
-            f"β = {rw['beta']:.3g}, {n_runs} runs",
+            f"Random weights re-drawn per layer (Kaiming Q, K, V; softmax attention): "
+            f"d = {rw['d']}, n = {rw['n']}, β = {rw['beta']:.3g}, {n_runs} runs",
             6.0,
         ),
         fontsize=9,
@@ -170,6 +175,31 @@ def _interval(value: float, lower: float, upper: float) -> str:
     """``value ± half-width`` of the interval [lower, upper] (a tight interval printed as
     bounds reads "[2, 2]" at any sensible precision)."""
     return f"{value:.6g} ± {(upper - lower) / 2:.2g}"
+
+
+#: Line styles of the fitted law and of the theory's law on the rates figure.
+FIT_STYLES = ("--", ":")
+
+
+def fitted_line(t, log_gap, *, kind: str, rate: float) -> np.ndarray | None:
+    """The law ``log(1 − γ) = −(rate·s(t) + b)`` over the times ``t`` of a terminal-rate
+    curve, s the law's clock (t, log t or √(t + 1): :func:`attndyn.studies.rates.clock`),
+    its offset b by least squares on the later half of the curve in s (where the fit took
+    its slope): the straight line the fitted rate claims, drawn beside the curve. ``None``
+    where the curve has fewer than two finite points there."""
+    from ..studies.rates import clock
+
+    t, log_gap = np.asarray(t, dtype=float), np.asarray(log_gap, dtype=float)
+    keep = np.isfinite(t) & np.isfinite(log_gap) & ((t > 0) | (kind != "power"))
+    if keep.sum() < 2 or not np.isfinite(rate):
+        return None
+    s = clock(t[keep], kind)
+    later = s >= 0.5 * (s[0] + s[-1])
+    if later.sum() < 2:
+        return None
+    offset = float(np.mean(-log_gap[keep][later] - rate * s[later]))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return -(rate * clock(t, kind) + offset)
 
 
 def _rates(ds: xr.Dataset, names, colors):
@@ -188,7 +218,12 @@ def _rates(ds: xr.Dataset, names, colors):
         variable = (
             str(row["terminal_rate_variable"].values) if "terminal_rate_variable" in row else "t"
         )
-        ax.plot(tt, lg / np.log(10), color=colors[name])
+        ax.plot(tt, lg / np.log(10), color=colors[name], lw=2.2, alpha=0.55)
+        rates = (float(row["terminal_rate"]), float(row["terminal_rate_theory"]))
+        for rate, style in zip(rates, FIT_STYLES):
+            line = fitted_line(tt, lg, kind=kind, rate=rate)
+            if line is not None:
+                ax.plot(tt, line / np.log(10), color="k", lw=1.0, ls=style)
         ax.set_xscale("log" if kind == "power" else "linear")
         fit = _interval(
             float(row["terminal_rate"]),
@@ -206,14 +241,23 @@ def _rates(ds: xr.Dataset, names, colors):
     for r in axes:
         r[0].set_ylabel("log10(1 − γ)")
     fig.legend(
-        [Line2D([], [], color="0.3")],
-        ["log10(1 − γ(t)) of the reduced ODE in the fit window (log t for power laws)"],
+        [
+            Line2D([], [], color="0.3", lw=2.2, alpha=0.55),
+            Line2D([], [], color="k", lw=1.0, ls=FIT_STYLES[0]),
+            Line2D([], [], color="k", lw=1.0, ls=FIT_STYLES[1]),
+        ],
+        [
+            "log10(1 − γ(t)) of the reduced ODE in the fit window (log t for power laws)",
+            "fitted law (the fitted rate)",
+            "law of Thm 4.1 (the theory's rate)",
+        ],
         loc="outside lower center",
+        ncols=3,
         fontsize=8,
     )
     fig.suptitle(
-        "Terminal rates of 1 − γ (reduced ODE, deep in the terminal regime): fitted rate "
-        "with its interval, and the rate of Thm 4.1",
+        f"Terminal rates of 1 − γ (reduced ODE, {ODE_MODEL}, deep in the terminal regime): "
+        "fitted rate with its interval, and the rate of Thm 4.1",
         fontsize=10,
     )
     return fig

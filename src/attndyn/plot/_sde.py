@@ -13,6 +13,7 @@ from .._core.errors import check_int
 from ..theory import (
     EXACT_BETA_MAX,
     beta_critical,
+    effective_dim,
     eps_critical,
     p_antipodal_curve,
     p_antipodal_hybrid_uniform,
@@ -27,6 +28,7 @@ from ._style import (
     key,
     ordered_colors,
     point_label,
+    post_ln_theory,
     setting_line,
     swept,
     wrap,
@@ -110,9 +112,21 @@ _DOMINANT = (
 )
 
 
-def _dominant_panel(ax, last: xr.Dataset, attention: str) -> None:
+#: The width of a (β, ε) panel in inches once laid out: a third of the figure, less its
+#: axis labels (the axes' own width is not known before the layout runs).
+PANEL_INCHES = MAX_WIDTH_INCHES / 3 - 0.9
+
+
+def _panel_title(ax, text: str) -> None:
+    """A panel's title at 9 pt, wrapped to the panel's width (a row label before it made
+    one line wider than the panel, cut off at the figure's edge)."""
+    ax.set_title(wrap(text, PANEL_INCHES), fontsize=9)
+
+
+def _dominant_panel(ax, last: xr.Dataset, attention: str | None) -> None:
     """Each cell coloured by its most likely class (single, antipodal or unclustered) and
-    shaded by that class's probability, so no cell is left white."""
+    shaded by that class's probability, so no cell is left white; the boundaries of seed
+    003's theory where it is the model's (``attention`` given)."""
 
     def probabilities(row):
         return [float(row["probability"].sel(outcome=o)) for o, _ in _DOMINANT]
@@ -130,14 +144,15 @@ def _dominant_panel(ax, last: xr.Dataset, attention: str) -> None:
         e = np.searchsorted(epss, float(row["eps"]))
         image[e, b] = 1 - p[k] * (1 - rgb)
     ax.pcolormesh(_edges(betas), _edges(epss), image, shading="flat")
-    _boundaries(ax, betas, attention)
+    if attention is not None:
+        _boundaries(ax, betas, attention)
     _hatch_far(ax, last)
-    ax.set(xlabel="β", ylabel="ε", title="most likely class at t = T (shade: its probability)")
+    ax.set(xlabel="β", ylabel="ε")
     ax.set_ylim(_edges(epss)[0], _edges(epss)[-1])
     ax.set_xlim(_edges(betas)[0], _edges(betas)[-1])
 
 
-def _unclustered_panel(fig, ax, last: xr.Dataset, attention: str) -> None:
+def _unclustered_panel(fig, ax, last: xr.Dataset, attention: str | None) -> None:
     betas, epss, image = _grid(
         last, lambda row: float(row["probability"].sel(outcome="unclustered"))
     )
@@ -145,9 +160,10 @@ def _unclustered_panel(fig, ax, last: xr.Dataset, attention: str) -> None:
         _edges(betas), _edges(epss), image, shading="flat", cmap="cividis", vmin=0, vmax=1
     )
     fig.colorbar(mesh, ax=ax, label="P(unclustered)", pad=0.02)
-    _boundaries(ax, betas, attention)
+    if attention is not None:
+        _boundaries(ax, betas, attention)
     _hatch_far(ax, last)
-    ax.set(xlabel="β", ylabel="ε", title="P(unclustered) at t = T")
+    ax.set(xlabel="β", ylabel="ε")
     ax.set_ylim(_edges(epss)[0], _edges(epss)[-1])
     ax.set_xlim(_edges(betas)[0], _edges(betas)[-1])
 
@@ -183,20 +199,31 @@ def shown_betas(betas: np.ndarray) -> np.ndarray:
     return betas[::step]
 
 
-def _exact_panel(ax, last: xr.Dataset, attention: str) -> list[tuple[object, str]]:
+#: The colour map of the β curves: plasma runs through blue, purple, magenta, salmon and
+#: orange, where viridis gave the last two of five β (3 and 4 of the default grid) two
+#: greens; perceptually uniform and colour-blind safe, like viridis.
+BETA_CMAP = "plasma"
+
+
+def _exact_panel(
+    ax, last: xr.Dataset, attention: str | None, norm: str = "rms"
+) -> tuple[list[tuple[object, str]], str]:
     """P(antipodal) against ε per β (:func:`shown_betas`, named in the panel's title when
-    not all): the estimates with Wilson 95 % error bars and, for two tokens, the exact
-    t = ∞ curve; returns the β legend entries."""
+    not all): the estimates with Wilson 95 % error bars and, for two tokens where
+    ``attention`` is given (the theory is the model's), the exact t = ∞ curve; returns the
+    β legend entries and the panel's title."""
     all_betas = np.unique(last["beta"].values)
     betas = shown_betas(all_betas)
-    dim, tokens = int(last["dim"].values[0]), int(last["n_tokens"].values[0])
+    tokens = int(last["n_tokens"].values[0])
+    # A centred-LayerNorm study's curves are those of d − 1 dimensions (one d a row).
+    dim = effective_dim(int(last["dim"].values[0]), norm) if attention is not None else 0
     entries = []
-    for color, beta in zip(ordered_colors(len(betas)), betas):
+    for color, beta in zip(ordered_colors(len(betas), BETA_CMAP), betas):
         sel = last.where(last["beta"] == beta, drop=True).sortby("eps")
         sel = sel.sel(outcome="antipodal")
         bars = errorbars(ax, sel["eps"].values, sel, color=color, ms=3.5)
         entries.append((bars, f"β = {beta:g}"))
-        if tokens == 2:
+        if tokens == 2 and attention is not None:
             ax.plot(
                 *_exact_eps_curve(float(beta), sel["eps"].values, dim, attention),
                 "-",
@@ -208,10 +235,10 @@ def _exact_panel(ax, last: xr.Dataset, attention: str) -> list[tuple[object, str
             _mark_far(ax, sel["eps"].values[far], sel["probability"].values[far], color)
     title = "P(antipodal) against ε, per β"
     if len(betas) < len(all_betas):
-        title += f"\n({len(betas)} of the {len(all_betas)} β; all in the maps)"
-    ax.set(xlabel="ε", ylabel="P(antipodal) at t = T", title=title)
+        title += f" ({len(betas)} of the {len(all_betas)} β; all in the maps)"
+    ax.set(xlabel="ε", ylabel="P(antipodal) at t = T")
     ax.set_ylim(-0.03, 1.03)
-    return entries
+    return entries, title
 
 
 def plot_beta_eps(ds: xr.Dataset, *, title: str | None = None) -> Figure:
@@ -223,10 +250,16 @@ def plot_beta_eps(ds: xr.Dataset, *, title: str | None = None) -> Figure:
     the thresholds drawn vertical). Boundaries dashed: ε_c(β) = √(2e^{−β}) for USA; ε² = 2
     and ε² = 1 + e^{−2β} for SA. Cells where the layer step exceeds 0.1 (the dataset's
     ``far_from_limit``: the discrete model is far from its SDE limit) are crossed in every
-    panel. One legend, below, explains every colour, line and mark; the title states the
-    setting (``title`` adds a first line)."""
+    panel. The thresholds and exact curves are Post-LN's (seed 003): drawn where the
+    provenance's ``scheme`` field says the points ran it (:func:`._style.post_ln_theory`),
+    and for centred-LayerNorm tokens those of d − 1 dimensions. β's curves are coloured
+    along plasma (:data:`BETA_CMAP`). With several (d, N), each row's panels name their
+    (d, N) first. One legend, below, explains every colour, line and mark; the title names
+    the model and states the setting (``title`` adds a first line)."""
     last = ds.isel(time=-1)
-    attention = str(ds.attrs.get("attention", "unnormalized"))
+    theory = post_ln_theory(ds)
+    attention = str(ds.attrs.get("attention", "unnormalized")) if theory else None
+    norm = str(ds.attrs.get("norm", "rms"))
     groups = _groups(last, ("dim", "n_tokens"))
     fig, axes = subplots(
         len(groups), 3, figsize=(MAX_WIDTH_INCHES, 3.9 * len(groups) + 1.3), squeeze=False
@@ -235,12 +268,19 @@ def plot_beta_eps(ds: xr.Dataset, *, title: str | None = None) -> Figure:
     for row_axes, (label, sel) in zip(axes, groups):
         _dominant_panel(row_axes[0], sel, attention)
         _unclustered_panel(fig, row_axes[1], sel, attention)
-        entries = _exact_panel(row_axes[2], sel, attention)
-        if len(groups) > 1:
-            row_axes[0].set_title(f"{label}: {row_axes[0].get_title()}")
+        entries, line_title = _exact_panel(row_axes[2], sel, attention, norm)
+        titles = (
+            "most likely class at t = T (shade: its probability)",
+            "P(unclustered) at t = T",
+            line_title,
+        )
+        for ax, text in zip(row_axes, titles):
+            _panel_title(ax, f"{label}: {text}" if len(groups) > 1 else text)
     _beta_eps_legend(fig, ds, attention, entries)
     setting = setting_line(ds, ("dim", "n_tokens"))
-    head = f"hybrid model (seed 003 eq. 7/8), {attention} attention, {setting}"
+    head = f"hybrid (scalar) value noise; {setting}"
+    if not theory:
+        head += "; no thresholds or exact curves: seed 003's theory is Post-LN's"
     fig.suptitle(wrap(f"{title}\n{head}" if title else head, MAX_WIDTH_INCHES, 10.0), fontsize=10)
     return fig  # type: ignore[return-value]
 
@@ -256,11 +296,12 @@ def _groups(last: xr.Dataset, names: tuple[str, ...]) -> list[tuple[str, xr.Data
     return out
 
 
-def _beta_eps_legend(fig, ds: xr.Dataset, attention: str, entries) -> None:
+def _beta_eps_legend(fig, ds: xr.Dataset, attention: str | None, entries) -> None:
     items: list[tuple[Any, str]] = [(Patch(color=c), f"{o} most likely") for o, c in _DOMINANT]
-    items += _boundary_keys(attention)
+    if attention is not None:
+        items += _boundary_keys(attention)
     items.append((key("estimate"), "Monte Carlo ± Wilson 95 %"))
-    if int(ds["n_tokens"].values.min()) == 2:
+    if int(ds["n_tokens"].values.min()) == 2 and attention is not None:
         items.append((key("exact"), "exact t = ∞ (two tokens)"))
     if "far_from_limit" in ds and bool(np.asarray(ds["far_from_limit"].values).any()):
         far = (
@@ -276,32 +317,67 @@ def _beta_eps_legend(fig, ds: xr.Dataset, attention: str, entries) -> None:
 def plot_beta_n(
     ds: xr.Dataset, *, outcome: str = "has_antipodal_pair", title: str | None = None
 ) -> Figure:
-    """Seed 003 Fig. 6: P(outcome) at the last save time against β, one colour per N
-    (viridis, ordered by N), with Wilson 95 % error bars at the sampled β; where the
-    dataset carries them, the exact t = ∞ two-token curve (N = 2, solid) and the
-    three-token reading (3/2)·P₂·F·e^{−T/τ} (N = 3, dashed). The legend explains every
-    mark and line; the title states the setting (``title`` adds a first line)."""
+    """Seed 003 Fig. 6: P(outcome) at the last save time against β, one series per (N, d)
+    with Wilson 95 % error bars at the sampled β: coloured by N (viridis, ordered) in one
+    panel per d, or by d where N takes one value (the default N = 2 at d = 4, 6, 8: one
+    series and one exact curve per d, not all points as one series against one d's curve).
+    Where the dataset carries them and they are the model's theory (Post-LN:
+    :func:`._style.post_ln_theory`), each series' exact t = ∞ two-token curve (N = 2,
+    solid, of its own d) and three-token reading (3/2)·P₂·F·e^{−T/τ} (N = 3, dashed). The
+    legend explains every mark and line; the title names the model and states the setting
+    (``title`` adds a first line)."""
     last = ds.isel(time=-1).sel(outcome=outcome)
     tokens = np.unique(last["n_tokens"].values)
-    fig, ax = subplots(figsize=(7.5, 4.8))
+    dims = np.unique(last["dim"].values)
+    by_dim = len(tokens) == 1 and len(dims) > 1  # the series are the d
+    panels = list(dims) if len(dims) > 1 and not by_dim else [None]
+    width = 7.5 if len(panels) == 1 else min(3.4 * len(panels) + 2.2, MAX_WIDTH_INCHES)
+    fig, axes = subplots(1, len(panels), figsize=(width, 4.8), squeeze=False)
+    theory = post_ln_theory(ds)
+    norm = str(ds.attrs.get("norm", "rms"))
+    series, symbol = (dims, "d") if by_dim else (tokens, "N")
+    colors = dict(zip(series.tolist(), ordered_colors(len(series))))
     styles: dict[str, str] = {}
-    for color, n in zip(ordered_colors(len(tokens)), tokens):
-        sel = last.where(last["n_tokens"] == n, drop=True).sortby("beta")
-        errorbars(ax, sel["beta"].values, sel, color=color, label=f"N = {int(n)}")
-        styles.update(_beta_n_references(ax, sel, color, outcome, str(ds.attrs.get("norm", "rms"))))
+    entries: dict[str, Any] = {}
+    for ax, d in zip(axes[0], panels):
+        panel = last if d is None else last.where(last["dim"] == d, drop=True)
+        key_name = "dim" if by_dim else "n_tokens"
+        for value in np.unique(panel[key_name].values):
+            sel = panel.where(panel[key_name] == value, drop=True).sortby("beta")
+            color = colors[value.item()]
+            label = f"{symbol} = {int(value)}"
+            entries[label] = errorbars(ax, sel["beta"].values, sel, color=color, label=label)
+            if theory:
+                styles.update(_beta_n_references(ax, sel, color, outcome, norm))
+        ax.set_xlabel("β (inverse temperature)")
+        if d is not None:
+            ax.set_title(f"d = {int(d)}", fontsize=9)
     name = outcome.replace("_", " ")
-    ax.set_xlabel("β (inverse temperature)")
-    ax.set_ylabel(f"P({name}) at t = T")
-    handles, labels = ax.get_legend_handles_labels()
+    axes[0][0].set_ylabel(f"P({name}) at t = T")
+    _same_ylim(axes[0])
+    handles, labels = list(entries.values()), list(entries)
     handles.append(key("estimate"))
     labels.append("Monte Carlo ± Wilson 95 %")
     for label, style in styles.items():
         handles.append(Line2D([], [], ls=style, color="0.25", lw=1.2))
         labels.append(label)
-    setting = setting_line(ds, ("dim",))
-    ax.set_title(wrap(f"{title}\n{setting}" if title else setting, 7.0), fontsize=9)
-    ax.legend(handles, labels, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    setting = setting_line(ds, ("dim", "n_tokens"))
+    if not theory:
+        setting += "; no exact curve: the t = ∞ theory (seed 003) is Post-LN's"
+    text = wrap(f"{title}\n{setting}" if title else setting, width - 1.8)
+    if len(panels) == 1:
+        axes[0][0].set_title(text, fontsize=9)
+    else:
+        fig.suptitle(text, fontsize=9)
+    axes[0][-1].legend(handles, labels, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig  # type: ignore[return-value]
+
+
+def _same_ylim(axes) -> None:
+    """One y range over every panel (probabilities read across panels)."""
+    lows, highs = zip(*(ax.get_ylim() for ax in axes))
+    for ax in axes:
+        ax.set_ylim(min(lows), max(highs))
 
 
 #: The references plot_beta_n draws where a dataset carries them: (variable, outcomes it
@@ -352,9 +428,11 @@ def plot_evolution(
     panel per point in a grid by the swept parameters (a row per value of the others, a
     column per β; ``ncols`` columns at most, default 4). For two tokens the exact t = ∞
     probabilities are drawn as dotted lines: of antipodal (and of single, its complement)
-    for the full-noise model (Thm 2) and the hybrid model (Prop. 1). Each panel is titled
-    by its swept values (``label_keys``: which coordinates, default the swept ones); the
-    figure's title states the shared setting and the sample (``title`` adds a first line).
+    for the full-noise model (Thm 2) and the hybrid model (Prop. 1), where they are the
+    model's theory (Post-LN: the provenance's ``scheme``, :func:`._style.post_ln_theory`).
+    Each panel is titled by its swept values (``label_keys``: which coordinates, default
+    the swept ones); the figure's title names the model and states the shared setting and
+    the sample (``title`` adds a first line).
     One legend explains every line and mark."""
     n = ds.sizes["point"]
     if ncols is not None:
@@ -368,8 +446,9 @@ def plot_evolution(
     )
     flat = axes.ravel()
     exact_drawn = False
+    theory = post_ln_theory(ds)
     for ax, i in zip(flat, order):
-        exact_drawn |= _evolution_panel(ax, ds.isel(point=i), keys, ds.attrs)
+        exact_drawn |= _evolution_panel(ax, ds.isel(point=i), keys, ds.attrs, theory)
     for ax in flat[n:]:
         ax.remove()
     for row in axes:
@@ -409,9 +488,9 @@ def _columns(ds: xr.Dataset, keys: list[str], ncols: int | None) -> int:
     return max(1, min(limit, n))
 
 
-def _evolution_panel(ax, row: xr.Dataset, keys: list[str], attrs) -> bool:
+def _evolution_panel(ax, row: xr.Dataset, keys: list[str], attrs, theory: bool) -> bool:
     """One point's fractions against time with their error bars; returns whether an exact
-    t = ∞ reference was drawn."""
+    t = ∞ reference was drawn (``theory``: the dataset ran Post-LN)."""
     times = row["time"].values
     for outcome, color in (
         ("single", SINGLE_COLOR),
@@ -424,7 +503,7 @@ def _evolution_panel(ax, row: xr.Dataset, keys: list[str], attrs) -> bool:
     if int(row["n_tokens"]) > 2:
         sel = row.sel(outcome="has_antipodal_pair")
         ax.plot(times, sel["probability"], ":", color=ANTIPODAL_COLOR, label="has antipodal pair")
-    exact = _exact_evolution(row, attrs)
+    exact = _exact_evolution(row, attrs, theory)
     if exact is not None:
         ax.axhline(exact, color=ANTIPODAL_COLOR, ls=(0, (1, 1.5)), lw=1.2)
         ax.axhline(1 - exact, color=SINGLE_COLOR, ls=(0, (1, 1.5)), lw=1.2)
@@ -434,19 +513,21 @@ def _evolution_panel(ax, row: xr.Dataset, keys: list[str], attrs) -> bool:
     return exact is not None
 
 
-def _exact_evolution(row: xr.Dataset, attrs) -> float | None:
+def _exact_evolution(row: xr.Dataset, attrs, theory: bool) -> float | None:
     """The exact t = ∞ probability that two tokens end antipodal, where the theory module
-    has one: full value noise (RMS or centred LayerNorm tokens) or the hybrid model."""
-    if int(row["n_tokens"]) != 2:
+    has one and it is the model's (``theory``: Post-LN): full value noise or the hybrid
+    model (centred LayerNorm tokens: the RMS one of d − 1 dimensions)."""
+    if int(row["n_tokens"]) != 2 or not theory:
         return None
     model = str(row["model"].item()).strip('"') if "model" in row.coords else "full"
     beta, dim = float(row["beta"]), int(row["dim"])
     norm = str(attrs.get("norm", "rms"))
     if model == "full" and beta <= EXACT_BETA_MAX:
         return float(p_antipodal_uniform(beta, dim, norm))
-    if model == "hybrid" and norm == "rms" and float(row["eps"]) > 0:
+    if model == "hybrid" and float(row["eps"]) > 0:
         attention = str(attrs.get("attention", "softmax"))
-        return float(p_antipodal_hybrid_uniform(beta, float(row["eps"]), dim, attention))
+        space = effective_dim(dim, norm)
+        return float(p_antipodal_hybrid_uniform(beta, float(row["eps"]), space, attention))
     return None
 
 

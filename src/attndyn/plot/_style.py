@@ -6,8 +6,10 @@
 - Ordered values (d, N, α, L) use viridis, which is perceptually uniform and readable by
   colour-blind readers; its palest end (yellow) is cut off so that lines stay visible on
   white.
-- Every figure states its parameters and sample sizes: :func:`sample_line` builds that
-  line from a results dataset's provenance.
+- Every figure names its model and states its parameters and sample sizes:
+  :func:`model_line` and :func:`sample_line` build those from a results dataset's
+  provenance fields, and :func:`post_ln_theory` says whether seed 003's theory is the
+  model's (the figures draw it nowhere else).
 """
 
 import json
@@ -55,10 +57,77 @@ def ordered_colors(n: int, cmap: str = "viridis") -> np.ndarray:
     return matplotlib.colormaps.get_cmap(cmap)(np.linspace(0.0, 0.85, max(n, 1)))
 
 
+def provenance_record(ds: xr.Dataset) -> dict[str, Any]:
+    """The dataset's provenance record (its ``attrs["provenance"]`` JSON; empty if none)."""
+    return json.loads(ds.attrs.get("provenance", "{}"))
+
+
+#: How titles name the normalization schemes (seed 004's spelling).
+SCHEME_TITLES = {
+    "post-ln": "Post-LN",
+    "pre-ln": "Pre-LN",
+    "mix-ln": "Mix-LN",
+    "peri-ln": "Peri-LN",
+    "ngpt": "nGPT",
+    "sqrt-scaling": "sqrt-scaling",
+}
+
+
+def model_scheme(ds: xr.Dataset) -> str | None:
+    """The normalization scheme a study dataset's points ran, from its provenance fields
+    (never a model's repr): its ``scheme``; Post-LN for a study dataset written before
+    studies took a scheme (its ``model_equation`` is seed 003's, Post-LN's); ``None`` where
+    the dataset records neither (an estimate of a model the figures cannot name)."""
+    record = provenance_record(ds)
+    if "scheme" in record:
+        return str(record["scheme"])
+    return "post-ln" if "model_equation" in record else None
+
+
+def post_ln_theory(ds: xr.Dataset) -> bool:
+    """Whether seed 003's exact t = ∞ curves and thresholds are this dataset's theory: its
+    points ran Post-LN (or its SDE). Another scheme, or a model the provenance does not
+    name, has none: no figure draws them there."""
+    return model_scheme(ds) == "post-ln"
+
+
+def model_line(ds: xr.Dataset) -> str:
+    """``Post-LN, softmax attention, gaussian values``: the model of a study dataset as its
+    provenance fields record it (scheme with τ or α and the token norm, the SDE engine,
+    attention, the law of the values, per model where the models differ); empty where the
+    dataset names no model."""
+    record = provenance_record(ds)
+    scheme = model_scheme(ds)
+    if scheme is None:
+        return ""
+    name = SCHEME_TITLES.get(scheme, scheme)
+    for key, symbol in (("tau", "τ"), ("alpha", "α")):
+        if key in record and scheme in ("mix-ln", "ngpt"):
+            name += f" ({symbol} = {float(record[key]):g})"
+    if record.get("engine") == "sde":
+        name += " SDE (L → ∞)"
+    parts = [name]
+    if record.get("norm", "rms") != "rms":
+        parts.append(f"{record['norm']} tokens")
+    if "attention" in record:
+        parts.append(f"{record['attention']} attention")
+    parts.append(_values_words(record.get("values"), sde=record.get("engine") == "sde"))
+    return ", ".join(parts)
+
+
+def _values_words(values: Any, *, sde: bool) -> str:
+    """The law of the values as a title says it (per model where they differ)."""
+    if isinstance(values, dict):
+        return "values " + ", ".join(f"{model}: {law or 'none'}" for model, law in values.items())
+    if values is None:
+        return "Brownian noise" if sde else "deterministic values"
+    return f"{values} values"
+
+
 def sample_line(ds: xr.Dataset) -> str:
     """``2,000 trajectories a point, L = 50, T = 60`` from a results dataset's provenance
     (the parts it records)."""
-    record: dict[str, Any] = json.loads(ds.attrs.get("provenance", "{}"))
+    record = provenance_record(ds)
     parts = []
     if "n_trajectories" in record:
         parts.append(f"{int(record['n_trajectories']):,} trajectories a point")
@@ -86,7 +155,11 @@ def wrap(text: str, width_inches: float, fontsize: float = 9.0) -> str:
     """``text`` broken into lines that fit ``width_inches`` at ``fontsize`` (each line of
     ``text`` wrapped on its own), so titles are never cut off at the figure's edge."""
     chars = max(30, int(width_inches * 72 / (0.55 * fontsize)))
-    return "\n".join(textwrap.fill(line, chars) for line in text.splitlines())
+    # Never a break inside "L = 20": its spaces are held by a placeholder (not whitespace
+    # to textwrap) while the lines are filled, and given back after.
+    held = text.replace(" = ", "\0=\0")
+    lines = (textwrap.fill(line, chars) for line in held.splitlines())
+    return "\n".join(lines).replace("\0", " ")
 
 
 def axes_width(ax: Any) -> float:
@@ -135,8 +208,13 @@ def key(kind: str, color: str = "0.25", **kwargs) -> Any:
 
 
 def setting_line(ds: xr.Dataset, keys: Sequence[str] = ()) -> str:
-    """The setting a figure shows: the point values every point shares (``d = 4``,
-    ``N = 2``) and the sample line (:func:`sample_line`)."""
+    """The setting a figure shows: the model (:func:`model_line`), the point values every
+    point shares (``d = 4``, ``N = 2``) and the sample line (:func:`sample_line`)."""
+    model = model_line(ds)
+    return f"{model}; {_shared_line(ds, keys)}" if model else _shared_line(ds, keys)
+
+
+def _shared_line(ds: xr.Dataset, keys: Sequence[str]) -> str:
     parts = []
     for name in keys:
         if name in ds.coords:
