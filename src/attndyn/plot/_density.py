@@ -78,7 +78,8 @@ def plot_pair_density(ds: xr.Dataset, *, variable: str = "pair_density", ncols: 
         ax.set_yticks(np.arange(len(order)), [f"{b:g}" for b in betas[order]])
         ax.set_xlabel("t")
         ax.set_ylabel("β")
-        ax.set_title(", ".join(f"{SYMBOLS.get(k, k)} = {v}" for k, v in label), fontsize=9)
+        title = ", ".join(f"{SYMBOLS.get(k, k)} = {v}" for k, v in label if v != "nan")
+        ax.set_title(title, fontsize=9)
     for ax in axes.ravel()[len(groups) :]:
         ax.remove()
     if mesh is not None:
@@ -106,7 +107,9 @@ def _lines(ds: xr.Dataset, variable: str, groups: dict[tuple, list[int]]) -> Fig
     colors = ordered_colors(len(groups))
     for color, (label, (i,)) in zip(colors, groups.items()):
         mean = np.asarray(ds[variable].values[i], dtype=float)
-        name = ", ".join(f"{SYMBOLS.get(k, k)} = {v}" for k, v in (*label, ("beta", _beta(ds, i))))
+        values = (*label, ("beta", _beta(ds, i)))
+        # ε of a model without it is NaN: left out of its label.
+        name = ", ".join(f"{SYMBOLS.get(k, k)} = {v}" for k, v in values if v != "nan")
         ax.plot(times, mean, color=color, lw=1.4, label=name)
         if f"{variable}_se" in ds:
             half = 1.96 * np.asarray(ds[f"{variable}_se"].values[i], dtype=float)

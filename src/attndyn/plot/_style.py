@@ -236,10 +236,17 @@ def _value(value: Any) -> str:
 
 
 def point_label(row: xr.Dataset, names: Sequence[str]) -> str:
-    """``"d = 4, β = 0.25"``: a point's values of the coordinates ``names``."""
+    """``"d = 4, β = 0.25"``: a point's values of the coordinates ``names`` (a NaN left out:
+    a parameter the point's model lacks, as ε of the full model)."""
     return ", ".join(
-        f"{SYMBOLS.get(n, n)} = {_value(row[n].item())}" for n in names if n in row.coords
+        f"{SYMBOLS.get(n, n)} = {_value(row[n].item())}"
+        for n in names
+        if n in row.coords and not _is_nan(row[n].item())
     )
+
+
+def _is_nan(value: Any) -> bool:
+    return isinstance(value, float | np.floating) and bool(np.isnan(value))
 
 
 def swept(ds: xr.Dataset, names: Sequence[str]) -> list[str]:
