@@ -96,7 +96,11 @@ def absorption_bound_of(
     """``True`` or ``"auto"`` → the default bound, ``False`` → none, a float → itself
     (checked)."""
     if isinstance(early_absorption, str):
-        check_choice(name, early_absorption, ("auto",))
+        if early_absorption != "auto":  # the message lists every allowed value, not 'auto' alone
+            raise ParameterError(
+                f"{name}={early_absorption!r} is not allowed; choose True, False, 'auto' or a "
+                "bound in (0, 1]."
+            )
         return DEFAULT_BOUND
     if isinstance(early_absorption, bool):
         return DEFAULT_BOUND if early_absorption else None
