@@ -64,3 +64,40 @@ def test_evolution_bad_input(tmp_path, args, match):
     assert result.exit_code != 0
     assert match in result.output
     assert not (tmp_path / "evolution.nc").exists()
+
+
+def test_evolution_last_line_names_every_file(tmp_path):
+    # The last line left out the pair-density figure. (The round trip's full model: its
+    # program is compiled already.)
+    result = CliRunner().invoke(main, ["evolution", *SMALL, "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    last = result.stderr.strip().splitlines()[-1]
+    for name in ("evolution.nc", "evolution.png", "evolution_pair_density.png"):
+        assert str(tmp_path / name) in last, last
+
+
+def test_evolution_runs_the_scheme_it_is_given(tmp_path, monkeypatch):
+    # --scheme and nGPT's --alpha reach the study's spec (the study is replaced: the models
+    # it would build are built here), and its provenance records them as fields.
+    from attndyn.cli import _evolution
+    from attndyn.studies.evolution import models_metadata
+    from attndyn.studies.phase import phase_model
+
+    specs = []
+
+    def study(spec, mc, points, **kwargs):
+        specs.append(spec)
+        raise ad.ParameterError("stopped by the test")
+
+    monkeypatch.setattr(_evolution, "evolution_study", study, raising=False)
+    args = ["--scheme", "ngpt", "--alpha", "2", "--model", "full,deterministic"]
+    result = CliRunner().invoke(main, ["evolution", *SMALL, *args, "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "stopped by the test" in result.output
+    (spec,) = specs
+    assert (spec.scheme, spec.alpha) == ("ngpt", 2.0)
+    record = models_metadata(spec, ["full", "deterministic"])
+    assert (record["scheme"], record["alpha"]) == ("ngpt", 2.0) and "tau" not in record
+    assert record["model_equation"]["full"].startswith("seed 004 Table 1 (ngpt layer maps)")
+    model = phase_model(beta=1.0, dim=4, n_tokens=6, scheme="ngpt", alpha=2.0, depth=5)
+    assert isinstance(model, ad.DiscreteTransformer) and isinstance(model.scheme, ad.NGPT)
+    assert float(model.scheme.alpha) == 2.0

@@ -1,5 +1,6 @@
 import json
 
+import click
 import pytest
 import xarray as xr
 from click.testing import CliRunner
@@ -250,3 +251,95 @@ def test_version_is_the_running_source_version(monkeypatch):
     result = CliRunner().invoke(main, ["--version"])
     assert result.exit_code == 0
     assert result.output.strip() == f"attndyn, version {ad.__version__}"
+
+
+# Issue 42 items 8-10: --scheme on phase-diagram, the figures of another scheme, --help.
+
+
+@pytest.mark.parametrize("command", ["phase-diagram", "evolution"])
+def test_help_shows_one_default_per_option(command):
+    # phase-diagram's --beta showed two: its own text's and click's.
+    group_context = click.Context(main)
+    cmd = main.get_command(group_context, command)
+    assert cmd is not None
+    context = click.Context(cmd, info_name=command, parent=group_context)
+    for param in cmd.params:
+        record = param.get_help_record(context)
+        if record is not None:
+            assert record[1].count("[default:") <= 1, (param.name, record[1])
+    for name in ("scheme", "tau", "alpha"):
+        assert name in {p.name for p in cmd.params}
+
+
+@pytest.mark.parametrize("command", ["phase-diagram", "evolution"])
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (["--tau", "0.3"], "--tau is Mix-LN's switch time and applies to --scheme mix-ln only"),
+        (["--scheme", "pre-ln", "--alpha", "2"], "--alpha is nGPT's step and applies to"),
+        (["--scheme", "pre-ln", "--engine", "sde"], "--scheme pre-ln has no sde engine"),
+        (["--scheme", "post-LN"], "'post-LN' is not one of 'post-ln', 'pre-ln'"),
+        (["--scheme", "mix-ln", "--tau", "-1"], "tau"),
+    ],
+)
+def test_scheme_options_refused_where_the_model_has_no_use_for_them(tmp_path, command, args, match):
+    result = CliRunner().invoke(main, [command, *args, "--no-progress", "--out", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert match in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert not list(tmp_path.iterdir())
+
+
+def test_phase_diagram_of_another_scheme(tmp_path):
+    # The (β, d) diagram of a normalization scheme from the command line (it needed Python:
+    # "Did you mean one of: '--cache', '--seed'?"). Its provenance names the scheme and
+    # τ as fields, and it carries no exact curve: that is Post-LN's.
+    args = ["--scheme", "mix-ln", "--tau", "0.25", "--beta", "1", "--dim", "4"]
+    args += ["--n-trajectories", "16", "--depth", "5", "--horizon", "2", "--no-progress"]
+    result = CliRunner().invoke(main, ["phase-diagram", *args, "--out", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    (point,) = json.loads(result.stdout)["points"]
+    assert "p_antipodal_exact" not in point and point["n_valid"] == 16
+    ds = ad.open_dataset(tmp_path / "phase_diagram.nc")
+    prov = ad.provenance(ds)
+    assert (prov["scheme"], prov["tau"]) == ("mix-ln", 0.25) and "alpha" not in prov
+    assert prov["model_equation"].startswith("seed 004 Table 1 (mix-ln layer maps)")
+    assert "MixLN(" in prov["model"]
+    assert "p_antipodal_exact" not in ds
+    fig = ad.plot.phase_diagram(ds)
+    assert [x for x in fig.axes[0].get_lines() if x.get_linestyle() in ("-", "--")] == []
+    assert "Mix-LN (τ = 0.25)" in " ".join(fig.axes[0].get_title().split())
+
+
+@pytest.mark.slow  # ~8 s CPU: 10,000 layers of 200 trajectories at two β
+def test_pre_ln_diagram_end_to_end(tmp_path):
+    # The issue's command (defaults L = 100, T = 100): exits 0, and neither the dataset nor
+    # the figure carries Post-LN's exact curve or β_c.
+    args = ["--scheme", "pre-ln", "--dim", "4", "--beta", "1,3", "--n-trajectories", "200"]
+    result = CliRunner().invoke(
+        main, ["phase-diagram", *args, "--no-progress", "--out", str(tmp_path)]
+    )
+    assert result.exit_code == 0, result.output
+    ds = ad.open_dataset(tmp_path / "phase_diagram.nc")
+    assert ad.provenance(ds)["scheme"] == "pre-ln" and "p_antipodal_exact" not in ds
+    (ax,) = ad.plot.phase_diagram(ds).axes
+    assert [x for x in ax.get_lines() if x.get_linestyle() in ("-", "--")] == []
+
+
+def test_beta_eps_runs_d_3_by_default(tmp_path, monkeypatch):
+    # --kind beta-eps kept d = 4, 6, 8 (540 cells, ~12 minutes); seed 003 Fig. 4 is d = 3.
+    # The study is replaced: only the points the command builds are under test.
+    from attndyn.cli import _phase
+
+    seen = []
+
+    def study(kind, spec, mc, points, **kwargs):
+        seen.append(sorted({p["dim"] for p in points}))
+        raise ad.ParameterError("stopped by the test")
+
+    monkeypatch.setattr(_phase, "phase_diagram_study", study, raising=False)
+    base = ["phase-diagram", "--kind", "beta-eps", "--beta", "1", "--eps", "0.5"]
+    for extra in ([], ["--dim", "5"]):
+        result = CliRunner().invoke(main, [*base, *extra, "--out", str(tmp_path / str(len(extra)))])
+        assert result.exit_code == 2 and "stopped by the test" in result.output
+    assert seen == [[3], [5]]

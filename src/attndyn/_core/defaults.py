@@ -103,11 +103,14 @@ PHASE_BETAS: Final = "0,0.4,0.8,1.5,2,2.5,3,3.5,4"
 #: The points each command runs with no options (its grid, as the command line reads it;
 #: the models and the study functions take the points they are given). phase-diagram: seed
 #: 003 Fig. 3 (two tokens, d = 4, 6, 8, :data:`PHASE_BETAS`) and Fig. 4's ε for
-#: ``--kind beta-eps``; evolution: seed 003 Figs. 7-8 (β = 5, d = 4, N = 50, ε = 1 for the
-#: hybrid model); modes: the growth of the modes of 4,096 tokens on the circle at β = 4, 9,
-#: 16 (spec §7). The schemes study's n, d, β are :data:`SCHEMES_N_TOKENS`, … above.
+#: ``--kind beta-eps``, which runs Fig. 4's d = 3 (its own entry: d = 4, 6, 8 there were
+#: 540 cells, ~12 minutes, and not the paper's figure); evolution: seed 003 Figs. 7-8
+#: (β = 5, d = 4, N = 50, ε = 1 for the hybrid model); modes: the growth of the modes of
+#: 4,096 tokens on the circle at β = 4, 9, 16 (spec §7). The schemes study's n, d, β are
+#: :data:`SCHEMES_N_TOKENS`, … above.
 COMMAND_GRIDS: Final = {
     "phase-diagram": {"beta": PHASE_BETAS, "dim": "4,6,8", "n_tokens": "2", "eps": "0.1:2:0.1"},
+    "phase-diagram --kind beta-eps": {"dim": "3"},
     "evolution": {"beta": "5", "dim": "4", "n_tokens": "50", "eps": "1.0"},
     "modes": {"beta": "4,9,16", "dim": "2", "n_tokens": "4096"},
 }
@@ -296,7 +299,7 @@ PARAMETERS: Final = (
         "sqrt-scaling); an object on the models",
         "",
         SCHEME,
-        "discrete models, modes",
+        "discrete models, modes, phase-diagram, evolution",
         "--scheme",
     ),
     Parameter(
@@ -336,7 +339,7 @@ PARAMETERS: Final = (
         "Mix-LN's switch: Post-LN before t = τ, Pre-LN after",
         "1 (model time t)",
         f"{TAU:g}",
-        "MixLN, schemes",
+        "MixLN, schemes, phase-diagram, evolution",
         "--tau",
     ),
     Parameter(
@@ -345,7 +348,7 @@ PARAMETERS: Final = (
         "nGPT's step",
         "1",
         f"{ALPHA:g} (schemes study: {', '.join(f'{a:g}' for a in SCHEMES_ALPHAS)})",
-        "NGPT, schemes",
+        "NGPT, schemes, phase-diagram, evolution",
         "--alpha",
     ),
     Parameter(

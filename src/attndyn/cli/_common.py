@@ -21,7 +21,13 @@ from click.core import ParameterSource
 # Only modules that import nothing heavy at the top: `attndyn --help` and the options'
 # own errors never import JAX (each command imports what it runs when it runs).
 from .._core import defaults
-from .._core.names import ATTENTION_KINDS, DISTRIBUTIONS, NORM_NAMES, SDE_SOLVER_NAMES
+from .._core.names import (
+    ATTENTION_KINDS,
+    DISTRIBUTIONS,
+    NORM_NAMES,
+    SCHEME_NAMES,
+    SDE_SOLVER_NAMES,
+)
 from .._core.renamed import DEPRECATED_FLAGS, REMOVED_IN
 from .._estimate.defaults import DEFAULT_COORDINATOR_TIMEOUT
 from ..studies._names import ENGINES
@@ -254,7 +260,13 @@ def study_options(func: Callable) -> Callable:
     and multi-host flags. :func:`start_processes`, :func:`model_spec` and
     :func:`monte_carlo` read them."""
     options = [
-        engine_option("discrete: the depth-L layer maps; sde: the L → ∞ SDE (eq. 6 / eq. 8)."),
+        engine_option(
+            "discrete: the depth-L layer maps; sde: the L → ∞ SDE of Post-LN (eq. 6 / eq. 8)."
+        ),
+        scheme_option(
+            "Normalization scheme of the layer maps (seed 004; discrete engine). The exact "
+            "t = ∞ curves and thresholds are Post-LN's: no other scheme's figure draws them."
+        ),
         click.option(
             "--values",
             default=None,
@@ -271,10 +283,12 @@ def study_options(func: Callable) -> Callable:
             help="σ > 0: the scale of the full value noise (not of the hybrid model's ε).",
         ),
         norm_option(
-            "Token normalisation of Post-LN: rms (the unit sphere) or layernorm (centred: "
-            "the unit sphere of the mean-zero hyperplane, d ≥ 3; its law is the rms model in "
-            "d − 1 dimensions). Discrete engine only."
+            "Token normalisation of the scheme: rms (the unit sphere) or layernorm (centred: "
+            "the unit sphere of the mean-zero hyperplane, d ≥ 3; Post-LN's law is then the rms "
+            "model's in d − 1 dimensions). Discrete engine only."
         ),
+        tau_option("Mix-LN's switch τ ≥ 0: Post-LN before t = τ, Pre-LN after (--scheme mix-ln)."),
+        alpha_option("nGPT's step α > 0 (--scheme ngpt)."),
         click.option(
             "--step",
             default=None,
@@ -544,6 +558,21 @@ def norm_option(help: str) -> Callable:
     return _choice_option("--norm", defaults.NORM, NORM_NAMES, help)
 
 
+def scheme_option(help: str) -> Callable:
+    """``--scheme``: the normalization scheme of the layer maps, the shared default."""
+    return _choice_option("--scheme", defaults.SCHEME, SCHEME_NAMES, help)
+
+
+def tau_option(help: str) -> Callable:
+    """``--tau``: Mix-LN's switch, the shared default (:func:`check_scheme_flags`)."""
+    return click.option("--tau", default=defaults.TAU, show_default=True, type=float, help=help)
+
+
+def alpha_option(help: str) -> Callable:
+    """``--alpha``: nGPT's step, the shared default (:func:`check_scheme_flags`)."""
+    return click.option("--alpha", default=defaults.ALPHA, show_default=True, type=float, help=help)
+
+
 def overwrite_option() -> Callable:
     return click.option(
         "--overwrite",
@@ -584,6 +613,29 @@ def check_engine_flags(options: Mapping[str, Any]) -> None:
             raise ParameterError(
                 f"--{name} applies to --engine sde only; the discrete engine steps by "
                 f"1/--depth (drop --{name}, or add --engine sde)."
+            )
+
+
+#: The scheme each scheme-specific option belongs to.
+SCHEME_OPTIONS = {"tau": ("mix-ln", "Mix-LN's switch time"), "alpha": ("ngpt", "nGPT's step")}
+
+
+def check_scheme_flags(options: Mapping[str, Any]) -> None:
+    """Refuse, naming the flags, a scheme the engine lacks (the SDEs are Post-LN's limit)
+    and a scheme's own number given for another scheme (it would be ignored)."""
+    from .._core.errors import ParameterError
+
+    scheme = options["scheme"]
+    if scheme != "post-ln" and options["engine"] == "sde":
+        raise ParameterError(
+            f"--scheme {scheme} has no sde engine: the SDEs (seed 003 eq. 6 / eq. 8) are the "
+            "depth limit of Post-LN (drop --engine sde, or drop --scheme)."
+        )
+    for name, (owner, what) in SCHEME_OPTIONS.items():
+        if given(name) and scheme != owner:
+            raise ParameterError(
+                f"--{name} is {what} and applies to --scheme {owner} only; this run's scheme "
+                f"is {scheme} (drop --{name}, or add --scheme {owner})."
             )
 
 
@@ -682,6 +734,9 @@ def model_spec(options: Mapping[str, Any], *, noise: str, attention: str) -> Mod
         dt=options["dt"],
         norm=options.get("norm", "rms"),
         step=options.get("step"),
+        scheme=options.get("scheme", defaults.SCHEME),
+        tau=options.get("tau", defaults.TAU),
+        alpha=options.get("alpha", defaults.ALPHA),
     )
 
 
@@ -779,9 +834,11 @@ def finish(
     dataset_path = out.stage(f"{name}.nc", functools.partial(to_netcdf, ds))
     save = functools.partial(save_png, dpi=130, metadata=png_metadata(ds, dataset_path.name))
     figure_path = out.stage(f"{name}.png", functools.partial(save, figure(ds)))
+    written = [dataset_path, figure_path]
     for file, draw in more_figures.items():
         path = out.stage(file, functools.partial(save, draw(ds)))
         extra[f"{Path(file).stem.removeprefix(name + '_')}_figure"] = str(path)
+        written.append(path)
     out.commit()
     if checkpoint is not None:
         checkpoint.unlink(missing_ok=True)
@@ -791,8 +848,9 @@ def finish(
         payload.update(points=json_points(ds), **extra)
         payload.update(seconds=seconds, dataset=str(dataset_path), figure=str(figure_path))
         emit_json(payload)
-    else:
-        say(f"wrote {dataset_path} and {figure_path} in {seconds:.1f} s")
+    else:  # every file written, the extra figures too
+        files = ", ".join(str(path) for path in written[:-1])
+        say(f"wrote {files} and {written[-1]} in {seconds:.1f} s")
 
 
 def warn_merged(ds) -> None:

@@ -10,6 +10,7 @@ from .._core import defaults
 from ._common import (
     attention_option,
     check_engine_flags,
+    check_scheme_flags,
     cli_errors,
     command_options,
     deprecated_option,
@@ -102,12 +103,17 @@ def evolution(**raw: Any) -> None:
     OUT/evolution.png and OUT/evolution_pair_density.png (the (t, β) heatmap of the
     fraction of pairs with cosine > 0.999). The --json series also give, at every time, the
     mean pair density and span dimension (Gram eigenvalues > 1e-3) with standard errors.
+
+    --scheme runs the models with another normalization scheme's layer maps (seed 004:
+    pre-ln, mix-ln with --tau, peri-ln, ngpt with --alpha, sqrt-scaling; discrete engine);
+    the exact t = ∞ levels drawn for two tokens are Post-LN's, and drawn for it only.
     """
     started = time.perf_counter()
     options = command_options(raw)
     writer = start_processes(options)  # jax.distributed must start before other JAX work
     run = sys.modules[__name__]  # the study's names, loaded now (see __getattr__)
     check_engine_flags(options)
+    check_scheme_flags(options)
     models = names("--model", options["models"])
     points = run.evolution_points(
         models,

@@ -17,6 +17,7 @@ from ..studies._names import (
 )
 from ._common import (
     check_engine_flags,
+    check_scheme_flags,
     cli_errors,
     command_options,
     deprecated_option,
@@ -39,6 +40,8 @@ from ._common import (
 
 #: The points the command runs with no options (one place: attndyn._core.defaults).
 GRID = COMMAND_GRIDS["phase-diagram"]
+#: What --kind beta-eps runs where it differs from GRID (seed 003 Fig. 4's d = 3).
+BETA_EPS_GRID = COMMAND_GRIDS["phase-diagram --kind beta-eps"]
 
 #: What the command runs, imported when it runs (a --help imports no JAX).
 __getattr__ = lazy_names(
@@ -63,11 +66,15 @@ __getattr__ = lazy_names(
 @click.option(
     "--beta",
     default=GRID["beta"],
-    show_default=True,
-    help="β values: a:b:step or a,b,c [default: both sides of β_c(d) for d = 4, 6, 8, none "
-    "within 0.14 of one, where a finite horizon cannot settle].",
+    help=f"β values: a:b:step or a,b,c [default: {GRID['beta']}: both sides of β_c(d) for "
+    "d = 4, 6, 8, none within 0.14 of one, where a finite horizon cannot settle].",
 )
-@click.option("--dim", default=GRID["dim"], show_default=True, help="Dimensions d ≥ 2.")
+@click.option(
+    "--dim",
+    default=GRID["dim"],
+    help=f"Dimensions d ≥ 2 [default: {GRID['dim']}; {BETA_EPS_GRID['dim']} for --kind "
+    "beta-eps, as seed 003 Fig. 4].",
+)
 @click.option(
     "--n-tokens", default=GRID["n_tokens"], show_default=True, help="Numbers of tokens N ≥ 1."
 )
@@ -107,10 +114,15 @@ def phase_diagram(**raw: Any) -> None:
     full value noise (eq. 4), or its SDE (eq. 6) with --engine sde; the figure compares
     with the exact t = ∞ two-token probability, β_c(d) dashed.
     --kind beta-eps: the hybrid model (eq. 7, or eq. 8 with --engine sde) over (β, ε),
-    Fig. 4 (paper: --dim 3 --depth 100 --horizon 50); cells coloured by their most likely
-    class and shaded by its probability, ε_c(β) = √(2·exp(−β)) dashed, cells whose layer
-    step exceeds 0.1 hatched (the dataset's far_from_limit).
-    --kind beta-n: P(has an antipodal pair) against β, one curve per N in --n-tokens, Fig. 6.
+    Fig. 4 (paper: --depth 100 --horizon 50; d = 3 by default); cells coloured by their
+    most likely class and shaded by its probability, ε_c(β) = √(2·exp(−β)) dashed, cells
+    whose layer step exceeds 0.1 hatched (the dataset's far_from_limit).
+    --kind beta-n: P(has an antipodal pair) against β, one curve per N and d, Fig. 6.
+
+    --scheme runs the same diagram for another normalization scheme of seed 004 (pre-ln,
+    mix-ln with --tau, peri-ln, ngpt with --alpha, sqrt-scaling; discrete engine): the
+    value noise is the kind's, and the figure draws no exact curve or threshold, which are
+    Post-LN's.
 
     Uniform starts on the sphere; writes OUT/phase_diagram.nc (probabilities, Wilson 95 %
     intervals, counts, provenance; with --engine sde also the measured drift off the
@@ -132,11 +144,14 @@ def phase_diagram(**raw: Any) -> None:
     run = sys.modules[__name__]  # the study's names, loaded now (see __getattr__)
     phase_points, EXACT_BETA_MAX = run.phase_points, run.EXACT_BETA_MAX
     check_engine_flags(options)
+    check_scheme_flags(options)
     kind = options["kind"]
+    # beta-eps's own d grid (seed 003 Fig. 4) where --dim is left out.
+    dims = BETA_EPS_GRID["dim"] if kind == "beta-eps" and not given("dim") else options["dim"]
     points = phase_points(
         kind,
         betas=floats("beta", options["beta"]),
-        dims=ints("dim", options["dim"]),
+        dims=ints("dim", dims),
         n_tokens=ints("n-tokens", options["n_tokens"]),
         eps=floats("eps", options["eps"]) if kind == "beta-eps" else (),
     )
@@ -150,6 +165,7 @@ def phase_diagram(**raw: Any) -> None:
     # are the ones in effect: the kind's default attention, no ε outside beta-eps.
     in_effect: dict[str, Any] = {
         **options,
+        "dim": dims,
         "attention": attention,
         "eps": options["eps"] if kind == "beta-eps" else None,
     }

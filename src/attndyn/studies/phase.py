@@ -33,7 +33,7 @@ from .._core.errors import (
 from .._core.norms import NORM_NAMES
 from .._core.renamed import renamed, translate
 from .._core.saveat import SaveAt
-from .._core.schemes import PostLN
+from .._core.schemes import SCHEME_NAMES, PostLN, scheme_from_name
 from .._core.sphere import uniform_sphere
 from .._core.values import DISTRIBUTIONS, MatrixValues, ScalarValues
 from .._estimate.estimator import estimate_checked
@@ -53,6 +53,7 @@ from .._models.sde import HybridSDE, TransformerSDE
 from ..theory import (
     EXACT_BETA_MAX,
     depth_for_step,
+    effective_dim,
     hybrid_layer_step,
     p_antipodal_hybrid_uniform,
     p_antipodal_pair_three_tokens,
@@ -85,6 +86,21 @@ EQUATIONS = {
     ("none", "discrete"): "seed 003 eq. 7 with ε = 0 (Post-LN, deterministic values)",
     ("none", "sde"): "seed 003 Lemma 2 (the attention ODE, fixed steps)",
 }
+#: The value noise of each ``noise``, as the equation of another scheme names it.
+NOISE_WORDS = {
+    "full": "full value noise (V_n of seed 003 eq. 4)",
+    "hybrid": "scalar value noise (V_n of seed 003 eq. 7)",
+    "none": "deterministic values (V_n = I/L)",
+}
+
+
+def model_equation(noise: str, engine: str, scheme: str = defaults.SCHEME) -> str:
+    """The equation a study's points run, as its provenance records it: seed 003's for
+    Post-LN (:data:`EQUATIONS`); for another scheme (discrete engine only), seed 004's
+    layer map of that scheme with seed 003's value operator."""
+    if scheme == "post-ln":
+        return EQUATIONS[(noise, engine)]
+    return f"seed 004 Table 1 ({scheme} layer maps) with {NOISE_WORDS[noise]}"
 
 
 @renamed(tokens="n_tokens", save_at="saveat")
@@ -106,6 +122,9 @@ def phase_model(
     saveat: tuple[float | int, ...] | None = None,
     norm: str = defaults.NORM,
     step: float | None = None,
+    scheme: str = defaults.SCHEME,
+    tau: float = defaults.TAU,
+    alpha: float = defaults.ALPHA,
 ) -> AbstractModel:
     """The model of one phase-diagram point.
 
@@ -120,9 +139,12 @@ def phase_model(
     law is the RMS model's in d − 1 dimensions. ``step``: a real layer step η instead of
     ``depth`` (t = nη). ``horizon``: T (default: the phase diagram's,
     :data:`attndyn._core.defaults.HORIZON`); ``saveat``: the save times in [0, T] (default:
-    T only).
+    T only). ``scheme``: the normalization scheme of the layer maps (seed 004; default
+    Post-LN, the model of seed 003 and of its theory; discrete engine only), with Mix-LN's
+    switch ``tau`` and nGPT's step ``alpha``.
     """
     del n_tokens
+    check_choice("scheme", scheme, SCHEME_NAMES)
     if horizon is None:
         horizon = defaults.horizon_of("phase-diagram")
     check_choice("norm", norm, NORM_NAMES)
@@ -141,10 +163,15 @@ def phase_model(
             vals = ScalarValues(eps, distribution=values or "rademacher")
         else:
             vals = ScalarValues(0.0)
+        layer_map = _layer_map(scheme, norm=norm, tau=tau, alpha=alpha, step=step)
         if step is not None:
-            return DiscreteTransformer(att, vals, PostLN(norm=norm), saveat=when, step=step)
-        scheme = PostLN() if norm == "rms" else PostLN(norm=norm)
-        return DiscreteTransformer(att, vals, scheme, depth=depth, saveat=when)
+            return DiscreteTransformer(att, vals, layer_map, saveat=when, step=step)
+        return DiscreteTransformer(att, vals, layer_map, depth=depth, saveat=when)
+    if scheme != "post-ln":
+        raise ParameterError(
+            f"scheme={scheme!r} has no sde engine: the SDEs (seed 003 eq. 6 / eq. 8) are the "
+            "depth limit of Post-LN; use engine='discrete' or scheme='post-ln'."
+        )
     if norm != "rms":
         raise ParameterError(
             f"norm={norm!r} is defined for the discrete engine; its SDE limit is the RMS SDE "
@@ -156,6 +183,14 @@ def phase_model(
     return HybridSDE(att, eps=eps if noise == "hybrid" else 0.0, saveat=when, integrator=integrator)
 
 
+def _layer_map(scheme: str, *, norm: str, tau: float, alpha: float, step: float | None):
+    """The scheme object of a discrete point: Post-LN as 0.4 built it (the same object, so
+    the same compiled program and checkpoint signature), another scheme by name."""
+    if scheme == "post-ln":
+        return PostLN() if norm == "rms" and step is None else PostLN(norm=norm)
+    return scheme_from_name(scheme, tau=tau, alpha=alpha, norm=norm)
+
+
 @renamed(save_at="saveat")
 @dataclasses.dataclass(frozen=True)
 class ModelSpec:
@@ -165,7 +200,10 @@ class ModelSpec:
     (the phase diagram's T = 100, evolution's T = 50: ``defaults.HORIZON``). ``saveat``:
     the save times in [0, T], a tuple (default: T only); the spec holds the horizon
     itself, so it takes the times, not a :class:`attndyn.SaveAt` (which would give T
-    twice); a ``SaveAt`` of the spec's horizon is read as its times."""
+    twice); a ``SaveAt`` of the spec's horizon is read as its times. ``scheme``: the
+    normalization scheme of the layer maps (default Post-LN; the others on the discrete
+    engine), ``tau`` Mix-LN's switch and ``alpha`` nGPT's step (each only with its
+    scheme)."""
 
     noise: str = defaults.NOISE
     engine: str = defaults.ENGINE
@@ -179,6 +217,9 @@ class ModelSpec:
     saveat: tuple[float | int, ...] | SaveAt | None = None
     norm: str = defaults.NORM
     step: float | None = None
+    scheme: str = defaults.SCHEME
+    tau: float = defaults.TAU
+    alpha: float = defaults.ALPHA
 
     def study_horizon(self, study: str) -> float:
         """The horizon T, ``study``'s default where ``horizon=None``."""
@@ -213,6 +254,7 @@ class ModelSpec:
                     "step is the layer step of the discrete engine; the sde engine takes dt."
                 )
         check_choice("attention", self.attention, ATTENTION_KINDS)
+        self._check_scheme()
         if self.values is not None:
             check_choice("values", self.values, DISTRIBUTIONS)
         check_bound("sigma", self.sigma, lower=0.0, lower_open=True)
@@ -235,6 +277,27 @@ class ModelSpec:
                     "lie in (0, horizon]."
                 )
 
+    def _check_scheme(self) -> None:
+        """The scheme, and its own number only where it has one (τ for Mix-LN, α for nGPT:
+        another scheme would ignore it); the SDE engine is Post-LN's limit only."""
+        check_choice("scheme", self.scheme, SCHEME_NAMES)
+        if self.scheme != "post-ln" and self.engine != "discrete":
+            raise ParameterError(
+                f"scheme={self.scheme!r} has no sde engine: the SDEs (seed 003 eq. 6 / eq. 8) "
+                "are the depth limit of Post-LN; use engine='discrete' or scheme='post-ln'."
+            )
+        for name, owner, default, lower_open in (
+            ("tau", "mix-ln", defaults.TAU, False),
+            ("alpha", "ngpt", defaults.ALPHA, True),
+        ):
+            value = getattr(self, name)
+            check_bound(name, value, lower=0.0, lower_open=lower_open)
+            if self.scheme != owner and value != default:
+                raise ParameterError(
+                    f"{name}={value!r} applies to scheme={owner!r} only; scheme="
+                    f"{self.scheme!r} has no {name} (leave it at {default:g})."
+                )
+
     def model_fn(self) -> Callable[..., AbstractModel]:
         """``model_fn(**point)`` for the estimator."""
         fields = dataclasses.asdict(self)
@@ -243,8 +306,10 @@ class ModelSpec:
     def metadata(self) -> dict[str, Any]:
         """Provenance of the model choice."""
         record: dict[str, Any] = {
-            "model_equation": EQUATIONS[(self.noise, self.engine)],
+            "model_equation": model_equation(self.noise, self.engine, self.scheme),
             "engine": self.engine,
+            # The scheme as a field (figures read it: the exact curves are Post-LN's).
+            "scheme": self.scheme,
             "attention": self.attention,
             # The SDEs have no value law (their noise is a Brownian motion): none recorded.
             "values": None
@@ -253,6 +318,10 @@ class ModelSpec:
             "horizon": self.horizon,
             "norm": self.norm,
         }
+        if self.scheme == "mix-ln":
+            record["tau"] = self.tau
+        if self.scheme == "ngpt":
+            record["alpha"] = self.alpha
         if self.noise == "full":
             record["sigma"] = self.sigma
         if self.engine == "discrete" and self.step is not None:
@@ -396,9 +465,10 @@ def phase_diagram_study(
     progress: bool = True,
     metadata: Mapping[str, Any] | None = None,
 ) -> xr.Dataset:
-    """Estimate a phase diagram; add the exact t = ∞ two-token curve (its N = 2 points;
-    computed before the simulation, NaN with a note where β >
-    :data:`attndyn.theory.EXACT_BETA_MAX`), for ``beta-n`` the three-token reading of
+    """Estimate a phase diagram; add the exact t = ∞ two-token curve of Post-LN (its N = 2
+    points; computed before the simulation, NaN with a note where β >
+    :data:`attndyn.theory.EXACT_BETA_MAX`; none for another ``spec.scheme``, which has no
+    such theory), for ``beta-n`` the three-token reading of
     :func:`three_token_curve`, and the SDE solver's measured drift off the sphere
     (``engine="sde"``). ``kind`` requires
     ``spec.noise`` (beta-d and beta-n: ``"full"``, beta-eps: ``"hybrid"``, as the CLI pairs
@@ -408,12 +478,15 @@ def phase_diagram_study(
     # Every point's model, built once (and so validated) before anything runs; the
     # estimator and the drift measurement take these.
     model_fn = BuiltModels(spec.model_fn(), points, x64=mc.x64)
-    if spec.noise == "hybrid" and spec.engine == "discrete":
+    eq7 = spec.noise == "hybrid" and spec.engine == "discrete" and spec.scheme == "post-ln"
+    if eq7:
         warn_hybrid_step(points, spec)
-    # Exact references first: a failure there must not waste the simulation.
-    if kind == "beta-eps":
-        exact = exact_hybrid_curve(points, spec.attention)
-    else:
+    # Exact references first: a failure there must not waste the simulation. They are
+    # Post-LN's (seed 003's theory): another scheme's dataset carries none.
+    exact = None
+    if spec.scheme == "post-ln" and kind == "beta-eps":
+        exact = exact_hybrid_curve(points, spec.attention, norm=spec.norm)
+    elif spec.scheme == "post-ln":
         exact = exact_curve(points, norm=spec.norm)
     three = three_token_curve(points, spec, tol=mc.tol) if kind == "beta-n" else None
     ds = mc.estimate(
@@ -423,12 +496,13 @@ def phase_diagram_study(
         progress=progress,
         metadata={"kind": kind, **spec.metadata(), **(metadata or {})},
     )
-    add_exact_curve(ds, exact, hybrid=kind == "beta-eps", norm=spec.norm)
+    if exact is not None:
+        add_exact_curve(ds, exact, hybrid=kind == "beta-eps", norm=spec.norm)
     if three is not None:
         add_three_token_curve(ds, three, horizon=spec.study_horizon("phase-diagram"))
     if spec.engine == "sde":
         add_sphere_drift(ds, drift_models(model_fn, mc), points, seed=mc.seed)
-    if spec.noise == "hybrid" and spec.engine == "discrete":
+    if eq7:
         add_layer_step(ds, points, spec)
     describe(ds, title=TITLES[kind])
     return index_points(ds)
@@ -528,13 +602,19 @@ def warn_hybrid_step(points: Sequence[Mapping[str, Any]], spec: ModelSpec) -> No
     )
 
 
-def exact_hybrid_curve(points: Sequence[Mapping[str, Any]], attention: str) -> np.ndarray:
+def exact_hybrid_curve(
+    points: Sequence[Mapping[str, Any]], attention: str, *, norm: str = "rms"
+) -> np.ndarray:
     """The t = ∞ two-token probability of the hybrid SDE per point (scale function; 0 at
-    ε = 0, NaN for N ≠ 2)."""
+    ε = 0, NaN for N ≠ 2); with ``norm="layernorm"`` the RMS one of d − 1 dimensions (the
+    hybrid drift has no d: only the start's law, uniform on the hyperplane's sphere,
+    changes)."""
     return np.asarray(
         [
             (
-                p_antipodal_hybrid_uniform(p["beta"], p["eps"], p["dim"], attention)
+                p_antipodal_hybrid_uniform(
+                    p["beta"], p["eps"], effective_dim(p["dim"], norm), attention
+                )
                 if p["eps"] > 0
                 else 0.0
             )
@@ -582,9 +662,11 @@ def three_token_curve(
     (:func:`attndyn.theory.p_antipodal_pair_three_tokens`): the chance that a 2 : 1
     antipodal split formed and is still seen with an antipodal pair. A reading compared
     with the paper-scale data (within 0.017), not a proof. NaN where it was not derived:
-    N ≠ 3, unnormalised attention, LayerNorm tokens, non-Gaussian values, d < 3."""
+    N ≠ 3, unnormalised attention, LayerNorm tokens, non-Gaussian values, d < 3, a scheme
+    other than Post-LN."""
     gaussian = spec.engine == "sde" or (spec.values or "gaussian") == "gaussian"
     applies = spec.attention == "softmax" and spec.norm == "rms" and gaussian
+    applies = applies and spec.scheme == "post-ln"
     return np.asarray(
         [
             p_antipodal_pair_three_tokens(
