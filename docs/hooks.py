@@ -56,9 +56,17 @@ def site_link(target: str, page_src: str, docs_dir: Path) -> str:
     return PurePosixPath(link).as_posix() + (f"#{anchor}" if anchor else "")
 
 
+#: In the specification (a verbatim copy of the shared one) ``v[μ](x)`` is a function of a
+#: measure applied at a point, which Markdown would read as a link to ``x``: a one-letter
+#: target after a bracket is mathematics there, and its bracket is escaped.
+MATH_APPLICATION = re.compile(r"\[([^\]\n]*)\]\(([A-Za-z])\)")
+
+
 def on_page_markdown(markdown: str, page, config, files) -> str:
     docs_dir = Path(config["docs_dir"])
     src = page.file.src_uri
+    if src == "spec.md":
+        markdown = MATH_APPLICATION.sub(r"\\[\1](\2)", markdown)
     return LINK.sub(lambda m: m[1] + site_link(m[2], src, docs_dir) + m[3], markdown)
 
 
