@@ -96,9 +96,7 @@ def check_bound(
     array = concrete(value)
     if array is None:
         return
-    lo = "(" if lower_open else "["
-    hi = ")" if upper_open else "]"
-    interval = f"{lo}{'-inf' if lower is None else lower}, {'inf' if upper is None else upper}{hi}"
+    interval = _interval(lower, upper, lower_open, upper_open)
     if not np.all(np.isfinite(array)):
         raise ParameterError(f"{name}={_show(array)} must be finite; allowed: {interval}.")
     bad = np.zeros(array.shape, dtype=bool)
@@ -108,6 +106,12 @@ def check_bound(
         bad |= (array >= upper) if upper_open else (array > upper)
     if np.any(bad):
         raise ParameterError(f"{name}={_show(array)} is outside the allowed range {interval}.")
+
+
+def _interval(lower: float | None, upper: float | None, lower_open: bool, upper_open: bool) -> str:
+    lo = "(" if lower_open else "["
+    hi = ")" if upper_open else "]"
+    return f"{lo}{'-inf' if lower is None else lower}, {'inf' if upper is None else upper}{hi}"
 
 
 #: The largest count that int32 arithmetic holds (layer and trajectory indices, step counts).
@@ -164,6 +168,46 @@ def check_real(name: str, value: Any) -> None:
         real = isinstance(value, int | float | np.integer | np.floating)
     if not real or isinstance(value, bool | np.bool_):
         raise ParameterError(f"{name}={value!r} must be a real number.")
+
+
+def check_real_in(
+    name: str,
+    value: Any,
+    *,
+    lower: float | None = None,
+    upper: float | None = None,
+    lower_open: bool = False,
+    upper_open: bool = False,
+    array_hint: str = "",
+) -> float:
+    """One real number in an interval, returned as a float: an array (``array_hint`` says
+    what to do instead), a string, a bool or None is refused naming it, as is NaN or ±inf,
+    before NumPy would fail on it with a raw TypeError or carry it as NaN."""
+    if isinstance(value, np.ndarray | jax.Array | list | tuple) and _ndim(value) != 0:
+        if isinstance(value, np.ndarray | jax.Array):
+            got = f"an array of shape {value.shape}"
+        else:
+            got = f"a {type(value).__name__} of {len(value)} values"
+        raise ParameterError(
+            f"{name} must be one real number; got {got}." + (f" {array_hint}" if array_hint else "")
+        )
+    try:
+        check_real(name, value)
+    except ParameterError:
+        interval = _interval(lower, upper, lower_open, upper_open)
+        raise ParameterError(f"{name}={value!r:.40} must be a real number in {interval}.") from None
+    number = float(value)  # pyright: ignore[reportArgumentType] - check_real: one real number
+    check_bound(
+        name, number, lower=lower, upper=upper, lower_open=lower_open, upper_open=upper_open
+    )
+    return number
+
+
+def _ndim(value: Any) -> int:
+    try:
+        return np.ndim(value)
+    except ValueError:  # a ragged list
+        return 1
 
 
 def check_unique(name: str, values: Iterable[Any]) -> None:
