@@ -134,6 +134,31 @@ CASES = {
     "trajectory key=0": lambda: MODEL.trajectory(X0, key=0),
     "trajectory int32 x0": lambda: MODEL.trajectory(X0.astype(np.int32), key=jax.random.key(0)),
     "simulate x0 2-d": lambda: MODEL.simulate(X0, jax.random.split(jax.random.key(0), 3)),
+    # Issue 42 item 7: tracebacks from the theory, the integrators and the sampler.
+    "mode_growth_rate beta='4'": lambda: ad.theory.mode_growth_rate("4", 2, 1),
+    "mode_growth_rate beta=None": lambda: ad.theory.mode_growth_rate(None, 2, 1),
+    "mode_growth_rate beta=array": lambda: ad.theory.mode_growth_rate(np.array([1.0, 2.0]), 2, 1),
+    "most_unstable_degree beta=[1, 2]": lambda: ad.theory.most_unstable_degree([1, 2], 2),
+    "mode_growth_rate ell='3'": lambda: ad.theory.mode_growth_rate(1.0, 2, "3"),
+    "mode_growth_rate ell=2.0": lambda: ad.theory.mode_growth_rate(1.0, 2, 2.0),
+    "mode_growth_rate ell=10**30": lambda: ad.theory.mode_growth_rate(1.0, 2, 10**30),
+    "mode_growth_rate depth='5'": lambda: ad.theory.mode_growth_rate(1.0, 2, 1, depth="5"),
+    "mode_growth_rate numpy": lambda: expect(
+        ad.theory.mode_growth_rate(np.float32(4), np.int64(2), np.int64(3), depth=np.int64(9)) > 0
+    ),
+    "funk_hecke_exponential beta=True": lambda: ad.theory.funk_hecke_exponential(True, 2, 1),
+    "self_attention_weight n_tokens=3.0": lambda: ad.theory.self_attention_weight(1.0, 2, 3.0),
+    "SDEIntegrator dt='0.1'": lambda: ad.SDEIntegrator(dt="0.1"),
+    "SDEIntegrator dt=None": lambda: ad.SDEIntegrator(dt=None),
+    "SDEIntegrator project='no'": lambda: ad.SDEIntegrator(project="no"),
+    "ODEIntegrator dt0='1'": lambda: ad.ODEIntegrator(dt0="1"),
+    "ODEIntegrator adaptive='no'": lambda: ad.ODEIntegrator(adaptive="no", dt0=0.1),
+    "uniform_sphere key=0": lambda: ad.uniform_sphere(key=0, n_tokens=2, dim=3),
+    "uniform_sphere numpy": lambda: expect(
+        ad.uniform_sphere(key=jax.random.key(0), n_tokens=np.int64(2), dim=np.int32(3)).shape
+        == (2, 3)
+    ),
+    "estimate early_absorption='off'": lambda: estimate(early_absorption="off"),
 }
 for name, case in CASES.items():
     try:
@@ -191,6 +216,29 @@ WRONG_TYPES = {
     "trajectory key=0": "ParameterError: key=0 must be one JAX PRNG key",
     "trajectory int32 x0": "ParameterError: x0 must be a float array of shape (N, d) (N tokens",
     "simulate x0 2-d": "ParameterError: x0 must be a float array of shape (batch, N, d)",
+    # A TypeError from SciPy or NumPy before, and "beta=nan" for None.
+    "mode_growth_rate beta='4'": "ParameterError: beta='4' must be a real number in [0.0, inf]",
+    "mode_growth_rate beta=None": "ParameterError: beta=None must be a real number",
+    "mode_growth_rate beta=array": "ParameterError: beta must be one real number; got an array "
+    "of shape (2,). The theory functions take an array of degrees ell, not of beta",
+    "most_unstable_degree beta=[1, 2]": "ParameterError: beta must be one real number; got a list",
+    "mode_growth_rate ell='3'": "ParameterError: ell='3' must be whole degrees >= 0",
+    "mode_growth_rate ell=2.0": "ParameterError: ell=2.0 must be whole degrees >= 0",
+    "mode_growth_rate ell=10**30": "ParameterError: ell=1000000000000000000000000000000 must be",
+    "mode_growth_rate depth='5'": "ParameterError: depth='5' must be a real number in (0.0, inf]",
+    "mode_growth_rate numpy": "accepted",
+    "funk_hecke_exponential beta=True": "ParameterError: beta=True must be a real number",
+    "self_attention_weight n_tokens=3.0": "ParameterError: n_tokens=3.0 must be an integer >= 2",
+    "SDEIntegrator dt='0.1'": "ParameterError: dt='0.1' must be a real number in (0.0, inf]",
+    "SDEIntegrator dt=None": "ParameterError: dt=None must be a real number in (0.0, inf]",
+    "SDEIntegrator project='no'": "ParameterError: project='no' must be True or False",
+    "ODEIntegrator dt0='1'": "ParameterError: dt0='1' must be a real number in (0.0, inf]",
+    "ODEIntegrator adaptive='no'": "ParameterError: adaptive='no' must be True or False",
+    "uniform_sphere key=0": "ParameterError: key=0 must be one JAX PRNG key",
+    "uniform_sphere numpy": "accepted",
+    # "choose one of 'auto'" before: the message lists every allowed value.
+    "estimate early_absorption='off'": "ParameterError: early_absorption='off' is not allowed; "
+    "choose True, False, 'auto' or a bound in (0, 1]",
 }
 
 

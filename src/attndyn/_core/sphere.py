@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from .errors import check_int
+from .errors import check_int, check_single_key
 from .linalg import small_sum
 
 
@@ -38,6 +38,7 @@ def uniform_sphere(
     normalisation and moves the starts by a rounding. They are float32 numbers whatever
     ``dtype`` (cast, then normalised in ``dtype``): a float64 start is the float32 start of
     the same key, to rounding (see :mod:`attndyn._core.random`)."""
+    check_single_key("key", key)  # an integer seed would fail inside JAX, unnamed
     check_int("n_tokens", n_tokens, lower=1)
     check_int("dim", dim, lower=1)
     # Python ints and a dtype are static under filter_jit (a NumPy integer would be traced).

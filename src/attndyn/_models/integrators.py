@@ -33,9 +33,11 @@ from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 from .._core.errors import (
     INT32_MAX,
     ParameterError,
+    check_bool,
     check_bound,
     check_choice,
     check_int,
+    check_real_in,
     user_stacklevel,
 )
 from .._core.names import SDE_SOLVER_NAMES
@@ -164,10 +166,11 @@ class ODEIntegrator(eqx.Module):
         check_bound("rtol", self.rtol, lower=0.0, lower_open=True)
         check_bound("atol", self.atol, lower=0.0, lower_open=True)
         check_int("max_steps", self.max_steps, lower=1)
+        check_bool("adaptive", self.adaptive)
         if not self.adaptive and self.dt0 is None:
             raise ParameterError("dt0 must be given (> 0) when adaptive=False.")
         if self.dt0 is not None:
-            check_bound("dt0", self.dt0, lower=0.0, lower_open=True)
+            check_real_in("dt0", self.dt0, lower=0.0, lower_open=True)
 
     @property
     def implicit(self) -> bool:
@@ -440,7 +443,9 @@ class SDEIntegrator(eqx.Module):
                 f"AbstractStratonovichSolver), {_OFFERED}; got {self.solver!r:.60}."
             )
         _levy_area(self.solver)  # refuses a solver that needs Lévy area no path gives
-        check_bound("dt", self.dt, lower=0.0, lower_open=True)
+        # One real number (a string such as "0.1" would reach NumPy's checks as a TypeError).
+        check_real_in("dt", self.dt, lower=0.0, lower_open=True)
+        check_bool("project", self.project)
         check_choice("brownian", self.brownian, BROWNIAN_KINDS)
 
     @property
