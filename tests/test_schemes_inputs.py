@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from attndyn import NGPT, SCHEME_NAMES, MixLN, ParameterError, PostLN, SaveAt, scheme_from_name
+from attndyn._core import defaults as schemes_defaults
 from attndyn._models.integrators import ODEIntegrator
 from attndyn._models.symmetric import SymmetricODE
 from attndyn.cli import _schemes, main
@@ -161,6 +162,34 @@ def test_the_radius_range_is_inclusive_where_float32_holds_the_square(r0):
     schemes.check_schemes_start(["post-ln"], n_tokens=4, dim=5, beta=1.0, alpha=1.0, tau=0.5, r0=r0)
 
 
+@pytest.mark.parametrize("tau", ["1e300", "1e39"])
+def test_a_tau_float32_cannot_hold_is_refused_as_typed(tmp_path, monkeypatch, tau):
+    # Issue 42: "tau=inf must be finite" (Mix-LN's float32 leaf had overflowed), not what
+    # the user typed.
+    line = _refused(tmp_path, monkeypatch, [*SMALL, "--tau", tau])
+    assert f"--tau={tau} is outside the allowed range [0, 3.40282e38]" in line
+
+
+def test_the_largest_tau_is_float32s_largest():
+    at = {"n_tokens": 4, "dim": 5, "beta": 1.0, "alpha": 1.0, "r0": 1.0}
+    schemes.check_schemes_start(["mix-ln"], tau=schemes.TAU_MAX, **at)
+    MixLN(tau=schemes.TAU_MAX)  # held
+    with pytest.raises(ParameterError, match=r"tau=3\.40282e38 is outside"):
+        schemes.check_schemes_start(["mix-ln"], tau=np.nextafter(schemes.TAU_MAX, np.inf), **at)
+
+
+def test_the_help_says_which_options_the_random_weights_part_ignores():
+    # Issue 42 item 9: --dim and --beta did not set part (c), and the help did not say so.
+    text = " ".join(CliRunner().invoke(main, ["schemes", "--help"]).output.split())
+    size = schemes_defaults.RANDOM_WEIGHTS
+    options = text.split("Options:", 1)[1]
+    for option in ("--n-tokens INTEGER", "--dim INTEGER", "--beta FLOAT"):
+        help_line = options.split(option, 1)[1].split("[default", 1)[0]
+        assert "not the random-weights part (c)" in help_line, (option, help_line)
+    assert f"d = {size['rw_dim']}, n = {size['rw_n_tokens']}, β = √d" in text
+    assert f"which runs at d = {size['rw_dim']}" in text
+
+
 # --- the Python API: ParameterError before the first stage ----------------------------------
 
 
@@ -178,6 +207,7 @@ def spied(monkeypatch):
         ({"beta": 12.0}, "beta ≤ 6.26"),
         ({"schemes": ["ngpt"], "alphas": [1e-7, 1.0]}, "alphas[0] ≥ 3.35e-7"),
         ({"schemes": ["post-ln"], "r0": 1e-30}, "r0=1e-30 is outside the allowed range"),
+        ({"schemes": ["mix-ln"], "tau": 1e300}, "tau=1e300 is outside the allowed range"),
     ],
 )
 def test_schemes_study_refuses_before_any_stage(spied, arguments, needle):

@@ -1,6 +1,7 @@
 """``attndyn schemes``: clustering speed of the six normalization schemes (seed 004)."""
 
 import functools
+import math
 import sys
 from typing import Any
 
@@ -41,6 +42,9 @@ __getattr__ = lazy_names(
     },
 )
 
+#: The random-weights part's own size (part c; --dim, --n-tokens, --beta do not set it).
+_RW = defaults.RANDOM_WEIGHTS
+
 #: The figures ``attndyn schemes`` writes, one per part of the study.
 FIGURES = ("gamma", "ngpt_alpha", "random_weights", "rates")
 
@@ -58,11 +62,27 @@ FIGURES = ("gamma", "ngpt_alpha", "random_weights", "rates")
     default=defaults.SCHEMES_N_TOKENS,
     show_default=True,
     type=int,
-    help="n tokens of the symmetric start (n ≤ d).",
+    help="n tokens of the symmetric start (n ≤ d), parts (a), (b), (d); not the "
+    f"random-weights part (c), which runs at n = {_RW['rw_n_tokens']} (256 with --full-size).",
 )
 @deprecated_option("--tokens", "--n-tokens", type=int)
-@click.option("--dim", default=defaults.SCHEMES_DIM, show_default=True, type=int, help="d.")
-@click.option("--beta", default=defaults.SCHEMES_BETA, show_default=True, type=float, help="β ≥ 0.")
+@click.option(
+    "--dim",
+    default=defaults.SCHEMES_DIM,
+    show_default=True,
+    type=int,
+    help="d of the symmetric start's n-particle solve, part (a) (γ(t) from this start does "
+    "not depend on d ≥ n); not the random-weights part (c), which runs at "
+    f"d = {_RW['rw_dim']} (512 with --full-size).",
+)
+@click.option(
+    "--beta",
+    default=defaults.SCHEMES_BETA,
+    show_default=True,
+    type=float,
+    help="β ≥ 0 of parts (a), (b), (d); not the random-weights part (c), which uses β = √d "
+    f"of its own d ({math.sqrt(_RW['rw_dim']):g}; √512 with --full-size).",
+)
 @click.option(
     "--horizon",
     default=defaults.horizon_of("schemes"),
@@ -88,7 +108,9 @@ FIGURES = ("gamma", "ngpt_alpha", "random_weights", "rates")
 @click.option(
     "--full-size",
     is_flag=True,
-    help="Random weights at the paper's size: d = 512, n = 256, β = √d.",
+    help="Random weights (part c) at the paper's size: d = 512, n = 256, β = √d (default "
+    f"d = {_RW['rw_dim']}, n = {_RW['rw_n_tokens']}, β = √d; --dim, --n-tokens and --beta do "
+    "not apply to this part).",
 )
 @click.option(
     "--layers",
@@ -118,6 +140,11 @@ FIGURES = ("gamma", "ngpt_alpha", "random_weights", "rates")
 @cli_errors
 def schemes(**raw: Any) -> None:
     """Clustering speed of the normalization schemes (seed 004 Figs 2-4, rate table).
+
+    Parts: (a) γ(t) of every scheme from the symmetric start, (b) nGPT over --alpha,
+    (c) random weights layer by layer, (d) fitted terminal rates. --n-tokens, --dim and
+    --beta set (a), (b) and (d); (c) runs at its own size, d = 64, n = 32, β = √d
+    (--full-size: d = 512, n = 256, the size of seed 004's Fig. 4).
 
     Writes OUT/schemes.nc (all curves, slopes, fitted rates with intervals, provenance)
     and OUT/schemes_{gamma,ngpt_alpha,random_weights,rates}.png. OUT is checked, and

@@ -255,6 +255,9 @@ def check_horizon_steps(horizon: float, alphas: Sequence[float], prefix: str = "
         )
 
 
+#: The largest Mix-LN switch time τ: the largest float32 (the scheme's τ is a float32 leaf).
+TAU_MAX = float(np.finfo(np.float32).max)
+
 #: The start radius r0 as the full ODE holds it: r0·e_i in float32, divided by its norm,
 #: so r0² must be a normal float32 (2**-126 ≤ r0² < 2**128).
 R0_RANGE = (2.0**-63, 2.0**64)
@@ -288,6 +291,11 @@ def check_schemes_start(
     check_bound(p + "r0", r0, lower=0.0, lower_open=True)
     check_bound(p + "alpha", alpha, lower=0.0, lower_open=True)
     beta, tau, r0, alpha = float(beta), float(tau), float(r0), float(alpha)
+    if tau > TAU_MAX:  # Mix-LN's τ is a float32 leaf: its own check would see (and show) inf
+        raise ParameterError(
+            f"{p}tau={_short(tau, 6)} is outside the allowed range [0, {_short(TAU_MAX, 6)}]: "
+            "Mix-LN holds τ in float32 (any τ at or beyond the horizon is Post-LN throughout)."
+        )
     with np.errstate(over="ignore"):
         held = float(np.float32(r0))
     if not R0_RANGE[0] <= held < R0_RANGE[1]:
