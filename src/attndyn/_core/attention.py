@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float
 
-from . import defaults
+from . import defaults, spectral
 from .blockwise import blockwise_parts, combine, default_block
 from .errors import (
     ParameterError,
@@ -65,7 +65,9 @@ LAPLACIAN_SIGNS = ("P-I", "I-P")
 #: How :class:`Attention` computes its output: ``dense`` forms the N × N matrix,
 #: ``blockwise`` attends blocks of queries against all keys (memory block × N,
 #: :mod:`attndyn._core.blockwise`), ``library`` calls ``jax.nn.dot_product_attention``
-#: (softmax only), ``auto`` picks (:meth:`Attention.implementation_for`).
+#: (softmax only), ``spectral`` sums the kernel's harmonic expansion (Q = K = I, one head,
+#: no mask, unit tokens on S¹ or S²: :mod:`attndyn._core.spectral`), ``auto`` picks
+#: (:meth:`Attention.implementation_for`).
 #: ``auto`` attends in blocks above this many tokens per trajectory. Measured on a 2-core
 #: CPU (benchmarks/README.md, "Many tokens"): below it the dense form is as fast or faster,
 #: above it the N × N matrix (64 MiB per head at N = 4,096, 1 GiB at 16,384) outgrows the
@@ -170,20 +172,79 @@ class Attention(eqx.Module):
                 "implementation='library' (jax.nn.dot_product_attention) computes softmax "
                 f"attention only; kind={self.kind!r} needs 'blockwise', 'dense' or 'auto'."
             )
+        if self.implementation == "spectral" and self.spectral_refusal() is not None:
+            raise ParameterError(
+                "implementation='spectral' sums the harmonic expansion of e^{β⟨x_i, x_j⟩} "
+                f"for Q = K = I, one head and no mask; {self.spectral_refusal()}. Use "
+                "'auto', 'blockwise' or 'dense'."
+            )
 
-    def implementation_for(self, n_tokens: int, dtype=jnp.float32) -> str:
-        """The implementation that attends ``n_tokens`` tokens of ``dtype``: the one asked
-        for, or under ``auto`` the dense form up to :data:`AUTO_BLOCKWISE_TOKENS` tokens and
-        blocks above, except where cuDNN's fused kernel applies (a GPU, half-precision
-        tokens, softmax, head dimensions a multiple of 8), which takes ``library``. In
-        float32 ``jax.nn.dot_product_attention`` runs XLA's dense form (the N × N matrix,
-        at JAX's default matmul precision), so ``auto`` never picks it there."""
+    def spectral_refusal(self) -> str | None:
+        """Why the spectral route cannot compute this attention (``None``: it can, for
+        tokens on S¹ or S²)."""
+        for name in ("query", "key_matrix", "value", "output"):
+            if getattr(self, name) is not None:
+                return f"{name} is given (the expansion needs the tokens themselves)"
+        reasons = {
+            "n_heads > 1 (heads see blocks of coordinates, not unit tokens)": self.n_heads > 1,
+            "Laplacian heads are asked for": any(self.laplacian_flags),
+            "causal=True masks keys": self.causal,
+            "self_mask=True masks keys": self.self_mask,
+            "diagonal_shift is given": self.diagonal_shift is not None,
+        }
+        return next((why for why, holds in reasons.items() if holds), None)
+
+    def implementation_for(
+        self, n_tokens: int, dtype=jnp.float32, *, dim: int | None = None
+    ) -> str:
+        """The implementation that attends ``n_tokens`` tokens of ``dtype`` (of dimension
+        ``dim``: without it the spectral route is never named): the one asked for, or
+        under ``auto`` the dense form up to :data:`AUTO_BLOCKWISE_TOKENS` tokens and above
+        them the spectral route where it applies (Q = K = I, one head, no mask, d = 2 or
+        3) and its truncation degree for β costs at most a quarter of the direct route
+        (:func:`attndyn._core.spectral.cheaper_degrees`), else blocks; ``library`` where
+        cuDNN's fused kernel applies (a GPU, half-precision tokens, softmax, head
+        dimensions a multiple of 8). In float32 ``jax.nn.dot_product_attention`` runs
+        XLA's dense form (the N × N matrix, at JAX's default matmul precision), so ``auto``
+        never picks it there. With a β that is traced the spectral route is named where
+        some degree is cheaper; the degree is then chosen at run time."""
         if self.implementation != "auto":
             return self.implementation
         half = jnp.dtype(dtype) in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
         if half and self.kind == "softmax" and jax.default_backend() == "gpu":
             return "library"
-        return "dense" if n_tokens <= AUTO_BLOCKWISE_TOKENS else "blockwise"
+        if n_tokens <= AUTO_BLOCKWISE_TOKENS:
+            return "dense"
+        if dim is not None and self._spectral_degrees(n_tokens, dim):
+            value = concrete(self.beta)
+            if value is None or self.spectral_degree(n_tokens, dtype, dim=dim) is not None:
+                return "spectral"
+        return "blockwise"
+
+    def _spectral_degrees(self, n_tokens: int, dim: int) -> tuple[int, ...]:
+        """The truncation degrees the spectral route may use for these tokens: all under
+        ``implementation='spectral'``, the cheaper ones under ``auto``, none where it does
+        not apply."""
+        if dim not in spectral.SPECTRAL_DIMS or self.spectral_refusal() is not None:
+            return ()
+        if self.implementation == "spectral":
+            return spectral.DEGREES
+        if self.implementation != "auto" or n_tokens <= AUTO_BLOCKWISE_TOKENS:
+            return ()
+        return spectral.cheaper_degrees(n_tokens, dim)
+
+    def spectral_degree(self, n_tokens: int, dtype=jnp.float32, *, dim: int) -> int | None:
+        """The truncation degree K of the spectral route for ``n_tokens`` tokens of
+        ``dtype`` on S^{dim−1} at this β (its truncation changes an output by at most 1/8
+        of the dtype's ε: :func:`attndyn._core.spectral.truncation_bound`), or ``None``
+        where the spectral route does not run (it does not apply, or β needs a degree
+        past those it may use). β must be known (not traced). For provenance."""
+        value = concrete(self.beta)
+        if value is None:
+            raise ParameterError("spectral_degree needs a known β (it is traced here).")
+        degrees = self._spectral_degrees(n_tokens, dim)
+        index = spectral.degree_index(np.asarray(value), n_tokens, dim, jnp.dtype(dtype))
+        return degrees[index] if index < len(degrees) else None
 
     def _check_laplacian_heads(self) -> None:
         if self.n_laplacian_heads is not None:
@@ -256,6 +317,11 @@ class Attention(eqx.Module):
             raise ParameterError(
                 f"output (W_O) has shape {tuple(self.output.shape)}; for d = {dim} it must "
                 f"be ({dim}, {dim})."
+            )
+        if self.implementation == "spectral" and dim not in spectral.SPECTRAL_DIMS:
+            raise ParameterError(
+                f"implementation='spectral' attends tokens on S¹ or S² (dim 2 or 3); got "
+                f"dim={dim}. Use 'auto', 'blockwise' or 'dense'."
             )
 
     def _blocks(self, x: Float[Array, "N d"]) -> Float[Array, "h N dh"]:
@@ -350,24 +416,43 @@ class Attention(eqx.Module):
         ``e^{20}/N``. W_V, W_O and the Laplacian act row by row, so they keep the factor."""
         if self.kind == "softmax":
             return self(x), None
-        p, exponent = self._matrix(x, scaled=True)
-        return self._output(x, p), exponent
+        n_tokens, dim = x.shape
+        implementation = self.implementation_for(n_tokens, x.dtype, dim=dim)
+        if implementation == "dense":
+            p, exponent = self._matrix(x, scaled=True)
+            return self._output(x, p), exponent
+        # Blocks and the spectral route give each row's (num, den, top): the same
+        # exponent as the dense form's, taken from top, with nothing of size N × N.
+        values = self._project(self.value, x, self._blocks(x))
+        num, _, top = self._parts(x, values, implementation)
+        exponent = jnp.maximum(jnp.max(top, axis=0) - UNSHIFTED_SCORE, 0)
+        log_n = jnp.asarray(math.log(n_tokens), top.dtype)
+        heads = num * jnp.exp(top - exponent[None] - log_n)[..., None]
+        shifted = values * jnp.exp(-exponent)[None, :, None]  # the identity of P − I, scaled
+        heads = _laplacian_heads(heads, shifted, self.laplacian_flags, self.laplacian_sign)
+        return self._through_output(heads, n_tokens, dim), exponent[:, None]
 
     def _output(
         self, x: Float[Array, "N d"], p: Float[Array, "h N N"] | None
     ) -> Float[Array, "N d"]:
         """The heads' outputs through W_O. ``p``: the matrix (the scaled route gives it, in
-        the dense form), or None for the implementation chosen for N (blocks never form
-        the N × N matrix)."""
+        the dense form), or None for the implementation chosen for N (blocks and the
+        spectral route never form the N × N matrix)."""
         n_tokens, dim = x.shape
         values = self._project(self.value, x, self._blocks(x))
-        implementation = "dense" if p is not None else self.implementation_for(n_tokens, x.dtype)
+        implementation = (
+            "dense" if p is not None else self.implementation_for(n_tokens, x.dtype, dim=dim)
+        )
         if implementation != "dense":
             heads = self._heads_without_matrix(x, values, implementation)
         else:
             p = self.matrix(x) if p is None else p
             # As in scores: no unit head axis inside a dot (the same numbers as one head).
             heads = matmul(p[0], values[0])[None] if self.n_heads == 1 else matmul(p, values)
+        return self._through_output(heads, n_tokens, dim)
+
+    def _through_output(self, heads: Float[Array, "h N dh"], n_tokens: int, dim: int) -> Array:
+        """The heads concatenated ``(N, d)``, then W_O."""
         out = heads[0] if self.n_heads == 1 else heads.transpose(1, 0, 2).reshape(n_tokens, dim)
         if self.output is not None:
             out = matmul(out, self.output.T.astype(out.dtype))
@@ -377,28 +462,48 @@ class Attention(eqx.Module):
         self, x: Float[Array, "N d"], values: Float[Array, "h N dh"], implementation: str
     ) -> Float[Array, "h N dh"]:
         """Every head's output ``P v`` (or its Laplacian) without the N × N matrix: in
-        blocks of queries, or by ``jax.nn.dot_product_attention``."""
+        blocks of queries, by the harmonic expansion, or by
+        ``jax.nn.dot_product_attention``."""
+        if implementation == "library":
+            blocks = self._blocks(x)
+            queries = self._project(self.query, x, blocks)
+            keys = self._project(self.key_matrix, x, blocks)
+            out = _library_attention(self, queries, keys, values)
+        else:
+            out = combine(self.kind, self._parts(x, values, implementation), x.shape[0])
+        return _laplacian_heads(out, values, self.laplacian_flags, self.laplacian_sign)
+
+    def _parts(
+        self, x: Float[Array, "N d"], values: Float[Array, "h N dh"], implementation: str
+    ) -> tuple[Array, Array, Array]:
+        """Every head's ``(num, den, top)`` (:func:`.blockwise.blockwise_parts`): in blocks
+        of queries, or (``spectral``) by the harmonic expansion, whose degree is chosen
+        from β (at run time for a traced β), blocks past the degrees it may use."""
+        n_tokens, dim = x.shape
+        if self.self_mask and n_tokens == 1:
+            raise ParameterError("self_mask=True needs at least 2 tokens.")
+        block = self.block_size or default_block(n_tokens, self.n_heads)
         blocks = self._blocks(x)
         queries = self._project(self.query, x, blocks)
         keys = self._project(self.key_matrix, x, blocks)
-        if self.self_mask and x.shape[0] == 1:
-            raise ParameterError("self_mask=True needs at least 2 tokens.")
-        if implementation == "library":
-            out = _library_attention(self, queries, keys, values)
-        else:
-            block = self.block_size or default_block(x.shape[0], self.n_heads)
-            parts = blockwise_parts(
-                queries,
-                keys,
-                values,
-                self.beta,
+
+        def direct(q, k, v, beta):
+            return blockwise_parts(
+                q,
+                k,
+                v,
+                beta,
                 block=block,
                 causal=self.causal,
                 self_mask=self.self_mask,
                 diagonal_shift=self.diagonal_shift,
             )
-            out = combine(self.kind, parts, x.shape[0])
-        return _laplacian_heads(out, values, self.laplacian_flags, self.laplacian_sign)
+
+        if implementation != "spectral":
+            return direct(queries, keys, values, self.beta)
+        degrees = self._spectral_degrees(n_tokens, dim)
+        num, den, top = spectral.attention_parts(x, self.beta, degrees=degrees, block=block)
+        return num[None], den[None], top[None]
 
 
 def _laplacian_heads(

@@ -10,9 +10,10 @@ DISTRIBUTIONS = ("gaussian", "uniform", "rademacher", "truncnormal")
 NORM_NAMES = ("rms", "layernorm")
 #: The normalization schemes of seed 004.
 SCHEME_NAMES = ("post-ln", "pre-ln", "mix-ln", "peri-ln", "ngpt", "sqrt-scaling")
-#: How attention is computed: chosen by N, the dense N × N matrix, blocks of queries, or
-#: ``jax.nn.dot_product_attention``.
-IMPLEMENTATIONS = ("auto", "dense", "blockwise", "library")
+#: How attention is computed: chosen by N, the dense N × N matrix, blocks of queries,
+#: ``jax.nn.dot_product_attention``, or the kernel's harmonic expansion (Q = K = I on S¹
+#: and S²).
+IMPLEMENTATIONS = ("auto", "dense", "blockwise", "library", "spectral")
 #: The SDE solvers offered by name (the CLI's ``--solver``, the studies' ``solver=``); each
 #: name stands for one diffrax solver object (:func:`attndyn._models.integrators.sde_solver`).
 SDE_SOLVER_NAMES = ("euler", "heun", "spark")
