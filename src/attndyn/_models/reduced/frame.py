@@ -2,11 +2,11 @@
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+from jaxtyping import Array, Float, Int
 
 from ..._core.attention import Attention
 from ..._core.errors import ParameterError, check_int
-from ..._core.linalg import lq as lq
+from ..._core.linalg import lq as lq, small_sum
 from ..._core.norms import AbstractNorm
 
 
@@ -35,6 +35,65 @@ def start_frame(x0: Float[Array, "N d"], start: AbstractNorm) -> Float[Array, "N
     if start.codimension == 0:
         return lq(x0)
     return lq(start.direction(x0))
+
+
+def carried_lq(
+    x: Float[Array, "N w"], steps: int | Int[Array, ""] | None = None
+) -> Float[Array, "N N"]:
+    """:func:`attndyn._core.linalg.lq` (Householder, the same factor in exact arithmetic),
+    with the rows that each reflection is built from read from memory: the same bits for
+    every use.
+
+    Why (issue 42, seed 55's trajectory 838 at β = 3, d = 4, N = 3): the unrolled ``lq``
+    lets XLA fuse each reflection into its consumers, and it recomputed row k's residual
+    ``a`` (row k less its part in the earlier rows' span) in each fusion that needed it;
+    the CPU backend contracted some of those recomputations into fused multiply-adds and
+    not others. ``a`` is a difference of nearly equal numbers wherever token k is within
+    ~10⁻⁴ of the earlier tokens' span (a cluster), so two recomputations differed by
+    ~10⁻⁸, as much as ``a`` itself: the reflection took its norm from one and its vector
+    from the other, was no longer orthogonal, and scaled the later rows' component along
+    it by the wrong factor. Rows left the unit sphere (by 0.002 at that trajectory's last
+    layer), and the later tokens moved as much, by arithmetic alone.
+
+    Here reflections 1 … N − 2 are the steps of a loop whose carry is the rows (a loop
+    carry is stored, never recomputed), and the first and last reflections, which build
+    on a row that is not such a difference (row 0) or act on no later row (row N − 1),
+    are outside it: each reflection is orthogonal to working precision for the rows it
+    reads, whatever the fusions. ``steps``: N, traced where it can be (a count a compiler
+    cannot read keeps the loop a loop: XLA unrolls short loops of a known trip count on
+    some backends)."""
+    n_tokens, width = x.shape
+    cols = jnp.arange(width)
+    rows = jnp.arange(n_tokens)[:, None]
+    tiny = jnp.finfo(x.dtype).tiny
+
+    def reflect(k, r):
+        """Reflection k (written for a traced k: masks, not slices)."""
+        row = r[k]
+        ahead = cols >= k
+        a = jnp.where(ahead, row, 0)
+        lead = row[k]
+        norm = jnp.sqrt(small_sum(a * a))
+        sign = jnp.where(lead < 0, -1.0, 1.0).astype(x.dtype)
+        v = a + jnp.where(cols == k, sign * norm, 0)
+        vv = norm * (norm + jnp.abs(lead))  # vᵀv / 2, without cancellation
+        # A row inside the earlier span (vᵀv below the smallest normal) is not reflected
+        # (as in linalg.lq).
+        usable = vv >= tiny
+        scale = jnp.where(usable, 1 / jnp.where(usable, vv, 1), 0)
+        reflected = r - (scale * small_sum(r * v[None, :], axis=1))[:, None] * v[None, :]
+        # Row k itself is exactly (…, −sign·|a|, 0, …, 0) after its reflection.
+        pivot = jnp.where(ahead, jnp.where(cols == k, -sign * norm, 0), row)
+        return jnp.where(rows > k, reflected, jnp.where(rows == k, pivot[None, :], r))
+
+    r = reflect(0, x)
+    if n_tokens > 2:
+        r = jax.lax.fori_loop(1, (n_tokens if steps is None else steps) - 1, reflect, r)
+    if n_tokens > 1:
+        r = reflect(n_tokens - 1, r)
+    c = r[:, :n_tokens]
+    flip = jnp.where(jnp.diagonal(c) < 0, -1.0, 1.0).astype(x.dtype)
+    return c * flip[None, :]
 
 
 def pair_gaps(c: Float[Array, "N k"]) -> tuple[Float[Array, "N N"], Float[Array, "N N"]]:

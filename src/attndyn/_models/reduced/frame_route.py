@@ -29,6 +29,9 @@ Precision near ±1: the state is the coordinates themselves, not the Gram matrix
 LQ step subtracts nearly equal vectors before squaring, so ``1 ∓ z = |c_i ∓ c_j|²/2`` keeps
 relative precision ~ ε_mach/√(1 ∓ z): pairs 10⁻⁶ (even 10⁻¹⁰) from ±1 stay resolved, where
 the full float32 simulation bottoms out near 10⁻⁷ (see :func:`pair_gaps`).
+Each reflection of that step reads its rows from memory (:func:`.frame.carried_lq`): a
+reflection built from two roundings of one residual is not orthogonal, and inside a
+cluster it moved the other tokens by arithmetic alone (issue 42).
 
 :class:`ReducedTransformer` is what :meth:`DiscreteTransformer.reduction` returns where this
 applies and no cheaper route does (:func:`.reduction.reduce_discrete`); the estimator only
@@ -47,7 +50,7 @@ from ..._core.attention import Attention
 from ..._core.linalg import matmul
 from ..._core.random import DRAW_DTYPE, fold_in
 from ..._core.schemes import attention_update
-from .frame import lq
+from .frame import carried_lq
 from .route import AbstractFrameRoute
 from .samplers import normals_uniforms, variates
 
@@ -116,7 +119,10 @@ class ReducedTransformer(AbstractFrameRoute):
 
         update = attention_update(attention, apply)
         new = model.scheme.layer(x, update, layer=n.astype(c.dtype), depth=depth)
-        return lq(new)
+        # The count N, traced through the layer index where that is traced: the loop of
+        # reflections stays a loop (see carried_lq).
+        steps = jnp.where(jnp.asarray(n) >= 0, n_tokens, 0)
+        return carried_lq(new, steps)
 
     def run(self, c, start, stop, keys):
         """Layers [start, stop) of :meth:`layer`; layer n + 1's noise is drawn while
