@@ -160,6 +160,73 @@ CASES = {
     ),
     "estimate early_absorption='off'": lambda: estimate(early_absorption="off"),
 }
+
+# Every scalar argument of the theory functions given a string, None, a bool, an array,
+# NaN and a value below its range: the calls that did not raise one ParameterError naming
+# the argument (empty when all did).
+def theory_refusals():
+    t, scheme = ad.theory, ad.scheme_from_name("post-ln")
+    from attndyn.theory._symmetric import time_to_gap
+    beta_calls = {
+        "eps_critical": lambda v: t.eps_critical(v),
+        "p_antipodal_uniform": lambda v: t.p_antipodal_uniform(v, 4),
+        "p_antipodal_given_overlap": lambda v: t.p_antipodal_given_overlap(0.1, v, 4),
+        "scale_density": lambda v: t.scale_density(0.1, v, 4),
+        "antipodal_reachable": lambda v: t.antipodal_reachable(v, 4),
+        "sa_hybrid_boundaries": lambda v: t.sa_hybrid_boundaries(v),
+        "hybrid_attracts": lambda v: t.hybrid_attracts(v, 0.5),
+        "hybrid_end_rates": lambda v: t.hybrid_end_rates(v, 0.5),
+        "p_antipodal_hybrid_uniform": lambda v: t.p_antipodal_hybrid_uniform(v, 0.5),
+        "hybrid_layer_step": lambda v: t.hybrid_layer_step(v, 0.5, 10),
+        "depth_for_step": lambda v: t.depth_for_step(v, 0.5),
+        "two_cluster_overlap_coefficients": lambda v: t.two_cluster_overlap_coefficients(0.1, v, 4),
+        "antipodal_split_drift": lambda v: t.antipodal_split_drift(v, 4, (2, 1)),
+        "antipodal_contraction_rate": lambda v: t.antipodal_contraction_rate(v, 4),
+        "antipodal_split_level": lambda v: t.antipodal_split_level(v, 4, (2, 1)),
+        "antipodal_split_lifetime": lambda v: t.antipodal_split_lifetime(v, 4, (2, 1)),
+        "p_antipodal_pair_three_tokens": lambda v: t.p_antipodal_pair_three_tokens(v, 4, 5.0),
+        "initial_slope": lambda v: t.initial_slope(scheme, beta=v, n_tokens=4),
+        "time_to_gap": lambda v: time_to_gap(scheme, beta=v, n_tokens=4),
+        "mode_growth_rate": lambda v: t.mode_growth_rate(v, 2, 3),
+        "most_unstable_degree": lambda v: t.most_unstable_degree(v, 2),
+        "funk_hecke_exponential": lambda v: t.funk_hecke_exponential(v, 2, 3),
+        "log_funk_hecke_exponential": lambda v: t.log_funk_hecke_exponential(v, 2, 3),
+        "self_attention_weight": lambda v: t.self_attention_weight(v, 2, 3),
+    }
+    others = {
+        ("eps", "hybrid_attracts"): lambda v: t.hybrid_attracts(1.0, v),
+        ("eps", "p_antipodal_hybrid_uniform"): lambda v: t.p_antipodal_hybrid_uniform(1.0, v),
+        ("z", "p_antipodal_given_overlap"): lambda v: t.p_antipodal_given_overlap(v, 1.0, 4),
+        ("z", "p_antipodal_hybrid_given_overlap"): lambda v: t.p_antipodal_hybrid_given_overlap(
+            v, 1.0, 1.5, "softmax"
+        ),
+        ("depth", "mode_growth_rate"): lambda v: t.mode_growth_rate(1.0, 2, 3, depth=v),
+        ("depth", "hybrid_layer_step"): lambda v: t.hybrid_layer_step(1.0, 0.5, v),
+        ("sigma", "antipodal_split_lifetime"): lambda v: t.antipodal_split_lifetime(
+            1.0, 4, (2, 1), sigma=v
+        ),
+        ("r0", "initial_slope"): lambda v: t.initial_slope(scheme, beta=1.0, n_tokens=4, r0=v),
+        ("horizon", "p_antipodal_pair_three_tokens"): lambda v: t.p_antipodal_pair_three_tokens(
+            1.0, 4, v
+        ),
+    }
+    calls = {("beta", name): call for name, call in beta_calls.items()} | others
+    failed = []
+    for (argument, name), call in calls.items():
+        for value in ("4", None, True, np.array([1.0, 2.0]), float("nan"), -2.0):
+            if value is None and argument == "depth" and name == "mode_growth_rate":
+                continue  # depth=None is the flow
+            try:
+                call(value)
+                failed.append(f"{name}({argument}={value!r}) accepted")
+            except ad.ParameterError as error:
+                if not str(error).startswith(argument):
+                    failed.append(f"{name}({argument}={value!r}): {error}")
+            except Exception as error:
+                failed.append(f"{name}({argument}={value!r}): {type(error).__name__} {error}")
+    return "; ".join(failed)
+
+print("THEORY\\t" + theory_refusals())
 for name, case in CASES.items():
     try:
         case()
@@ -253,6 +320,14 @@ def refusals() -> dict[str, str]:
     stdout = run_untyped(_WRONG_TYPES_CHILD + any_type_child(20))
     lines = [line.split("\t", 1) for line in stdout.splitlines() if "\t" in line]
     return dict((name, outcome) for name, outcome in lines)
+
+
+def test_theory_functions_refuse_values_of_any_type_by_name(refusals):
+    # Issue 42: mode_growth_rate('4', 2, 1) was a SciPy TypeError, None "beta=nan", an array
+    # of β "truth value ambiguous"; the other theory functions did the same, and
+    # hybrid_attracts(1, 1e300) raised OverflowError. Each scalar argument of every theory
+    # function: one ParameterError that starts with the argument's name.
+    assert refusals["THEORY"] == "", refusals["THEORY"].replace("; ", "\n")
 
 
 def test_constructors_take_values_of_any_type_or_refuse_them_by_name(refusals):

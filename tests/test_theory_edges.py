@@ -229,3 +229,34 @@ def test_domain_errors_name_the_argument(call, needle):
     with pytest.raises(ad.ParameterError) as error:
         call()
     assert needle in str(error.value)
+
+
+# --- the two-token and cluster theory at large arguments -----------------------------------------
+
+
+def test_cluster_rates_at_large_beta_are_their_limits_not_overflow_errors():
+    # SA: λ = 2 − (d − 1) sech²β → 2 (cosh β overflowed: OverflowError at β ≥ 355). USA:
+    # cosh 2β − (d − 2) is beyond float64 there: inf, as USA's mode rates. USA's split level
+    # push/λ = ½(d − 1)(k − m)²(1 + e^{−2β})²/(k + m)² / (½(1 + e^{−4β}) − (d − 2)e^{−2β}),
+    # both sides divided by e^{2β}: → (d − 1)(k − m)²/(k + m)² (was inf/inf).
+    for beta in (400.0, 1e5, 1e300):
+        assert theory.antipodal_contraction_rate(beta, 4) == 2.0
+        assert theory.antipodal_contraction_rate(beta, 4, attention="unnormalized") == math.inf
+        level = theory.antipodal_split_level(beta, 6, (3, 1), attention="unnormalized")
+        assert level == pytest.approx(5 * 4 / 16, rel=1e-15)
+    # USA's signed coefficients beyond float64 are refused by name, not NaN.
+    with pytest.raises(ad.ParameterError, match=r"beta=400\.0: the overlap's drift"):
+        theory.two_cluster_overlap_coefficients(0.3, 400.0, 4, attention="unnormalized")
+
+
+def test_initial_slope_and_hybrid_ends_at_huge_arguments():
+    # γ'(0) = 2/(e^β + n − 1) → 2e^{−β}: 0.0 in float64 at β = 10⁵ (was OverflowError).
+    post = ad.scheme_from_name("post-ln")
+    assert theory.initial_slope(post, beta=700.0, n_tokens=4) == pytest.approx(
+        2 * math.exp(-700.0), rel=1e-13
+    )
+    assert theory.initial_slope(post, beta=1e5, n_tokens=4) == 0.0
+    # ε beyond ε_c: only −1 attracts, P(antipodal) = 1 (ε² overflowed: OverflowError).
+    for attention in ("unnormalized", "softmax"):
+        assert theory.hybrid_attracts(1.0, 1e300, attention) == (False, True)
+        assert theory.p_antipodal_hybrid_uniform(1.0, 1e300, attention=attention) == 1.0

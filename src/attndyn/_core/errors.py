@@ -97,6 +97,11 @@ def check_bound(
     if array is None:
         return
     interval = _interval(lower, upper, lower_open, upper_open)
+    # A string, None, a bool or a complex number would reach np.isfinite as a raw
+    # TypeError, or pass as 0/1: refused by name ('V' is kept: ml_dtypes' bfloat16).
+    if array.dtype.kind in "USObcMm":
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise ParameterError(f"{name}={shown} must be a real number in {interval}.")
     if not np.all(np.isfinite(array)):
         raise ParameterError(f"{name}={_show(array)} must be finite; allowed: {interval}.")
     bad = np.zeros(array.shape, dtype=bool)

@@ -30,31 +30,51 @@ import math
 import numpy as np
 
 from .._core.attention import ATTENTION_KINDS
-from .._core.errors import ParameterError, check_bound, check_choice, check_int
+from .._core.errors import ParameterError, check_choice, check_int, check_real_in
 from ._phase import p_antipodal_uniform
 
 
 def _check(beta: float, dim: int, sizes: tuple[int, int], attention: str, sigma: float):
-    check_bound("beta", beta, lower=0.0)
+    check_real_in("beta", beta, lower=0.0)
     check_int("dim", dim, lower=2)
     if len(sizes) != 2:
         raise ParameterError(f"sizes={sizes!r}: give the two cluster sizes (k, m)")
     for size in sizes:
         check_int("sizes", size, lower=1)
     check_choice("attention", attention, ATTENTION_KINDS)
-    check_bound("sigma", sigma, lower=0.0, lower_open=True)
+    check_real_in("sigma", sigma, lower=0.0, lower_open=True)
 
 
 def _attention_coefficients(z, beta: float, sizes: tuple[int, int], attention: str):
-    """(a, b, c, e) with A₁ = a θ₁ + b θ₂ and A₂ = c θ₁ + e θ₂ at overlap z."""
+    """(a, b, c, e) with A₁ = a θ₁ + b θ₂ and A₂ = c θ₁ + e θ₂ at overlap z; for USA
+    divided by e^β (:func:`_usa_log_scale`), which would overflow them beyond β ≈ 354."""
     k, m = sizes
     # Weights relative to e^β, so that large β does not overflow: e^{β(z−1)} ≤ 1.
     near = np.exp(beta * (np.asarray(z, np.float64) - 1.0))
     if attention == "softmax":
         first, second = k + m * near, m + k * near
     else:
-        first = second = (k + m) * math.exp(-beta) * np.ones_like(near)
+        first = second = (k + m) * np.ones_like(near)
     return k / first, m * near / first, k * near / second, m / second
+
+
+def _usa_log_scale(beta: float, attention: str) -> float:
+    """log of the factor the quadratic forms of :func:`_attention_coefficients` were
+    divided by: 2β for USA (its coefficients are e^β times those returned), 0 for SA."""
+    return 2 * beta if attention == "unnormalized" else 0.0
+
+
+def _rescale(values, log_scale: float, what: str, beta: float) -> np.ndarray:
+    """``values``·e^{log_scale}, refused (naming β) where that exceeds float64."""
+    values = np.asarray(values, np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = np.asarray(np.where(values == 0, 0.0, values * np.exp(log_scale)))
+    if not np.all(np.isfinite(out)):
+        raise ParameterError(
+            f"beta={beta!r}: {what} of unnormalised attention grows like e^(2β) and exceeds "
+            "float64 here; give a smaller beta (about 350 or less)."
+        )
+    return out
 
 
 def _split_length(z, beta: float, sizes: tuple[int, int], attention: str):
@@ -64,7 +84,7 @@ def _split_length(z, beta: float, sizes: tuple[int, int], attention: str):
     near = np.exp(beta * (np.asarray(z, np.float64) - 1.0))
     if attention == "softmax":
         return 2 * near * (k * k - m * m) / ((k + m * near) * (m + k * near))
-    return (k - m) * (1 + near) / ((k + m) * math.exp(-beta))
+    return (k - m) * (1 + near) / (k + m)  # divided by e^β, as the coefficients are
 
 
 def _reduced_coefficients(eps, delta, beta: float, dim: int, sizes, attention: str):
@@ -72,7 +92,8 @@ def _reduced_coefficients(eps, delta, beta: float, dim: int, sizes, attention: s
     :func:`two_cluster_overlap_coefficients` expanded about −1 so that neither carries a
     cancelled difference there. Q = (α − γ)² + 2ε(ab + ce − ac − be + 2ae + 2bc)
     − 2ε²(ae + bc), and μ/σ² = ½(d − 1)((α − γ)² + ε(2(a + c)(b + e) − |A₁|² − |A₂|²))
-    − εδ⟨A₁, A₂⟩ (exact algebra; at ε = 0 they give μ(−1) = ½σ²(d − 1)(α − γ)²)."""
+    − εδ⟨A₁, A₂⟩ (exact algebra; at ε = 0 they give μ(−1) = ½σ²(d − 1)(α − γ)²). For USA
+    both are divided by e^{2β} (:func:`_usa_log_scale`)."""
     z = eps - 1.0
     a, b, c, e = _attention_coefficients(z, beta, sizes, attention)
     split = _split_length(z, beta, sizes, attention) ** 2
@@ -103,7 +124,9 @@ def two_cluster_overlap_coefficients(
     _check(beta, dim, sizes, attention, sigma)
     z = np.asarray(z, np.float64)
     drift, q = _reduced_coefficients(1.0 + z, 1.0 - z, beta, dim, sizes, attention)
-    return np.asarray(sigma**2 * drift), np.asarray(sigma**2 * (1 + z) * (1 - z) * q)
+    scale = _usa_log_scale(beta, attention) + 2 * math.log(sigma)
+    what = "the overlap's drift and diffusion"
+    return _rescale(drift, scale, what, beta), _rescale((1 + z) * (1 - z) * q, scale, what, beta)
 
 
 def antipodal_split_drift(
@@ -118,21 +141,29 @@ def antipodal_split_drift(
     rate at which the noise pushes an exactly antipodal k : m split apart (E[1 + Z_t] ≈
     this · t for small t). Zero for an even split under SA (an antipodal pair stays one,
     as for two tokens); positive for an uneven one, ≈ 2σ²(d − 1)(k/m − m/k)² e^{−4β} at
-    large β, so an uneven antipodal split is metastable, never absorbing."""
+    large β, so an uneven antipodal split is metastable, never absorbing. USA's grows like
+    e^{2β}: inf where it exceeds float64 (β ≳ 355)."""
     _check(beta, dim, sizes, attention, sigma)
-    # A₁ = α θ₁, A₂ = γ θ₂ at Z = −1.
+    # A₁ = α θ₁, A₂ = γ θ₂ at Z = −1 (for USA divided by e^β).
     split = _split_length(-1.0, beta, sizes, attention)
-    return float(0.5 * sigma**2 * (dim - 1) * split**2)
+    push = 0.5 * (dim - 1) * split**2
+    scale = _usa_log_scale(beta, attention) + 2 * math.log(sigma)
+    with np.errstate(over="ignore"):  # USA beyond β ≈ 355: inf, as its contraction rate
+        return float(push * np.exp(scale)) if push else 0.0
 
 
 def antipodal_contraction_rate(beta: float, dim: int, *, attention: str = "softmax") -> float:
     """λ: the rate at which two tokens near the antipodal end close in on it, on a log
     scale (near Z = −1 the two-token overlap has μ ≈ A ε, σ² ≈ B ε², ε = 1 + Z, and
     d log ε has drift A − B/2 = −λ). SA: λ = 2 − (d − 1) sech²β; USA: cosh 2β − (d − 2).
-    Positive exactly when −1 attracts two tokens, β > β_c(d) (003 Thm 2)."""
+    Positive exactly when −1 attracts two tokens, β > β_c(d) (003 Thm 2). USA's is inf
+    where cosh 2β exceeds float64 (β ≳ 355)."""
     _check(beta, dim, (1, 1), attention, 1.0)
     if attention == "softmax":
-        return 2.0 - (dim - 1) / math.cosh(beta) ** 2  # = (cosh 2β − (d − 2))/cosh²β
+        sech = 2 * math.exp(-beta) / (1 + math.exp(-2 * beta))  # cosh β would overflow
+        return 2.0 - (dim - 1) * sech * sech  # = (cosh 2β − (d − 2))/cosh²β
+    if 2 * beta > 709.0:
+        return math.inf
     return math.cosh(2 * beta) - (dim - 2)
 
 
@@ -147,8 +178,23 @@ def antipodal_split_level(
     A heuristic scale, not a law: the split is classified antipodal (1 + Z ≤ tol) while it
     hovers below tol, and leaves for good through rare excursions not described here.
     At large β (SA) ≈ (d − 1)(k/m − m/k)² e^{−4β}."""
+    if attention == "unnormalized":
+        return _usa_split_level(beta, dim, sizes)
     rate = antipodal_contraction_rate(beta, dim, attention=attention)
     push = antipodal_split_drift(beta, dim, sizes, attention=attention)
+    if push == 0.0:
+        return 0.0
+    return push / rate if rate > 0 else math.inf
+
+
+def _usa_split_level(beta: float, dim: int, sizes: tuple[int, int]) -> float:
+    """USA's push/λ with both divided by e^{2β} (each overflows beyond β ≈ 355; their
+    ratio tends to (d − 1)(k − m)²/(k + m)²)."""
+    _check(beta, dim, sizes, "unnormalized", 1.0)
+    k, m = sizes
+    small = math.exp(-2 * beta)
+    push = 0.5 * (dim - 1) * ((k - m) * (1 + small) / (k + m)) ** 2
+    rate = 0.5 * (1 + small * small) - (dim - 2) * small  # (cosh 2β − (d − 2)) e^{−2β}
     if push == 0.0:
         return 0.0
     return push / rate if rate > 0 else math.inf
@@ -196,14 +242,15 @@ def _split_measures(beta, dim, sizes, attention, tol, step):
     w, step = np.linspace(low, high, math.ceil((high - low) / step) + 1, retstep=True)
     eps, delta = 2 / (1 + np.exp(-2 * w)), 2 / (1 + np.exp(2 * w))
     drift, q = _reduced_coefficients(eps, delta, beta, dim, sizes, attention)
-    slope = 2 * drift / q  # smooth in w, however large (≈ d − 1 near −1)
+    slope = 2 * drift / q  # smooth in w, however large (≈ d − 1 near −1); scale-free
     log_scale = -np.concatenate([[0.0], np.cumsum(0.5 * step * (slope[1:] + slope[:-1]))])
-    return w, step, eps, delta, log_scale, np.log(2 / q) - log_scale
+    log_speed = np.log(2 / q) - _usa_log_scale(beta, attention) - log_scale  # q·e^{2β} (USA)
+    return w, step, eps, delta, log_scale, log_speed
 
 
 def _check_uneven(beta, dim, sizes, attention, tol):
     _check(beta, dim, sizes, attention, 1.0)
-    check_bound("tol", tol, lower=0.0, upper=1.0, lower_open=True, upper_open=True)
+    check_real_in("tol", tol, lower=0.0, upper=1.0, lower_open=True, upper_open=True)
     if sizes[0] == sizes[1]:
         raise ParameterError(
             f"sizes={tuple(sizes)!r}: an even split is never pushed off an exact antipodal "
@@ -241,7 +288,7 @@ def antipodal_split_lifetime(
     through a rare excursion: the lifetime grows like e^{2β} at large β (SA) and, for a
     deep well, the survival to time T is ≈ exp(−T/lifetime). It scales as 1/σ²."""
     _check_uneven(beta, dim, sizes, attention, tol)
-    check_bound("sigma", sigma, lower=0.0, lower_open=True)
+    check_real_in("sigma", sigma, lower=0.0, lower_open=True)
     return _split_life(beta, dim, sizes, attention, tol)[0] / sigma**2
 
 
@@ -304,9 +351,10 @@ def p_antipodal_pair_three_tokens(
     (:func:`antipodal_split_hover_fraction`, :func:`antipodal_split_lifetime`). A reading,
     not a proof: within 0.017 of seed 003 Fig. 6 at the paper's scale (d = 4, T = 500,
     every β of its grid), and tested at β = 3, T = 200 with Fig. 6's layer map."""
-    check_bound("horizon", horizon, lower=0.0)
+    beta = check_real_in("beta", beta, lower=0.0)  # compared with a threshold below
+    check_real_in("horizon", horizon, lower=0.0)
     check_int("dim", dim, lower=3)
-    check_bound("sigma", sigma, lower=0.0, lower_open=True)
+    check_real_in("sigma", sigma, lower=0.0, lower_open=True)
     survival = 1.0
     if beta <= _SPLIT_FOREVER_BETA:
         _check_uneven(beta, dim, (2, 1), "softmax", tol)

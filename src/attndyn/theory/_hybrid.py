@@ -28,26 +28,32 @@ import numpy as np
 from scipy import integrate, optimize, special
 
 from .._core.attention import ATTENTION_KINDS
-from .._core.errors import check_bound, check_choice, check_int
-from ._phase import overlap_start_cdf
+from .._core.errors import check_choice, check_int, check_real_in
+from ._phase import overlap_cdf
 
 #: Largest β the closed form is evaluated at (e^{2β} and the exponential integrals stay
 #: finite in float64 well beyond the values any study uses).
 MAX_BETA = 300.0
 
 
-def _check(beta: float, eps: float, attention: str) -> None:
-    check_bound("beta", beta, lower=0.0, upper=MAX_BETA)
-    check_bound("eps", eps, lower=0.0, lower_open=True)
+def _check(
+    beta: float, eps: float, attention: str, *, eps_zero: bool = False
+) -> tuple[float, float]:
+    """β and ε as floats (one real number each, refused by name otherwise): β in
+    [0, MAX_BETA], ε > 0 (≥ 0 with ``eps_zero``)."""
+    beta = check_real_in("beta", beta, lower=0.0, upper=MAX_BETA)
+    eps = check_real_in("eps", eps, lower=0.0, lower_open=not eps_zero)
     check_choice("attention", attention, ATTENTION_KINDS)
+    return beta, eps
 
 
 def hybrid_coefficients(beta: float, eps: float, attention: str = "unnormalized"):
     """(K, κ) of the closed-form scale density above."""
-    _check(beta, eps, attention)
+    beta, eps = _check(beta, eps, attention)
+    inverse = 1 / eps / eps  # 1/ε², 0 where ε² overflows (ε ≳ 1e154): no OverflowError
     if attention == "unnormalized":
-        return 2 / eps**2 - math.exp(beta), 0.0
-    return (1 - eps**2) * math.exp(beta) / eps**2, 1 / eps**2
+        return 2 * inverse - math.exp(beta), 0.0
+    return (inverse - 1) * math.exp(beta), inverse
 
 
 def hybrid_end_rates(beta: float, eps: float, attention: str = "unnormalized"):
@@ -66,7 +72,7 @@ def hybrid_attracts(beta: float, eps: float, attention: str = "unnormalized"):
 def sa_hybrid_boundaries(beta: float) -> tuple[float, float]:
     """For softmax attention: +1 attracts iff ε < √2, −1 attracts iff ε > √(1 + e^{−2β})
     *(derived)*; between the two both attract and P(antipodal) ∈ (0, 1)."""
-    check_bound("beta", beta, lower=0.0, upper=MAX_BETA)
+    beta = check_real_in("beta", beta, lower=0.0, upper=MAX_BETA)
     return math.sqrt(2.0), math.sqrt(1 + math.exp(-2 * beta))
 
 
@@ -172,7 +178,7 @@ def p_antipodal_hybrid_given_overlap(
     z: float, beta: float, eps: float, attention: str = "unnormalized"
 ) -> float:
     """P(antipodal at t = ∞ | Z₀ = z) for two tokens under hybrid noise (0 or 1 for USA)."""
-    check_bound("z", z, lower=-1.0, upper=1.0, lower_open=True, upper_open=True)
+    z = check_real_in("z", z, lower=-1.0, upper=1.0, lower_open=True, upper_open=True)
     return _p_antipodal(beta, eps, attention, lower=math.atanh(z))
 
 
@@ -184,7 +190,7 @@ def p_antipodal_hybrid_uniform(
     By Fubini, E[∫_{Z₀}^1 s] = ∫ s(x) P(Z₀ ≤ x) dx: one weighted integral.
     """
     check_int("dim", dim, lower=2)
-    return _p_antipodal(beta, eps, attention, weight=lambda v: float(overlap_start_cdf(v, dim)))
+    return _p_antipodal(beta, eps, attention, weight=lambda v: float(overlap_cdf(v, dim)))
 
 
 #: Above this layer step the discrete hybrid model (003 eq. 7) is far from its SDE limit.
@@ -198,13 +204,14 @@ def hybrid_layer_step(
     for USA (the self-weight e^β/2 times ε/√L), ε/(2√L) for SA (softmax weights are ≤ 1 and
     the tangential part of A is at most ½). When it is not small, L is far from the SDE
     limit of Prop. 1 and the answer depends on the law of v_n."""
-    _check(beta, eps if eps > 0 else 1.0, attention)
-    check_bound("depth", depth, lower=0.0, lower_open=True)
+    beta, eps = _check(beta, eps, attention, eps_zero=True)
+    depth = check_real_in("depth", depth, lower=0.0, lower_open=True)
     weight = math.exp(beta) / 2 if attention == "unnormalized" else 0.5
     return eps * weight / math.sqrt(depth)
 
 
 def depth_for_step(beta: float, eps: float, attention: str = "unnormalized") -> int:
     """The smallest L with :func:`hybrid_layer_step` ≤ 0.1."""
+    beta, eps = _check(beta, eps, attention, eps_zero=True)
     weight = math.exp(beta) / 2 if attention == "unnormalized" else 0.5
     return max(1, math.ceil((eps * weight / STEP_WARNING) ** 2))

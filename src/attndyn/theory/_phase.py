@@ -18,7 +18,7 @@ import numpy as np
 from numpy.polynomial import chebyshev
 from scipy import integrate, special
 
-from .._core.errors import ParameterError, check_bound, check_int
+from .._core.errors import ParameterError, check_bound, check_int, check_real_in
 from .._core.norms import AbstractNorm, as_norm
 
 
@@ -54,7 +54,7 @@ def beta_critical(dim: int, norm: "AbstractNorm | str" = "rms") -> float:
 
 def eps_critical(beta: float) -> float:
     """ε_c(β) = √(2 e^{−β}) (003 Prop 1, hybrid USA, N = 2)."""
-    check_bound("beta", beta, lower=0.0)
+    beta = check_real_in("beta", beta, lower=0.0, array_hint=ONE_BETA)
     return math.sqrt(2 * math.exp(-beta))
 
 
@@ -193,6 +193,8 @@ def scale_density(x: float | np.ndarray, beta: float, dim: int) -> np.ndarray:
     s(x) = (1−x²)^{−1/2} exp(−∫_0^x (d−2) / (cosh(β(1−y))(1−y²)) dy), the same for SA and
     USA and every σ.
     """
+    beta = _validate(beta, dim)
+    check_bound("x", x, lower=-1.0, upper=1.0)
     a_plus, a_minus = _exponents(beta, dim)
     xs = np.atleast_1d(np.asarray(x, dtype=np.float64))
     out = np.array(
@@ -211,26 +213,33 @@ def scale_density(x: float | np.ndarray, beta: float, dim: int) -> np.ndarray:
 EXACT_BETA_MAX = 1e6
 
 
-def _validate(beta: float, dim: int) -> None:
-    check_bound("beta", beta, lower=0.0)
+#: What a ParameterError about an array of β says to do instead.
+ONE_BETA = "Call the function once per β (p_antipodal_curve takes an array of β)."
+
+
+def _validate(beta: float, dim: int) -> float:
+    """β as a float (one real number ≥ 0; refused by name otherwise), and d ≥ 2."""
+    beta = check_real_in("beta", beta, lower=0.0, array_hint=ONE_BETA)
     check_int("dim", dim, lower=2)
+    return beta
 
 
-def _validate_quadrature(beta: float, dim: int) -> None:
-    _validate(beta, dim)
+def _validate_quadrature(beta: float, dim: int) -> float:
+    beta = _validate(beta, dim)
     if beta > EXACT_BETA_MAX:
         raise ParameterError(
             f"beta={beta!r} is above {EXACT_BETA_MAX:g}, the largest β for which the exact "
             "probabilities are computed (as β → ∞, P(antipodal | z) → arccos(z)/π: 1/2 for "
             "uniform starts)."
         )
+    return beta
 
 
 def antipodal_reachable(beta: float, dim: int, norm: "AbstractNorm | str" = "rms") -> bool:
     """Whether ∫ s converges at −1, i.e. d − 2 < cosh 2β: P(antipodal) > 0 iff it does
     (d − 3 < cosh 2β with ``norm="layernorm"``)."""
     dim = effective_dim(dim, norm)
-    _validate(beta, dim)
+    beta = _validate(beta, dim)
     return dim - 2 < _cosh(2 * beta)
 
 
@@ -288,8 +297,8 @@ def p_antipodal_given_overlap(
     arccos(z)/π. With ``norm="layernorm"`` z is the overlap of the centred tokens.
     """
     dim = effective_dim(dim, norm)
-    _validate_quadrature(beta, dim)
-    check_bound("z", z, lower=-1.0, upper=1.0)
+    beta = _validate_quadrature(beta, dim)
+    z = check_real_in("z", z, lower=-1.0, upper=1.0)
     if not antipodal_reachable(beta, dim):
         return 0.0
     total = _weighted_integral(lambda v: 1.0, beta, dim)
@@ -301,6 +310,13 @@ def overlap_start_cdf(z: float | np.ndarray, dim: int) -> np.ndarray:
 
     The overlap has density ∝ (1 − z²)^{(d−3)/2}, i.e. (1 + Z)/2 ~ Beta((d−1)/2, (d−1)/2).
     """
+    check_int("dim", dim, lower=2)
+    check_bound("z", z, lower=-1.0, upper=1.0)
+    return overlap_cdf(z, dim)
+
+
+def overlap_cdf(z: float | np.ndarray, dim: int) -> np.ndarray:
+    """:func:`overlap_start_cdf` unchecked (inside quadratures, whose nodes are in [−1, 1])."""
     a = (dim - 1) / 2
     return np.asarray(special.betainc(a, a, (1 + np.asarray(z, dtype=np.float64)) / 2))
 
@@ -316,13 +332,16 @@ def p_antipodal_uniform(beta: float, dim: int, norm: "AbstractNorm | str" = "rms
     uniform law on the unit sphere of the hyperplane, and the answer is the RMS one at d − 1.
     """
     dim = effective_dim(dim, norm)
-    _validate_quadrature(beta, dim)
+    beta = _validate_quadrature(beta, dim)
     if not antipodal_reachable(beta, dim):
         return 0.0
     total = _weighted_integral(lambda v: 1.0, beta, dim)
-    return _weighted_integral(lambda v: float(overlap_start_cdf(v, dim)), beta, dim) / total
+    return _weighted_integral(lambda v: float(overlap_cdf(v, dim)), beta, dim) / total
 
 
 def p_antipodal_curve(betas, dim: int, norm: "AbstractNorm | str" = "rms") -> np.ndarray:
     """:func:`p_antipodal_uniform` over an array of β."""
-    return np.array([p_antipodal_uniform(float(b), dim, norm) for b in np.asarray(betas).ravel()])
+    values = np.asarray(betas)
+    if values.dtype.kind not in "iuf":  # '4' would be read as 4.0 by float()
+        raise ParameterError(f"betas={betas!r:.40} must be real numbers β >= 0.")
+    return np.array([p_antipodal_uniform(float(b), dim, norm) for b in values.ravel()])

@@ -13,7 +13,7 @@ import numpy as np
 from scipy import optimize
 
 from .._core import defaults
-from .._core.errors import ParameterError, check_bound, check_int
+from .._core.errors import ParameterError, check_int, check_real_in
 from .._core.schemes import AbstractScheme, SpeedLaw
 
 RateKind = Literal["exponential", "power", "sqrt-exponential"]
@@ -29,16 +29,17 @@ def initial_slope(
     (Peri-LN), |A|/α(0) (nGPT), 1 (Post-LN, sqrt-scaling, Mix-LN at τ > 0), with
     |A| = √(e^{2β} + n − 1)/(e^β + n − 1) at the start.
     """
-    check_bound("beta", beta, lower=0.0)
+    check_real_in("beta", beta, lower=0.0)
     check_int("n_tokens", n_tokens, lower=2)
-    check_bound("r0", r0, lower=0.0, lower_open=True)
+    check_real_in("r0", r0, lower=0.0, lower_open=True)
     (_, law), *_ = _laws(scheme, "closed-form slope")
     n = n_tokens
     r = r0 if law.radius else 1.0
+    small = math.exp(-beta)  # written in e^{−β}: e^β overflows beyond β ≈ 709
     if law.attention:
         # 2/(e^β + n − 1) divided by r|A|/α: the factor e^β + n − 1 cancels.
-        return 2.0 * law.alpha / (r * math.sqrt(math.exp(2 * beta) + n - 1))
-    return 2.0 / (math.exp(beta) + n - 1) * law.alpha / r
+        return 2.0 * law.alpha * small / (r * math.sqrt(1 + (n - 1) * small * small))
+    return 2.0 * small / (1 + (n - 1) * small) * law.alpha / r
 
 
 def _laws(scheme: AbstractScheme, what: str) -> tuple[tuple[float, SpeedLaw], ...]:
@@ -123,10 +124,10 @@ def time_to_gap(
     (composite 16-point Gauss–Legendre, refined where e^{βu} varies fastest): relative error
     below 1e-12 wherever t < 1e15.
     """
-    check_bound("beta", beta, lower=0.0)
+    check_real_in("beta", beta, lower=0.0)
     check_int("n_tokens", n_tokens, lower=2)
-    check_bound("r0", r0, lower=0.0, lower_open=True)
-    check_bound("gap", gap, lower=0.0, upper=1.0, lower_open=True)
+    check_real_in("r0", r0, lower=0.0, lower_open=True)
+    check_real_in("gap", gap, lower=0.0, upper=1.0, lower_open=True)
     laws = _laws(scheme, "reduced ODE")
     if not all(law.constant for _, law in laws):
         raise ParameterError(f"time_to_gap needs {scheme.name} with a constant alpha.")
