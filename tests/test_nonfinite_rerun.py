@@ -14,17 +14,21 @@ reads each reflection's rows from a loop carry; the safety net reruns any trajec
 float32 still breaks in float64, from the same random numbers.
 """
 
+from typing import ClassVar
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import attndyn as ad
 from attndyn._estimate.keys import trajectory_key
 from attndyn._estimate.plan import to_float64
 from attndyn._models.base import route_of
 from attndyn._models.reduced.frame import carried_lq, pair_gaps
 from attndyn.studies.phase import phase_model
+from tests.helpers import binomial_se
 
 #: The point and seed of the CLI run, and the trajectory that broke.
 POINT = {"dim": 4, "n_tokens": 3, "beta": 3.0}
@@ -132,3 +136,111 @@ def test_carried_lq_keeps_gram_matrix_and_gaps(exponent):
         err = np.abs(gap[:, i, j] - exact[:, i, j])[close]
         bound = (16 * eps * np.sqrt(2 * exact[:, i, j]) + (8 * eps) ** 2)[close]
         assert np.all(err <= bound), (err, bound)
+
+
+# --- the safety net: broken trajectories rerun in float64 ---------------------------------
+
+
+class Blowup(ad.AbstractModel):
+    """Each token scaled by exp(c·u²) (u a standard normal drawn in float32, one per token)
+    and normalised: the direction never changes, but the scale overflows float32 from
+    c·u² ≈ 88.7 (its square from 44.4) and float64 from 709.8 (354.9). A trajectory that
+    float32 breaks is, in float64, the same path run through."""
+
+    scale: jax.Array
+    same_path_in_float64: ClassVar[bool] = True
+
+    @property
+    def save_times(self):
+        return np.array([1.0])
+
+    def simulate(self, x0, keys):
+        def one(x, key):
+            u = jax.random.normal(key, x.shape[:1], jnp.float32).astype(x.dtype)
+            return ad.normalize(x * jnp.exp(self.scale.astype(x.dtype) * u**2)[:, None])[None]
+
+        return jax.vmap(one)(x0, keys)
+
+
+def _blowup(scale: float, *, on_nonfinite="raise", n=64):
+    return ad.estimate_probabilities(
+        lambda dim, n_tokens, scale: Blowup(jnp.asarray(scale, jnp.float32)),
+        [{"dim": 3, "n_tokens": 2, "scale": scale}],
+        key=jax.random.key(3),
+        n_trajectories=n,
+        progress=False,
+        on_nonfinite=on_nonfinite,
+    )
+
+
+def _broken_in(scale: float, dtype, n=64) -> np.ndarray:
+    """The trajectories whose scale overflows ``dtype`` (squared: where the norm does)."""
+    limit = 0.5 * np.log(float(np.finfo(dtype).max))
+    point = {"dim": 3, "n_tokens": 2, "scale": scale}
+    broken = []
+    for index in range(n):
+        _, noise = jax.random.split(trajectory_key(jax.random.key(3), point, index))
+        u = np.asarray(jax.random.normal(noise, (2,), jnp.float32), np.float64)
+        broken.append(bool(np.any(scale * u**2 > limit)))
+    return np.flatnonzero(broken)
+
+
+def test_trajectories_float32_breaks_are_rerun_in_float64_and_counted():
+    # c = 30: float32 breaks the trajectories with a token past |u| = 1.22 (about 40 % of
+    # 64), float64 none (|u| > 3.4: 0.07 %, and not at this key). On 9f5b4a1 the study
+    # stopped with a NonFiniteError.
+    expected = _broken_in(30.0, np.float32)
+    assert expected.size > 0 and _broken_in(30.0, np.float64).size == 0
+    ds = _blowup(30.0)
+    assert int(ds["n_nonfinite"][0]) == 0 and int(ds["n_valid"][0]) == 64
+    assert ad.provenance(ds)["nonfinite_rerun"] == [expected.size]
+
+
+def test_trajectories_float64_breaks_too_are_named_by_index_and_key():
+    # c = 300: float64 breaks a trajectory too (|u| > 1.09); the error names the first of
+    # them and its key, from which the breakage is reproduced (the key's second split is
+    # the noise key).
+    both = _broken_in(300.0, np.float64)
+    assert both.size > 0
+    with pytest.raises(ad.NonFiniteError) as raised:
+        _blowup(300.0)
+    message = str(raised.value)
+    assert f"The first is trajectory {both[0]}, key jax.random.wrap_key_data" in message
+    assert "again when rerun in float64" in message and "its layer map" in message
+    data = message.split("np.uint32(")[1].split(")")[0]
+    point = {"dim": 3, "n_tokens": 2, "scale": 300.0}
+    key = trajectory_key(jax.random.key(3), point, int(both[0]))
+    assert data == str(np.asarray(jax.random.key_data(key)).tolist())
+    with pytest.warns(UserWarning, match="excluded from the probabilities"):
+        ds = _blowup(300.0, on_nonfinite="exclude")
+    assert int(ds["n_nonfinite"][0]) == both.size
+    assert ad.provenance(ds)["nonfinite_rerun"] == [_broken_in(300.0, np.float32).size]
+
+
+@pytest.mark.slow
+def test_the_issue_42_run_exits_0_and_agrees_with_x64(tmp_path):
+    # The issue's command (seed 55; seeds 56 and 57 broke one trajectory each as well),
+    # in float32 and with --x64: both finish, no trajectory lost, and P(single) and
+    # P(antipodal) agree within 4 standard errors of their difference (two runs of the
+    # same keys: their trajectories are the same paths up to rounding, so the difference
+    # is far smaller than √2 SE; 4·√2 SE is the bound of independent runs). About 40 s CPU.
+    from click.testing import CliRunner
+
+    from attndyn.cli import main
+
+    args = [
+        "phase-diagram", "--beta", "3", "--dim", "4", "--n-tokens", "3",
+        "--n-trajectories", "8000", "--depth", "100", "--horizon", "20", "--seed", "55",
+        "--no-progress",
+    ]  # fmt: skip
+    runs = []
+    for extra in ([], ["--x64"]):
+        out = tmp_path / (extra[0][2:] if extra else "f32")
+        result = CliRunner().invoke(main, [*args, *extra, "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        ds = ad.open_dataset(out / "phase_diagram.nc")
+        assert int(ds["n_nonfinite"].sum()) == 0 and int(ds["n_valid"].sum()) == 8000
+        runs.append(ds)
+    for outcome in ("single", "antipodal"):
+        a, b = (float(ds["probability"].sel(outcome=outcome).squeeze()) for ds in runs)
+        assert abs(a - b) <= 4 * np.sqrt(2) * binomial_se(b, 8000), (outcome, a, b)

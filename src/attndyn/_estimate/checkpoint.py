@@ -148,7 +148,7 @@ def write_checkpoint(
     dims = {"counts": ("point", "time", "outcome"), "n_valid": ("point",)}
     dims.update(merged_counts=("point", "time", "outcome"))
     dims.update(n_nonfinite=("point",), n_done=("point",))
-    dims.update(n_rerun=("point",), n_unbounded=("point",))
+    dims.update(n_rerun=("point",), n_unbounded=("point",), n_nonfinite_rerun=("point",))
     study = np.frombuffer(_json(record).encode(), dtype=np.uint8)
     ds = xr.Dataset(
         {

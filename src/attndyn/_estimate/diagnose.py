@@ -169,19 +169,33 @@ def scalar_overflow(name: str, value: float, dtype: np.dtype) -> list[str]:
     ]
 
 
+def _solvers(model: AbstractModel) -> list[str]:
+    """The names of the ODE or SDE integrators inside ``model`` (none for a layer map)."""
+    from .._models.integrators import ODEIntegrator, SDEIntegrator
+
+    kinds = (ODEIntegrator, SDEIntegrator)
+    leaves = jax.tree_util.tree_flatten_with_path(model, is_leaf=lambda x: isinstance(x, kinds))
+    return [jax.tree_util.keystr(p).lstrip(".") for p, leaf in leaves[0] if isinstance(leaf, kinds)]
+
+
 def overflow_message(model: AbstractModel, *, radius: float = 1.0) -> str:
     """One sentence naming the causes (maps undefined at the model's parameters, then
     overflows, the start radius included), or saying that no parameter is past its
-    threshold."""
+    threshold, with the checks that apply to the model (its solver, where it has one)."""
     causes = model.undefined_maps() + overflow_causes(model) + model.overflow_causes(float_type())
     causes += scalar_overflow("radius", float(radius), float_type())
     if causes:
         return "Cause: " + "; ".join(causes) + "."
+    solvers = _solvers(model)
+    check = (
+        f"check its solver and step ({', '.join(solvers)}: a failed solve, e.g. max_steps "
+        "reached, is reported as NaN)"
+        if solvers
+        else "its layer map is the suspect"
+    )
     return (
         f"No parameter of the model is past its {float_type().name} overflow threshold "
         "(unnormalised attention's β·‖Q‖‖K‖ < ½·ln max, scalars < √max/1000) and none of its "
-        "maps is known to be undefined at its parameters: check the solver and its step (a "
-        "failed ODE solve, e.g. max_steps reached, is reported as NaN), or "
-        "the model's own arithmetic (e.g. a normalisation of a zero vector, such as a Pre-LN "
-        "radius that a ±1 multiplier walk brings to exactly 0)."
+        f"maps is known to be undefined at its parameters: {check}; run the trajectory "
+        "alone from its key to see where it breaks."
     )

@@ -31,7 +31,6 @@ from .._models.merging import resolution_gap
 from . import interrupts
 from .checkpoint import load_checkpoint, signature, study_record, write_checkpoint
 from .dataset import attach_provenance, probabilities_dataset, provenance_record
-from .diagnose import overflow_message
 from .distributed import gather_tallies, process_block, process_layout
 from .files import Lock, LockBusy, writable_folder
 from .keys import Point, check_key, point_key
@@ -44,6 +43,7 @@ from .merges import (
     resolve,
     tallies_of,
 )
+from .nonfinite import nonfinite_message
 from .plan import Plan, PointPlan, check_options, make_plan, to_float64
 from .runner import (
     Blocks,
@@ -79,6 +79,7 @@ ESTIMATOR_FIELDS = (
     "dtype",
     "compile_seconds",
     "on_nonfinite",
+    "nonfinite_rerun",
     "on_merged",
     "merges",
     "model",
@@ -500,6 +501,9 @@ class _Study:
         self.chunks: list[int] = []
         # Float64 models for reruns, by point, with the blocks their steps run in.
         self.models64: dict[int, tuple[AbstractModel, Blocks]] = {}
+        # By point, the index of the first trajectory that stayed broken (NaN, inf, a
+        # broken invariant) after every rerun this run made: the error names it.
+        self.first_broken: dict[int, int] = {}
 
     def _lock(self) -> Lock | None:
         if self.checkpoint is None:
@@ -640,50 +644,62 @@ class _Study:
                 self.add(index, *pending, bar)
             if self.alone:
                 self.check_merged(index)
+                self.check_nonfinite(index, point, final=False)
             if time.perf_counter() - self.last_save > CHECKPOINT_EVERY:
                 self.save()
 
     def add(self, index: int, results: TileResults, done: int, where: tuple, bar) -> None:
         """Add one call's results (``done`` trajectories of point ``index``; ``where``: the
         point's key, the call's first index and the point's end) to the tallies, whole (a
-        Ctrl-C meanwhile is raised after); with ``on_merged="auto"`` its merges resolved
-        first (a Ctrl-C there leaves the tallies as they were: the call is redone)."""
+        Ctrl-C meanwhile is raised after); its broken trajectories (NaN, inf, a broken
+        invariant) and, with ``on_merged="auto"``, its merges resolved first (a Ctrl-C
+        there leaves the tallies as they were: the call is redone)."""
         results = jax.block_until_ready(results)
         tallied, resolution = results.tallied, None
-        if self.plan.on_merged == "auto" and np.asarray(tallied[6]).any():
-            tallied, resolution = self.resolve_merges(index, results, *where)
+        merges = self.plan.on_merged == "auto" and np.asarray(tallied[6]).any()
+        if merges or int(tallied[2]):
+            tallied, resolution = self.resolve_call(index, results, *where)
         with interrupts.deferred():
             if resolution is not None:
                 self.tallies.add_resolution(
-                    index, resolution.n_rerun, resolution.n_unbounded, resolution.bound_units
+                    index,
+                    resolution.n_rerun,
+                    resolution.n_unbounded,
+                    resolution.bound_units,
+                    resolution.n_broken_rerun,
                 )
+                if resolution.broken.size and index not in self.first_broken:
+                    self.first_broken[index] = where[1] + int(resolution.broken[0])
             self.tallies.add_chunk(index, *tallied)
             self.tallies.n_done[index] += done
         bar.update(done)
 
-    def resolve_merges(
+    def resolve_call(
         self, index: int, results: TileResults, key: PRNGKeyArray, first: int, stop: int
     ) -> tuple[tuple, Resolution]:
-        """The call's tallies after bounding, rerunning and counting its merged
-        trajectories (:func:`.merges.resolve`), and what that did (for the tallies)."""
+        """The call's tallies after rerunning its broken trajectories in float64 and, with
+        ``on_merged="auto"``, bounding, rerunning and counting its merged ones
+        (:func:`.merges.resolve`), and what that did (for the tallies)."""
         plan, point = self.plan, self.plan.points[index]
         tallied = results.tallied
         saves = results.saves
         merged = np.asarray(tallied[6])
-        rows = np.flatnonzero(merged.any(axis=1))
+        auto = plan.on_merged == "auto"
+        rows = np.flatnonzero(merged.any(axis=1)) if auto else np.zeros(0, np.int64)
         saves_host = np.zeros((merged.shape[0], *saves.shape[1:]), saves.dtype)
-        saves_host[rows] = merged_states(saves, rows)
+        if rows.size:
+            saves_host[rows] = merged_states(saves, rows)
         trajectories = host_trajectories(results, saves_host)
         tile = self.tiles[index]
         tiles = [np.arange(i, min(i + tile, merged.shape[0])) for i in range(0, len(merged), tile)]
         rerun = None
         if not plan.x64 and point.model.same_path_in_float64:
             rerun = functools.partial(self.rerun_float64, index, key, first=first, stop=stop)
-
-        resolution = resolve(
-            trajectories, tiles, law=point.model.merge_law(point.dim), tol=plan.tol, rerun=rerun
-        )
         in_range = first + np.arange(merged.shape[0]) < stop
+        law = point.model.merge_law(point.dim) if auto else None
+        resolution = resolve(
+            trajectories, tiles, law=law, tol=plan.tol, rerun=rerun, in_range=in_range, bound=auto
+        )
         return tallies_of(resolution.trajectories, in_range), resolution
 
     def rerun_float64(
@@ -742,21 +758,32 @@ class _Study:
             + (": a rerun resumes from the checkpoint." if self.checkpoint else ".")
         )
 
-    def check_nonfinite(self, index: int, point: PointPlan, tallies: Tallies | None = None) -> None:
+    def check_nonfinite(
+        self, index: int, point: PointPlan, tallies: Tallies | None = None, *, final: bool = True
+    ) -> None:
+        """Stop (``on_nonfinite="raise"``: at the end of the chunk in which one appears,
+        once the checkpoint holds it) or warn (``"exclude"``: at the end of the point,
+        ``final``) where trajectories stayed broken after every rerun
+        (:mod:`.nonfinite`)."""
         tallies = self.tallies if tallies is None else tallies
         bad = int(tallies.n_nonfinite[index])
-        if not bad:
+        raising = self.plan.on_nonfinite == "raise"
+        if not bad or not (raising or final):
             return
-        message = (
-            f"{bad} of {int(tallies.n_done[index])} trajectories at point {point.point} "
-            "became NaN or infinite (or too large to normalise, or broke an invariant of "
-            "the model: a row off the unit sphere, a cosine outside [−1, 1]). "
-            f"{overflow_message(point.user_model, radius=self.plan.radius)}"
+        message = nonfinite_message(
+            self.plan,
+            point,
+            bad=bad,
+            done=int(tallies.n_done[index]),
+            key=self.key,
+            first=self.first_broken.get(index),
         )
-        if self.plan.on_nonfinite == "raise":
+        if raising:
+            self.save()
             raise NonFiniteError(
                 message + " Pass on_nonfinite='exclude' (CLI: --on-nonfinite exclude) to "
-                "drop them from the probabilities."
+                "drop them from the probabilities"
+                + (": a rerun resumes from the checkpoint." if self.checkpoint else ".")
             )
         warnings.warn(message + " They are excluded from the probabilities.", stacklevel=4)
 
@@ -833,6 +860,9 @@ def _provenance(
         dtype="float64" if plan.x64 else "float32",
         compile_seconds=compile_seconds() - study.compile_before,
         on_nonfinite=plan.on_nonfinite,
+        # Per point: trajectories float32 broke, rerun in float64 (those float64 ran
+        # through are counted; the others are in n_nonfinite).
+        nonfinite_rerun=tallies.n_nonfinite_rerun.tolist(),
         on_merged=plan.on_merged,
         merges=merge_provenance(plan, tallies),
         model=repr(plan.points[0].user_model),

@@ -26,6 +26,12 @@ tokens merged (the estimator reads its saved states back, nothing else):
 4. **Refuse** where a merged pair has no bound after all that (no law derived for the
    model, or a direction in which the gap grows: the hybrid model above ε_c): the estimator
    stops with a :class:`NumericalMergeError` naming what to pass.
+
+The same rerun serves trajectories that float32 broke (NaN or inf, or an invariant of the
+model such as a row off the unit sphere), whatever ``on_merged``: float32 arithmetic, not
+the dynamics, would otherwise decide that they are lost. Their float64 results replace
+the float32 ones (counted, merged or not, as any other); those that float64 breaks too
+stay non-finite, and the estimator reports them by index and key (``on_nonfinite``).
 """
 
 from collections.abc import Callable
@@ -63,13 +69,16 @@ class Trajectories(NamedTuple):
 
 class Resolution(NamedTuple):
     """A tile after :func:`resolve`: its per-trajectory results (reruns substituted),
-    the trajectories rerun, those left with an unbounded merge, and the summed bounds per
-    save time (int64, units of 2⁻³²)."""
+    the trajectories rerun for a merge, those left with an unbounded merge, the summed
+    bounds per save time (int64, units of 2⁻³²), the broken trajectories rerun, and the
+    positions of those still broken after it."""
 
     trajectories: Trajectories
     n_rerun: int
     n_unbounded: int
     bound_units: np.ndarray
+    n_broken_rerun: int = 0
+    broken: np.ndarray = np.zeros(0, np.int64)
 
 
 def merged_pairs(saves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -138,30 +147,46 @@ def resolve(
     law: MergeLaw | None,
     tol: float,
     rerun: Callable[[np.ndarray], Trajectories] | None,
+    in_range: np.ndarray | None = None,
+    bound: bool = True,
 ) -> Resolution:
-    """Bound, rerun and count the merged trajectories of one call (module docstring).
+    """Bound, rerun and count the merged trajectories of one call (module docstring), and
+    rerun its broken ones.
 
     ``tiles``: the positions of each device tile's trajectories in the call (reruns are
     batched per tile, so a trajectory's batch does not depend on the device count);
     ``rerun(positions)``: their float64 results, or ``None`` where no rerun applies (a
-    float64 study, or a model whose float64 path is another path)."""
-    bounds = trajectory_bounds(law, trajectories.saves, trajectories.merged, tol)
-    weak = ~np.all((bounds <= MERGE_BOUND) | ~trajectories.merged, axis=1)
-    n_rerun = 0
-    if rerun is not None and weak.any():
-        redo = [tile[weak[tile]] for tile in tiles]
-        redo = [positions for positions in redo if positions.size]
-        for positions in redo:
+    float64 study, or a model whose float64 path is another path); ``in_range``: the
+    positions that are trajectories of the study (the others pad the call), whose
+    invalid ones are broken; ``bound``: whether merges are bounded and weak ones rerun
+    (``on_merged="auto"``), or only broken trajectories rerun."""
+    t = trajectories
+    in_range = np.ones(t.valid.shape, bool) if in_range is None else in_range
+    broken = in_range & ~t.valid
+    bounds = np.zeros(t.merged.shape)
+    weak = np.zeros(t.valid.shape, bool)
+    if bound:
+        bounds = trajectory_bounds(law, t.saves, t.merged, tol)
+        weak = ~np.all((bounds <= MERGE_BOUND) | ~t.merged, axis=1)
+    n_rerun = n_broken = 0
+    if rerun is not None and (weak | broken).any():
+        redo = [tile[(weak | broken)[tile]] for tile in tiles]
+        for positions in (p for p in redo if p.size):
             for start in range(0, positions.size, RERUN_TILE):
                 batch = positions[start : start + RERUN_TILE]
                 again = rerun(batch)
                 trajectories = _substitute(trajectories, batch, again)
-                new = trajectory_bounds(law, again.saves, again.merged, tol)
-                bounds = _substitute_rows(bounds, batch, new)
-                n_rerun += batch.size
+                if bound:
+                    new = trajectory_bounds(law, again.saves, again.merged, tol)
+                    bounds = _substitute_rows(bounds, batch, new)
+                n_broken += int(broken[batch].sum())
+                n_rerun += int((~broken[batch]).sum())
     unbounded = np.isnan(bounds).any(axis=1)
     units = np.ceil(np.nan_to_num(bounds, nan=0.0) * BOUND_UNIT).astype(np.int64)
-    return Resolution(trajectories, n_rerun, int(unbounded.sum()), units.sum(axis=0))
+    still = np.flatnonzero(in_range & ~trajectories.valid)
+    return Resolution(
+        trajectories, n_rerun, int(unbounded.sum()), units.sum(axis=0), n_broken, still
+    )
 
 
 def _substitute_rows(array: np.ndarray, rows: np.ndarray, values: np.ndarray) -> np.ndarray:

@@ -102,7 +102,10 @@ VARIABLES: dict[str, Variable] = {
     ),
     "n_nonfinite": Variable(
         "non-finite trajectories",
-        "trajectories that overflowed (NaN or inf) and were excluded from every estimate",
+        "trajectories that became NaN or inf or broke an invariant of the model (in "
+        "float32 and again when rerun in float64 from the same random numbers, where the "
+        "model allows it; provenance nonfinite_rerun counts the reruns), excluded from "
+        "every estimate",
     ),
     "n_merged": Variable(
         "numerically merged trajectories",

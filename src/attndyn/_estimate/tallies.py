@@ -81,6 +81,9 @@ class Tallies:
     n_rerun: np.ndarray  # (P,)
     n_unbounded: np.ndarray  # (P,)
     merge_bound: np.ndarray  # (P, S)
+    # Trajectories that float32 broke (NaN, inf, a broken invariant) rerun in float64 from
+    # the same random numbers (see .merges); those broken there too are in n_nonfinite.
+    n_nonfinite_rerun: np.ndarray  # (P,)
     seconds: float = 0.0
     # One record per process run that added trajectories (a study resumed from a
     # checkpoint, possibly on another machine, lists each), written by the estimator
@@ -109,6 +112,7 @@ class Tallies:
         "n_rerun",
         "n_unbounded",
         "merge_bound",
+        "n_nonfinite_rerun",
     )
 
     @classmethod
@@ -116,7 +120,8 @@ class Tallies:
         per_point: tuple[int, ...] = (n_points,)
         per_outcome: tuple[int, ...] = (n_points, n_saves, len(OUTCOMES))
         shapes: dict[str, tuple[int, ...]] = dict.fromkeys(
-            ("n_valid", "n_nonfinite", "n_done", "n_rerun", "n_unbounded"), per_point
+            ("n_valid", "n_nonfinite", "n_done", "n_rerun", "n_unbounded", "n_nonfinite_rerun"),
+            per_point,
         )
         shapes.update(dict.fromkeys(("counts", "merged_counts"), per_outcome))
         arrays = {
@@ -143,11 +148,15 @@ class Tallies:
             first, second = first - merged_first, second - merged_second
         return first / MEANS[name], second / MEANS[name]
 
-    def add_resolution(self, p: int, n_rerun: int, n_unbounded: int, bound_units) -> None:
-        """Add what ``on_merged="auto"`` did with one call's merges at point ``p``."""
+    def add_resolution(
+        self, p: int, n_rerun: int, n_unbounded: int, bound_units, n_nonfinite_rerun: int = 0
+    ) -> None:
+        """Add what the estimator did with one call's merges (``on_merged="auto"``) and
+        broken trajectories at point ``p``."""
         self.n_rerun[p] += int(n_rerun)
         self.n_unbounded[p] += int(n_unbounded)
         self.merge_bound[p] += np.asarray(bound_units, np.int64)
+        self.n_nonfinite_rerun[p] += int(n_nonfinite_rerun)
 
     def add_chunk(
         self,
