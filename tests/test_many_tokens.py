@@ -186,3 +186,28 @@ def test_the_unnormalised_flow_increases_the_energy_at_the_rate_it_should():
         rate, expected = (float(r) for r in rates(x))
         assert expected > 0
         assert rate == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize("dim", [2, 3])
+def test_clusters_of_non_finite_tokens_are_a_sentinel_never_a_count(dim):
+    """An all-NaN configuration was one cluster of 4 on S¹ (four of one on S²); any
+    non-finite coordinate now gives −1 for every count and label, which no configuration
+    gives (a count is at least 1)."""
+    # Four tokens far apart: four clusters.
+    angles = np.array([0.0, 1.5, 3.0, 4.5])
+    spread = [np.cos(angles), np.sin(angles)] + [np.full(4, 0.3)] * (dim - 2)
+    good = np.asarray(_unit(np.stack(spread, axis=1)))
+    for bad in (np.full((4, dim), np.nan), np.where(np.arange(4)[:, None] == 2, np.inf, good)):
+        x = jax.device_put(bad.astype(np.float32))
+        found = _clusters(x, np.float32(1e-3))
+        assert int(found.n_clusters) == -1 and int(found.largest) == -1
+        assert np.all(np.asarray(found.histogram) == -1)
+        assert np.all(np.asarray(_labels(x, np.float32(1e-3))) == -1)
+    assert int(_clusters(jax.device_put(good), np.float32(1e-3)).n_clusters) == 4
+
+
+@pytest.mark.parametrize("beta", [-1.0, 0.0, float("nan")])
+def test_the_interaction_energy_refuses_a_beta_that_is_not_positive(beta):
+    # β = −1 gave NaN and β = 0 inf, without an error.
+    with pytest.raises(ad.ParameterError, match="beta="):
+        mt.log_interaction_energy(_unit(np.eye(3)), beta)

@@ -74,7 +74,10 @@ def cluster_labels(
     twice along its labels (``l ← l[l]``, which stays in the component and never grows);
     at the fixed point the labels are constant on each component and equal to its smallest
     index. Each round is one pass over the pairs in blocks of rows; rounds stop when
-    nothing changes. A NaN token joins nothing (its own cluster)."""
+    nothing changes.
+
+    A configuration with any non-finite coordinate has no clusters to name: every label is
+    −1 (a sentinel, never an index), as :func:`clusters` reports −1 for its counts."""
     check_bound("tol", tol, lower=0.0, upper=1.0, lower_open=True, upper_open=True)
     theta = normalize(x)
     n_tokens = x.shape[0]
@@ -96,8 +99,10 @@ def cluster_labels(
         return new, jnp.any(new != labels)
 
     start = jnp.arange(n_tokens, dtype=jnp.int32)
-    labels, _ = jax.lax.while_loop(lambda s: s[1], round_, (start, jnp.asarray(True)))
-    return labels
+    finite = jnp.all(jnp.isfinite(x))
+    # A non-finite configuration skips the rounds (its test of pairs would be meaningless).
+    labels, _ = jax.lax.while_loop(lambda s: s[1], round_, (start, finite))
+    return jnp.where(finite, labels, -1)
 
 
 class Clusters(NamedTuple):
@@ -141,7 +146,12 @@ def clusters(
 ) -> Clusters:
     """The number of clusters, the size of the largest, and the histogram of their sizes in
     classes ``[2^k, 2^{k+1})``, ``k = 0 … ⌊log₂ N⌋`` (:func:`cluster_labels`; on S¹ by
-    sorting the tokens by angle, N log N work: :func:`_circle_sizes`)."""
+    sorting the tokens by angle, N log N work: :func:`_circle_sizes`).
+
+    A configuration with any non-finite coordinate (NaN or ±inf) has no clusters: every
+    count, the histogram's included, is −1, a sentinel no configuration gives (an all-NaN
+    array was counted as one cluster of N on S¹, N clusters of one elsewhere). Inside
+    ``jit`` a value cannot be refused, so the sentinel is what a caller must test."""
     check_bound("tol", tol, lower=0.0, upper=1.0, lower_open=True, upper_open=True)
     n_tokens = x.shape[0]
     if x.shape[1] == 2:
@@ -156,7 +166,13 @@ def clusters(
     histogram = jnp.sum(
         (size_class[:, None] == jnp.arange(powers.size)[None, :]) & present[:, None], axis=0
     ).astype(jnp.int32)
-    return Clusters(jnp.sum(present).astype(jnp.int32), jnp.max(sizes), histogram)
+    finite = jnp.all(jnp.isfinite(x))
+    none = jnp.asarray(-1, jnp.int32)
+    return Clusters(
+        jnp.where(finite, jnp.sum(present).astype(jnp.int32), none),
+        jnp.where(finite, jnp.max(sizes), none),
+        jnp.where(finite, histogram, none),
+    )
 
 
 # --- modes ----------------------------------------------------------------------------
@@ -302,7 +318,10 @@ def log_interaction_energy(
 ) -> Float[Array, ""]:
     """``log E_β`` with ``E_β = (1/(2βN²)) Σ_ij e^{β⟨θ_i, θ_j⟩}`` (β > 0), the energy that
     unnormalised attention with Q = K = V = I increases (its gradient flow on the sphere).
-    A log-sum-exp in blocks of rows: finite at any β where its logarithm is."""
+    A log-sum-exp in blocks of rows: finite at any β where its logarithm is. A β ≤ 0 (or
+    not finite) is refused, naming it (it gave NaN, or inf at 0); a traced β is checked
+    where it is concrete."""
+    check_bound("beta", beta, lower=0.0, lower_open=True)
     n_tokens = x.shape[0]
     theta = normalize(x)
     beta = jnp.asarray(beta, theta.dtype)
