@@ -2,9 +2,11 @@
 whatever the chunk size and across an interruption, bad input refused by name, the
 figures; and (slow) the measured growth rates against the theory at N = 4,096."""
 
+import dataclasses
 import json
 import math
 
+import jax
 import numpy as np
 import pytest
 import xarray as xr
@@ -47,36 +49,126 @@ def test_dataset_carries_cf_metadata_and_provenance(cli_run):
     assert point["ell_star"] == ad.theory.most_unstable_degree(9.0, 2, depth=100, n_tokens=400)
 
 
+# The study of SMALL through the API (the CLI fixture's compiled programs serve it).
+SPEC = ModesSpec(horizon=0.2, saves=3)
+POINTS = modes_points(dims=[2], n_tokens=[400], betas=[9.0])
+SAME = ("mode_power_trajectory", "n_clusters_trajectory", "log_energy", "min_distance")
+
+
+def _same_as_the_cli_run(cli_run, ds) -> None:
+    out, _ = cli_run
+    with xr.open_dataset(out / "modes.nc") as whole:
+        for name in SAME:
+            np.testing.assert_array_equal(ds[name].values, whole[name].values, err_msg=name)
+
+
 def test_same_numbers_whatever_the_chunk_size_and_across_an_interruption(
     cli_run, tmp_path, monkeypatch
 ):
-    out, _ = cli_run
-    spec = ModesSpec(horizon=0.2, saves=3)
     run = ModesRun(n_trajectories=14, ell_max=6, chunk_size=1)
-    points = modes_points(dims=[2], n_tokens=[400], betas=[9.0])
     calls = {"n": 0}
-    real = modes_module._observe_tile
+    real = modes_module._observe_save
 
-    def stop_second_call(*args, **kwargs):
+    def stop_in_the_second_tile(*args, **kwargs):  # 3 saves a tile: call 4 is tile 2's
         calls["n"] += 1
-        if calls["n"] == 2:
+        if calls["n"] == 4:
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
     checkpoint = tmp_path / "modes.checkpoint.nc"
-    monkeypatch.setattr(modes_module, "_observe_tile", stop_second_call)
+    monkeypatch.setattr(modes_module, "_observe_save", stop_in_the_second_tile)
     with pytest.raises(KeyboardInterrupt):
-        modes_study(spec, run, points, checkpoint=checkpoint, progress=False)
+        modes_study(SPEC, run, POINTS, checkpoint=checkpoint, progress=False)
     assert checkpoint.exists()
-    monkeypatch.setattr(modes_module, "_observe_tile", real)
-    resumed = modes_study(spec, run, points, checkpoint=checkpoint, progress=False)
-    with xr.open_dataset(out / "modes.nc") as whole:
-        for name in ("mode_power_trajectory", "n_clusters_trajectory", "log_energy"):
-            np.testing.assert_array_equal(resumed[name].values, whole[name].values)
+    monkeypatch.setattr(modes_module, "_observe_save", real)
+    resumed = modes_study(SPEC, run, POINTS, checkpoint=checkpoint, progress=False)
+    _same_as_the_cli_run(cli_run, resumed)
     # A checkpoint of another study is refused, naming the file.
     other = ModesRun(n_trajectories=14, ell_max=5)
     with pytest.raises(ad.ParameterError, match="another modes study"):
-        modes_study(spec, other, points, checkpoint=checkpoint, progress=False)
+        modes_study(SPEC, other, POINTS, checkpoint=checkpoint, progress=False)
+
+
+@pytest.mark.parametrize("size", [1, 7])
+def test_same_numbers_whatever_the_blocks_of_layers(cli_run, monkeypatch, size):
+    """The 20 layers of each tile in blocks of 1 or 7 layers (the CLI run sized them by
+    time: one block) give every number of the CLI run, bit for bit: each block runs the
+    same compiled program, so a Ctrl-C between blocks and a resume change nothing."""
+    from attndyn.studies import _modes_cost
+
+    blocks = []
+
+    def fixed(first: int) -> _modes_cost.LayerBlocks:
+        del first
+        blocks.append(_modes_cost.FixedBlocks(size))
+        return blocks[-1]
+
+    advanced = []
+    real = modes_module._advance_tile
+
+    def count(model, state, noise, start, stop):
+        advanced.append((int(start), int(stop)))
+        return real(model, state, noise, start, stop)
+
+    monkeypatch.setattr(modes_module, "LayerBlocks", fixed)
+    monkeypatch.setattr(modes_module, "_advance_tile", count)
+    ds = modes_study(SPEC, ModesRun(n_trajectories=14, ell_max=6), POINTS, progress=False)
+    _same_as_the_cli_run(cli_run, ds)
+    # 3 tiles of 20 layers, each cut into blocks of `size` layers (the last one shorter).
+    per_tile = [(a, min(a + size, 20)) for a in range(0, 20, size)]
+    assert advanced == per_tile * 3
+
+
+def test_ctrl_c_during_a_long_compiled_call_stops_at_once(monkeypatch, tmp_path, cli_run):
+    """A Ctrl-C while a block of layers runs is raised within a poll of the call
+    (:func:`modes.wait`), not when the call ends (a layer of 65,536 tokens takes seconds,
+    and a tile ran as one call); the checkpoint is written and the run resumes to the
+    numbers of an uninterrupted one. The first block is made to look unfinished for 3 s
+    (its arrays report not ready: no CPU spent; the slow test runs a real one), and
+    SIGINT comes 0.3 s into it."""
+    import signal
+    import threading
+    import time
+
+    real_ready, real_advance = modes_module._ready, modes_module._advance_tile
+    state = {}
+
+    def first_block_is_slow(*args):
+        out = real_advance(*args)
+        if not state:
+            state["busy"] = {id(leaf) for leaf in jax.tree.leaves(out)}
+            state["until"] = time.monotonic() + 3.0
+            state["sent"] = time.monotonic() + 0.3
+            main = threading.main_thread().ident or 0
+            threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGINT)).start()
+        return out
+
+    def ready(leaf):
+        if id(leaf) in state.get("busy", ()) and time.monotonic() < state["until"]:
+            return False
+        return real_ready(leaf)
+
+    monkeypatch.setattr(modes_module, "_advance_tile", first_block_is_slow)
+    monkeypatch.setattr(modes_module, "_ready", ready)
+    checkpoint = tmp_path / "modes.checkpoint.nc"
+    run = ModesRun(n_trajectories=14, ell_max=6)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            modes_study(SPEC, run, POINTS, checkpoint=checkpoint, progress=False)
+        stopped_in = time.monotonic() - state["sent"]
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    # Within a poll (≤ 50 ms) and the checkpoint write; the "call" alone lasts 3 s. On a
+    # loaded 2-core machine allow 2 s.
+    assert stopped_in < 2.0, stopped_in
+    assert modes_module.work_in_flight()  # the CLI then exits without waiting for it
+    assert checkpoint.exists()
+    monkeypatch.setattr(modes_module, "_advance_tile", real_advance)
+    monkeypatch.setattr(modes_module, "_ready", real_ready)
+    assert not modes_module.work_in_flight()
+    resumed = modes_study(SPEC, run, POINTS, checkpoint=checkpoint, progress=False)
+    _same_as_the_cli_run(cli_run, resumed)
 
 
 @pytest.mark.parametrize(
@@ -91,6 +183,17 @@ def test_same_numbers_whatever_the_chunk_size_and_across_an_interruption(
         (["--ell-max", "0"], "ell_max"),
         (["--saves", "1"], "saves"),
         (["--implementation", "library", "--attention", "unnormalized"], "softmax"),
+        # Issue 42: each ran (or was ignored) before.
+        (["--norm", "layernorm"], "dim=2 must be an integer >= 3 with norm='layernorm'"),
+        (["--engine", "sde", "--depth", "50"], "--depth applies to --engine discrete only"),
+        (["--dt", "0.01"], "--dt applies to --engine sde only"),
+        (["--dt", "0.02"], "--dt applies to --engine sde only"),
+        (["--step", "0.1", "--depth", "20"], "--depth and --step both set"),
+        (["--engine", "sde", "--step", "0.1"], "--step applies to --engine discrete only"),
+        # Past float32's overflow: refused before running, advising --x64, which modes has.
+        (["--beta", "100", "--attention", "unnormalized", "--scheme", "pre-ln"], "--x64"),
+        # ℓ* ≈ 1,414 is past the 512 degrees a study computes: refused before running.
+        (["--beta", "1e6"], "ell_max"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(tmp_path, args, match):
@@ -99,6 +202,166 @@ def test_bad_input_exits_2_with_one_line(tmp_path, args, match):
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and match in lines[0], result.output
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--norm", "layernorm", "--dim", "2"],
+        ["--engine", "sde", "--depth", "50"],
+        ["--dt", "0.01"],
+        ["--step", "0.1", "--depth", "20"],
+    ],
+)
+def test_modes_refuses_as_phase_diagram_does(tmp_path, args):
+    """The same refusal, word for word, as phase-diagram's (issue 42: modes ran these)."""
+    lines = []
+    # modes with SMALL's sizes: a regression runs seconds, not the default study.
+    for command, extra in (("modes", SMALL), ("phase-diagram", ["--beta", "1", "--dim", "3"])):
+        result = CliRunner().invoke(
+            main, [command, *extra, *args, "--out", str(tmp_path / command), "--no-cache"]
+        )
+        assert result.exit_code == 2, result.output
+        lines.append(result.output.strip().split(" (see '")[0])
+    assert lines[0] == lines[1]
+
+
+def test_an_interrupt_with_a_call_still_running_exits_at_once(monkeypatch, tmp_path):
+    """Ctrl-C while a compiled call runs: status 130 and the usual line, without waiting
+    for the call (the interpreter's exit would wait for it: seconds to minutes at large
+    N). ``os._exit`` is replaced here, since it would end the test runner."""
+    from attndyn.cli import _modes
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    exits = []
+
+    def hard_exit(status):
+        exits.append(status)
+        raise SystemExit(status)
+
+    monkeypatch.setattr(_modes, "modes_study", interrupted)
+    monkeypatch.setattr(_modes, "work_in_flight", lambda: True)
+    monkeypatch.setattr(_modes, "_hard_exit", hard_exit)
+    result = CliRunner().invoke(main, ["modes", *SMALL, "--out", str(tmp_path / "o")])
+    assert result.exit_code == 130 and exits == [130], result.output
+    assert result.output.strip() == _modes.INTERRUPTED
+    # With nothing running, the command's usual way out (cli_errors) says the same.
+    monkeypatch.setattr(_modes, "work_in_flight", lambda: False)
+    result = CliRunner().invoke(main, ["modes", *SMALL, "--out", str(tmp_path / "o")])
+    assert result.exit_code == 130 and exits == [130], result.output
+    assert result.output.strip() == _modes.INTERRUPTED
+
+
+def _checked(cls, **values):
+    """``cls(**values)`` as a user's Python meets it: the tests' jaxtyping hook type-checks
+    the dataclass's constructor (a TypeCheckError before attndyn's own checks), so the
+    fields are set directly and its ``__post_init__`` checks them."""
+    made = object.__new__(cls)
+    for field in dataclasses.fields(cls):
+        object.__setattr__(made, field.name, values.get(field.name, field.default))
+    made.__post_init__()
+    return made
+
+
+@pytest.mark.parametrize(
+    ("cls", "values", "name"),
+    [
+        (ModesSpec, {"horizon": "12"}, "horizon="),
+        (ModesSpec, {"step": "0.1"}, "step="),
+        (ModesSpec, {"engine": "sde", "dt": "0.1"}, "dt="),
+        (ModesSpec, {"engine": "sde", "depth": 50}, "depth=50 applies to engine='discrete'"),
+        (ModesSpec, {"step": 0.1, "depth": 20}, "give depth .* or step .*, not both"),
+        (ModesRun, {"tol": "0.1"}, "tol="),
+        (ModesRun, {"x64": "yes"}, "x64="),
+    ],
+)
+def test_the_specs_refuse_bad_values_by_name(cls, values, name):
+    # horizon='12' reached NumPy's isfinite: a TypeError naming nothing; depth with the
+    # sde engine or beside step was recorded and ignored.
+    _checked(cls)  # the defaults pass
+    with pytest.raises(ad.ParameterError, match=name):
+        _checked(cls, **values)
+
+
+def test_layernorm_needs_three_dimensions_in_the_api_too():
+    with pytest.raises(ad.ParameterError, match="dim=2 must be an integer >= 3"):
+        ModesSpec(norm="layernorm").model(beta=1.0, dim=2, n_tokens=8)
+    ModesSpec(norm="layernorm").model(beta=1.0, dim=3, n_tokens=8)
+
+
+def test_x64_runs_what_float32_refuses():
+    """Unnormalised attention at β = 100 under Pre-LN overflows float32 (refused before
+    running, advising --x64) and not float64 (limit 354.9)."""
+    spec = ModesSpec(attention="unnormalized", scheme="pre-ln")
+    points = modes_points(dims=[2], n_tokens=[16], betas=[100.0])
+    with pytest.raises(ad.ParameterError, match="x64"):
+        modes_module.check_study(spec, ModesRun(), points)
+    models, _ = modes_module.check_study(spec, ModesRun(x64=True), points)
+    assert models[0].attention.beta.dtype == np.float64  # type: ignore[attr-defined]
+
+
+def test_ell_max_reaches_the_most_unstable_degree():
+    """ℓ* beyond ℓ_max made the figure fail after the run (IndexError): ℓ_max is raised
+    to ℓ* + 1 with a warning that says so, and refused past 512, before anything runs."""
+    spec = ModesSpec()
+    points = modes_points(dims=[2], n_tokens=[64], betas=[4.0, 200.0])
+    star = ad.theory.most_unstable_degree(200.0, 2, depth=100, n_tokens=64)
+    assert star > 16
+    with pytest.warns(UserWarning, match=f"raised to {star + 1}"):
+        assert modes_module.ell_max_for(spec, ModesRun(), points) == star + 1
+    assert modes_module.ell_max_for(spec, ModesRun(ell_max=star + 5), points) == star + 5
+    huge = modes_points(dims=[2], n_tokens=[64], betas=[1e6])
+    with pytest.raises(ad.ParameterError, match="ell_max"):
+        modes_module.ell_max_for(spec, ModesRun(), huge)
+
+
+def test_the_figure_says_when_ell_star_was_not_computed():
+    """A dataset whose ℓ* lies past its degrees (made before ℓ_max was raised to it) is
+    drawn, saying so, instead of failing with an IndexError."""
+    ds = _fake(ModesSpec(horizon=1.0, saves=11), modes_points(dims=[2], n_tokens=[64], betas=[4.0]))
+    ds["ell_star"] = ds["ell_star"] * 0 + 40
+    fig = ad.plot.modes(ds)
+    texts = {t.get_text() for ax in fig.axes for t in ax.texts}
+    assert "ℓ* = 40 is not among the degrees computed (ℓ ≤ 5)" in texts
+
+
+@pytest.mark.parametrize("dim", [2, 3, 10, 343, 344, 1000, 4096])
+def test_auto_tol_at_any_dimension(dim):
+    """Γ(d/2) overflowed from d = 344 (OverflowError); in logarithms the tolerance is
+    finite, in (0, 10⁻³], and where Γ is finite the formula's value."""
+    tol = modes_module.auto_tol(4096, dim)
+    assert 0 < tol <= 1e-3
+    if dim < 344:
+        area = 2 * math.pi ** (dim / 2) / math.gamma(dim / 2)
+        direct = min(1e-3, (0.1 * (area / 4096) ** (1 / (dim - 1))) ** 2 / 2)
+        assert tol == pytest.approx(direct, rel=1e-12)
+
+
+def test_a_long_run_is_announced_before_it_starts(monkeypatch):
+    """N = 2²⁴ tokens (the issue's example, accepted with no word), in d = 4 (direct
+    attention: N² d a layer) and d = 2 (the spectral route's cost model): one warning with
+    the estimated time before anything runs; the default study, none."""
+    from attndyn.studies import _modes_cost
+
+    def refuse_to_run(self, *args):
+        raise RuntimeError("stopped before running")
+
+    monkeypatch.setattr(modes_module._Run, "go", refuse_to_run)
+    spec = ModesSpec(horizon=4.0, depth=10, saves=2)
+    # d = 4: 1,473 days; d = 2: 26 days, nearly all the observables' interaction energy.
+    for dim in (4, 2):
+        huge = modes_points(dims=[dim], n_tokens=[1 << 24], betas=[4.0])
+        with pytest.warns(_modes_cost.CostWarning, match="estimated at [0-9.,]+ days"):
+            with pytest.raises(RuntimeError, match="stopped before running"):
+                modes_study(spec, ModesRun(n_trajectories=2), huge, progress=False)
+    default = modes_points(dims=[2], n_tokens=[4096], betas=[4.0, 9.0, 16.0])
+    models = [ModesSpec().model(**p) for p in default]
+    seconds = _modes_cost.study_seconds(
+        models, default, n_run=[8] * 3, n_saves=121, ell_max=16, dtype=np.dtype("float32")
+    )
+    assert _modes_cost.cost_warning(seconds, default[0]) is None
 
 
 def _fake(spec: ModesSpec, points, seed: int = 0) -> xr.Dataset:

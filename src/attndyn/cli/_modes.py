@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import time
 from collections.abc import Mapping
@@ -21,10 +22,12 @@ from ..studies._names import MODES_NOISES
 from ._common import (
     attention_option,
     cache_options,
+    check_engine_flags,
     cli_errors,
     command_line,
     command_options,
     deprecated_option,
+    depth_conflicts,
     emit_json,
     engine_option,
     floats,
@@ -48,7 +51,16 @@ if TYPE_CHECKING:
 #: What the command runs, imported when it runs (a --help imports no JAX).
 __getattr__ = lazy_names(
     __name__,
-    {name: ".studies.modes" for name in ("modes_points", "modes_study", "modes_summary")},
+    {
+        name: ".studies.modes"
+        for name in (
+            "check_study",
+            "modes_points",
+            "modes_study",
+            "modes_summary",
+            "work_in_flight",
+        )
+    },
 )
 
 NAME = "modes"
@@ -142,7 +154,12 @@ GRID = defaults.COMMAND_GRIDS[NAME]
 )
 @deprecated_option("--trajectories", "--n-trajectories", type=int)
 @click.option(
-    "--ell-max", default=defaults.ELL_MAX, show_default=True, type=int, help="Largest degree ℓ."
+    "--ell-max",
+    default=defaults.ELL_MAX,
+    show_default=True,
+    type=int,
+    help="Largest degree ℓ of the mode powers (raised, with a warning, to ℓ* + 1 where the "
+    "theory's most unstable degree ℓ* is not below it; at most 512).",
 )
 @click.option(
     "--tol",
@@ -152,6 +169,13 @@ GRID = defaults.COMMAND_GRIDS[NAME]
     "spacing, at most 1e-3].",
 )
 @click.option("--seed", default=defaults.SEED, show_default=True, type=int, help="PRNG seed.")
+@click.option(
+    "--x64",
+    is_flag=True,
+    help="Run in float64 (states and observables): unnormalised attention at a β whose "
+    "weights overflow float32 under a scheme that needs them whole (pre-ln, mix-ln, the "
+    "sde engine), or clusters closer than float32's ~1e-7. About twice the time.",
+)
 @click.option(
     "--chunk-size",
     default=None,
@@ -188,26 +212,54 @@ def modes(**raw: Any) -> None:
     spec, run, points = _parse(options)
     arguments = result_arguments(options)
     use_cache(options)
-    with Output(
-        options["out"],
-        dataset=f"{NAME}.nc",
-        figures=[f"{NAME}.png"],
-        arguments=arguments,
-        overwrite=options["overwrite"],
-        needs=output_bytes(len(points) * options["saves"], n_figures=1),
-    ) as out:
-        checkpoint = out.folder / f"{NAME}.checkpoint.nc"
-        if options["fresh"]:
-            checkpoint.unlink(missing_ok=True)
-        ds = sys.modules[__name__].modes_study(
-            spec,
-            run,
-            points,
-            checkpoint=checkpoint,
-            progress=not options["no_progress"],
-            metadata={"command": command_line(), "arguments": arguments},
-        )
-        _finish(ds, out, checkpoint, options, started)
+    try:
+        with Output(
+            options["out"],
+            dataset=f"{NAME}.nc",
+            figures=[f"{NAME}.png"],
+            arguments=arguments,
+            overwrite=options["overwrite"],
+            needs=output_bytes(len(points) * options["saves"], n_figures=1),
+        ) as out:
+            checkpoint = out.folder / f"{NAME}.checkpoint.nc"
+            if options["fresh"]:
+                checkpoint.unlink(missing_ok=True)
+            ds = sys.modules[__name__].modes_study(
+                spec,
+                run,
+                points,
+                checkpoint=checkpoint,
+                progress=not options["no_progress"],
+                metadata={"command": command_line(), "arguments": arguments},
+            )
+            _finish(ds, out, checkpoint, options, started)
+    except KeyboardInterrupt:
+        if sys.modules[__name__].work_in_flight():
+            _exit_interrupted()
+        raise
+
+
+#: What a Ctrl-C prints (the words of every command: :func:`._common.cli_errors`).
+INTERRUPTED = (
+    "Interrupted. Rerun the same command to resume: a study with a checkpoint continues "
+    "where it stopped, its finished work kept."
+)
+
+
+def _exit_interrupted() -> None:
+    """Exit with status 130 now, while a compiled call interrupted by Ctrl-C still runs:
+    the interpreter's exit would wait for it (measured: one layer of 65,536 tokens takes
+    ~25 s on a loaded 2-core CPU). The study has written its checkpoint and released its
+    lock, and the output folder's lock and staged files went with the ``with`` block, so
+    nothing is left to clean up but the streams."""
+    click.echo(INTERRUPTED, err=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _hard_exit(130)
+
+
+#: ``os._exit``, replaced in tests (it would end the test runner).
+_hard_exit = os._exit
 
 
 def _parse(options: Mapping[str, Any]) -> tuple[ModesSpec, ModesRun, list[dict[str, Any]]]:
@@ -216,6 +268,10 @@ def _parse(options: Mapping[str, Any]) -> tuple[ModesSpec, ModesRun, list[dict[s
     from ..studies.modes import ModesRun, ModesSpec
 
     run_module = sys.modules[__name__]
+    check_engine_flags(options)  # --solver/--dt without the sde engine, --step/--values with it
+    # --depth with the sde engine or with --step: refused after the models are built (as
+    # phase-diagram and evolution do, so a value a model refuses is named first).
+    conflicts = depth_conflicts(options)
     noise = options["noise"]
     for name, needs in (("eps", "scalar"), ("sigma", "matrix")):
         if given(name) and noise != needs:
@@ -239,7 +295,7 @@ def _parse(options: Mapping[str, Any]) -> tuple[ModesSpec, ModesRun, list[dict[s
         noise=noise,
         values=options["values"],
         engine=options["engine"],
-        depth=options["depth"],
+        depth=defaults.DEPTH if conflicts else options["depth"],
         step=options["step"],
         horizon=options["horizon"],
         saves=options["saves"],
@@ -253,6 +309,7 @@ def _parse(options: Mapping[str, Any]) -> tuple[ModesSpec, ModesRun, list[dict[s
         tol=options["tol"],
         ell_max=options["ell_max"],
         chunk_size=options["chunk_size"],
+        x64=options["x64"],
     )
     scales = (
         {"gammas": floats("gamma", options["gamma"])}
@@ -266,13 +323,11 @@ def _parse(options: Mapping[str, Any]) -> tuple[ModesSpec, ModesRun, list[dict[s
         level_name=level_name,
         **scales,
     )
-    for point in points:  # every model built (and so checked) before anything runs
-        spec.model(
-            beta=point["beta"],
-            dim=point["dim"],
-            n_tokens=point["n_tokens"],
-            level=point.get(level_name or "", 0.0),
-        )
+    # Every model built and checked (its dimension, an overflowing β, ℓ* past 512) before
+    # anything runs or the output folder is made.
+    run_module.check_study(spec, run, points)
+    if conflicts:
+        raise ParameterError(conflicts[0])
     return spec, run, points
 
 

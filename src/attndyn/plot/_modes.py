@@ -154,6 +154,19 @@ def _star_power(ax, row: xr.Dataset, color) -> None:
     times = row["time"].values
     star = int(row["ell_star"])
     n_tokens = int(row["n_tokens"])
+    if not 0 < star < row.sizes["ell"]:
+        # ℓ* past the degrees computed (a dataset from before the study raised ℓ_max to
+        # reach it, or one built by hand): said, not indexed out of range.
+        ax.text(
+            0.5,
+            0.5,
+            f"ℓ* = {star} is not among the degrees computed (ℓ ≤ {row.sizes['ell'] - 1})",
+            transform=ax.transAxes,
+            ha="center",
+            fontsize=8,
+            color=color,
+        )
+        return
     mean = row["mode_power"].values[:, star] * n_tokens
     se = row["mode_power_se"].values[:, star] * n_tokens
     ax.plot(times, mean, color=color, lw=1.0)

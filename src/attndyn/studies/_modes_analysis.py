@@ -53,9 +53,11 @@ def _mean_se(values: np.ndarray, axis: int = 1) -> tuple[np.ndarray, np.ndarray]
 
 def harmonic_dimension(ell: np.ndarray, dim: int) -> np.ndarray:
     """dim H_ℓ, the number of independent spherical harmonics of degree ℓ on S^{d−1}:
-    C(ℓ + d − 1, d − 1) − C(ℓ + d − 3, d − 1) (2 on S¹ for ℓ ≥ 1, 2ℓ + 1 on S²)."""
+    C(ℓ + d − 1, d − 1) − C(ℓ + d − 3, d − 1) (2 on S¹ for ℓ ≥ 1, 2ℓ + 1 on S²), as a
+    float: it passes the int64 range in a few hundred dimensions (d = 344, ℓ = 16:
+    ~10²⁶; the cast to int64 warned and gave garbage), and is only ever a weight."""
     ell = np.asarray(ell)
-    return np.round(comb(ell + dim - 1, dim - 1) - comb(ell + dim - 3, dim - 1)).astype(np.int64)
+    return np.round(comb(ell + dim - 1, dim - 1) - comb(ell + dim - 3, dim - 1))
 
 
 def linear_window(mean_power: np.ndarray, n_tokens: int, dim: int) -> int:
@@ -158,15 +160,30 @@ def plateau(
     return {"start": start, "level": level, "end": end, "formed": formed, "ended": ended}
 
 
-def _theory(spec, points: Sequence[Mapping[str, Any]], ell: np.ndarray) -> dict[str, Any]:
-    depth = None
+def _theory_depth(spec) -> float | int | None:
+    """L of the theory: the discrete engine's layers per unit time; ``None`` (the flow)
+    for the SDE engine."""
     if spec.engine == "discrete":
-        depth = 1 / spec.step if spec.step is not None else spec.depth
+        return 1 / spec.step if spec.step is not None else spec.depth
+    return None
+
+
+def theory_ell_star(spec, point: Mapping[str, Any]) -> int:
+    """ℓ* of the theory at a point (:func:`attndyn.theory.most_unstable_degree` for the
+    spec's attention and depth and the point's N): what the dataset's ``ell_star`` holds,
+    and what the study's ℓ_max must reach (:func:`attndyn.studies.modes.ell_max_for`)."""
+    beta, dim, n = float(point["beta"]), int(point["dim"]), int(point["n_tokens"])
+    depth = _theory_depth(spec)
+    return int(most_unstable_degree(beta, dim, spec.attention, depth=depth, n_tokens=n))
+
+
+def _theory(spec, points: Sequence[Mapping[str, Any]], ell: np.ndarray) -> dict[str, Any]:
+    depth = _theory_depth(spec)
     rates, stars, weights, gamma_c = [], [], [], []
     for p in points:
         beta, dim, n = float(p["beta"]), int(p["dim"]), int(p["n_tokens"])
         rates.append(2 * mode_growth_rate(beta, dim, ell, spec.attention, depth=depth, n_tokens=n))
-        stars.append(most_unstable_degree(beta, dim, spec.attention, depth=depth, n_tokens=n))
+        stars.append(theory_ell_star(spec, p))
         weights.append(self_attention_weight(beta, dim, n))
         gamma_c.append(critical_gamma(n, dim) if n >= 3 else math.inf)
     return {

@@ -13,13 +13,22 @@ Randomness: trajectory i of a point starts from, and draws its noise from,
 ``fold_in(fold_in(key(seed), point_id), i)`` (:mod:`attndyn._estimate.keys`); every call
 runs a fixed number of trajectories (a tile that depends on N only), so the numbers never
 depend on the chunk size (a chunk is a number of tiles between checkpoints).
+
+Ctrl-C. A tile's layers run in blocks of compiled calls (:class:`._modes_cost.LayerBlocks`:
+about half a second of work each, the first sized from the work of a layer, N² d for
+direct attention), with a check for Ctrl-C after each block and after each save's
+observables; every block runs the same compiled program, so the numbers never depend on
+the blocks either. A run whose work is large is announced before it starts
+(:func:`._modes_cost.cost_warning`).
 """
 
 import dataclasses
+import functools
 import json
 import math
 import sys
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,9 +46,11 @@ from .._core.errors import (
     INT32_MAX,
     NonFiniteError,
     ParameterError,
+    check_bool,
     check_bound,
     check_choice,
     check_int,
+    check_real,
     check_seed,
     check_sequence,
 )
@@ -50,8 +61,10 @@ from .._core.saveat import SaveAt
 from .._core.schemes import SCHEME_NAMES, scheme_from_name
 from .._core.sphere import uniform_sphere
 from .._core.values import DISTRIBUTIONS, DeterministicValues, MatrixValues, ScalarValues
+from .._estimate import interrupts
 from .._estimate.dataset import attach_provenance, provenance_record
-from .._estimate.diagnose import overflow_message
+from .._estimate.diagnose import overflow_message, overflow_refusal
+from .._estimate.estimator import release_warnings
 from .._estimate.files import Lock, LockBusy, atomic_write
 from .._estimate.keys import point_key
 from .._estimate.plan import check_distinct
@@ -59,7 +72,9 @@ from .._models.base import AbstractModel
 from .._models.discrete import DiscreteTransformer
 from .._models.integrators import SDE_SOLVERS, SDEIntegrator, sde_solver
 from .._models.sde import HybridSDE
-from ._modes_analysis import analyse, attach_cf, modes_summary
+from . import _modes_cost as cost
+from ._modes_analysis import analyse, attach_cf, modes_summary, theory_ell_star
+from ._modes_cost import LayerBlocks
 from ._names import ENGINES as STUDY_ENGINES, MODES_NOISES
 
 __all__ = ["ModesRun", "ModesSpec", "auto_tol", "modes_points", "modes_study", "modes_summary"]
@@ -71,6 +86,8 @@ NOISES = MODES_NOISES
 ENGINES = STUDY_ENGINES
 MAX_SAVES = 10_000
 MAX_TOKENS = 1 << 24
+#: The largest ℓ_max a study computes (mode powers cost N·ℓ² on S², N²·ℓ above).
+ELL_MAX_LIMIT = 512
 #: Trajectories per call for small N (a call holds at most ~2²⁰ pairs a trajectory … ):
 #: ``max(1, min(TILE_MAX, 2²⁰ // N²))``; one trajectory a call from N = 1,024.
 TILE_MAX = 8
@@ -116,10 +133,15 @@ class ModesSpec:
         if self.values is not None:
             check_choice("values", self.values, DISTRIBUTIONS)
         check_int("depth", self.depth, lower=1, upper=INT32_MAX)
+        # A real number first: a string reached NumPy's isfinite and failed there with a
+        # TypeError that named nothing (ModesSpec(horizon='12')).
+        check_real("horizon", self.horizon)
         check_bound("horizon", self.horizon, lower=0.0, lower_open=True)
         check_int("saves", self.saves, lower=2, upper=MAX_SAVES)
         if self.step is not None:
+            check_real("step", self.step)
             check_bound("step", self.step, lower=0.0, lower_open=True)
+        check_real("dt", self.dt)
         Attention(1.0, implementation=self.implementation)  # validates the name
         if self.engine == "sde":
             self._check_sde()
@@ -127,6 +149,9 @@ class ModesSpec:
             raise ParameterError(
                 "solver and dt apply to engine='sde' only; the discrete engine steps by 1/depth."
             )
+        elif self.step is not None and self.depth != defaults.DEPTH:
+            # Both set the layer step: one would be ignored while the record kept both.
+            raise ParameterError("give depth (layers per unit time) or step (η), not both.")
 
     def _check_sde(self) -> None:
         if self.noise == "matrix":
@@ -145,6 +170,12 @@ class ModesSpec:
                 "step and values apply to engine='discrete'; the sde engine takes dt and "
                 "Brownian noise."
             )
+        if self.depth != defaults.DEPTH:
+            # The sde engine steps by dt: a depth would be recorded but never used.
+            raise ParameterError(
+                f"depth={self.depth} applies to engine='discrete' only; the sde engine steps "
+                "by dt (leave depth at its default, or choose engine='discrete')."
+            )
         check_choice("solver", self.solver, SDE_SOLVERS)
         check_bound("dt", self.dt, lower=0.0, lower_open=True, upper=self.horizon)
 
@@ -159,6 +190,13 @@ class ModesSpec:
         """The model of one point: β, d, N and the noise level (ε or σ)."""
         del n_tokens
         check_int("dim", dim, lower=2)
+        if self.norm != "rms" and dim < 3:
+            # The message phase-diagram gives (studies.phase.phase_model).
+            raise ParameterError(
+                f"dim={dim!r} must be an integer >= 3 with norm={self.norm!r} (CLI: --norm "
+                f"{self.norm}): it puts the tokens on the unit sphere of the mean-zero "
+                "hyperplane, of dimension d − 2; give a larger dim or norm='rms'."
+            )
         att = Attention(beta, kind=self.attention, implementation=self.implementation)  # type: ignore[arg-type]
         saveat = SaveAt(self.horizon, self.saveat)
         if self.engine == "sde":
@@ -203,28 +241,35 @@ class ModesSpec:
 @dataclasses.dataclass(frozen=True)
 class ModesRun:
     """How a modes study is sampled: trajectories per point, seed, clustering tolerance,
-    the largest degree ℓ_max of the mode powers, and trajectories per checkpoint
-    (``chunk_size``, never changes the numbers).
+    the largest degree ℓ_max of the mode powers, trajectories per checkpoint
+    (``chunk_size``, never changes the numbers), and the float type (``x64``: float64
+    states and observables, for unnormalised attention at a β whose weights overflow
+    float32 under a scheme that needs them whole, or to resolve clusters below float32's
+    ~10⁻⁷).
 
     ``tol=None`` (the default) picks each point's tolerance from its N and d
     (:func:`auto_tol`): small enough that the uniform start is not one chain of touching
-    tokens."""
+    tokens. ``ell_max`` below a point's most unstable degree ℓ* (theory) is raised to
+    ℓ* + 2, with a warning (:func:`ell_max_for`)."""
 
     n_trajectories: int = defaults.STUDY_DEFAULTS["n_trajectories"]["modes"]
     seed: int = defaults.SEED
     tol: float | None = None
     ell_max: int = defaults.ELL_MAX
     chunk_size: int | None = None
+    x64: bool = False
 
     def __post_init__(self):
         # Two at least: every estimate carries a standard error across trajectories.
         check_int("n_trajectories", self.n_trajectories, lower=2, upper=1 << 20)
         check_seed("seed", self.seed)
         if self.tol is not None:
+            check_real("tol", self.tol)
             check_bound("tol", self.tol, lower=0.0, upper=1.0, lower_open=True, upper_open=True)
-        check_int("ell_max", self.ell_max, lower=1, upper=512)
+        check_int("ell_max", self.ell_max, lower=1, upper=ELL_MAX_LIMIT)
         if self.chunk_size is not None:
             check_int("chunk_size", self.chunk_size, lower=1, upper=1 << 20)
+        check_bool("x64", self.x64)
 
     def tol_for(self, n_tokens: int, dim: int) -> float:
         """The clustering tolerance of a point: ``tol``, or :func:`auto_tol`."""
@@ -239,9 +284,14 @@ def auto_tol(n_tokens: int, dim: int) -> float:
     chain that spans the circle and count as one cluster before any has formed; with this
     tolerance the uniform start has about N clusters, and the count falls to the number of
     clusters as they contract (exponentially fast) below it. N = 4,096: 1.2·10⁻⁸ on S¹,
-    1.5·10⁻⁵ on S²."""
-    area = 2 * math.pi ** (dim / 2) / math.gamma(dim / 2)
-    spacing = (area / n_tokens) ** (1 / (dim - 1))
+    1.5·10⁻⁵ on S².
+
+    In logarithms (``lgamma``): Γ(d/2) overflows a float from d = 344, and |S^{d−1}|
+    underflows from d ≈ 1,400; the spacing itself tends to √(2π e/d)·N^{−1/(d−1)}."""
+    check_int("n_tokens", n_tokens, lower=2)
+    check_int("dim", dim, lower=2)
+    log_area = math.log(2) + (dim / 2) * math.log(math.pi) - math.lgamma(dim / 2)
+    spacing = math.exp((log_area - math.log(n_tokens)) / (dim - 1))
     return float(min(1e-3, (0.1 * spacing) ** 2 / 2))
 
 
@@ -297,22 +347,143 @@ def _point_model(spec: ModesSpec, point: Mapping[str, Any]) -> AbstractModel:
     return spec.model(beta=point["beta"], dim=point["dim"], n_tokens=point["n_tokens"], level=level)
 
 
-@eqx.filter_jit
-def _observe_tile(model, keys, n_tokens: int, dim: int, beta, tol, ell_max: int):
-    """Simulate one tile of trajectories and observe every save (each trajectory: its
-    start from the first half of its key, its noise from the second)."""
+def async_jit(fun, **static):
+    """``fun(model, *args)`` compiled with ``jax.jit``, the model split into its arrays
+    (traced) and the rest (static, hashed), ``static`` naming further static arguments.
 
-    def one(key):
+    Not ``eqx.filter_jit``: it waits for every call to finish before returning (equinox
+    0.13 blocks on a marker output, to report its runtime errors), so a Ctrl-C could not
+    be seen until a call ended, and one layer of 65,536 tokens takes seconds. ``jax.jit``
+    returns at once and :func:`wait` polls."""
+
+    def split(static_part, dynamic_part, *args, **kwargs):
+        return fun(eqx.combine(dynamic_part, static_part), *args, **kwargs)
+
+    compiled = jax.jit(split, static_argnums=0, static_argnames=tuple(static))
+
+    def call(model, *args, **kwargs):
+        dynamic_part, static_part = eqx.partition(model, eqx.is_array)
+        return compiled(static_part, dynamic_part, *args, **kwargs)
+
+    return call
+
+
+def _begin(model: AbstractModel, keys, *, n_tokens: int, dim: int, dtype):
+    """The model's state before its first layer for one tile of trajectories, and their
+    noise keys (each trajectory: its start from the first half of its key, its noise from
+    the second). A model without layers to split (the SDE engine) runs whole here."""
+
+    def split(key):
         start, noise = jax.random.split(key)
-        x0 = uniform_sphere(key=start, n_tokens=n_tokens, dim=dim)
-        saves = model.trajectory(x0, key=noise)
-        finite = jnp.all(jnp.isfinite(saves), axis=(-2, -1))
-        observed = jax.lax.map(
-            lambda x: many_token_observables(x, beta=beta, tol=tol, ell_max=ell_max), saves
-        )
-        return observed, finite
+        return uniform_sphere(key=start, n_tokens=n_tokens, dim=dim, dtype=dtype), noise
 
-    return jax.vmap(one)(keys)
+    x0, noise = jax.vmap(split)(keys)
+    return model.begin(x0, noise), noise
+
+
+def _advance(model: AbstractModel, state, noise, start, stop):
+    """Layers ``[start, stop)`` of a tile (int32 scalars, traced: one compiled program for
+    every block, so a layer's numbers never depend on where the blocks are cut)."""
+    return model.advance(state, noise, start, stop)
+
+
+def _finish(model: AbstractModel, state):
+    """The saves of a tile whose layers are done, ``(tile, S, N, d)``."""
+    return model.finish(state)
+
+
+_begin_tile = async_jit(_begin, n_tokens=int, dim=int, dtype=np.dtype)
+_advance_tile = async_jit(_advance)
+_finish_tile = async_jit(_finish)
+
+
+@functools.partial(jax.jit, static_argnames=("ell_max",))
+def _observe_save(x, beta, tol, ell_max: int):
+    """The observables of one save of every trajectory of a tile (``x``: ``(tile, N, d)``),
+    and whether its states are finite: one compiled program for every save."""
+    finite = jnp.all(jnp.isfinite(x), axis=(-2, -1))
+    observed = jax.vmap(lambda c: many_token_observables(c, beta=beta, tol=tol, ell_max=ell_max))(x)
+    return observed, finite
+
+
+#: The arrays of the compiled call being waited for (:func:`wait`), while it runs.
+_AWAITED: list[jax.Array] = []
+
+
+def wait(tree) -> None:
+    """Wait for the arrays of ``tree`` (a compiled call's results, dispatched and running)
+    while staying responsive to Ctrl-C: Python runs a signal handler only between
+    bytecodes, never inside ``block_until_ready``, so a Ctrl-C during one long call (a
+    layer of 65,536 tokens takes seconds) waited for all of it. Polled instead, with pauses
+    from 1 ms (a short call costs at most about its own time again) to 50 ms. A Ctrl-C
+    leaves the call running: :func:`work_in_flight` says so, and the CLI then exits at
+    once rather than wait for it (its checkpoint is written first)."""
+    leaves = [leaf for leaf in jax.tree.leaves(tree) if isinstance(leaf, jax.Array)]
+    _AWAITED[:] = leaves
+    pause = 1e-3
+    while not all(_ready(leaf) for leaf in leaves):
+        time.sleep(pause)
+        pause = min(0.05, 2 * pause)
+        interrupts.check()
+    _AWAITED.clear()
+
+
+def work_in_flight() -> bool:
+    """Whether a compiled call that :func:`wait` was waiting for when it was interrupted
+    is still running (its results are never read: the interrupted tile is redone)."""
+    return any(not _ready(leaf) for leaf in _AWAITED)
+
+
+def _ready(leaf: jax.Array) -> bool:
+    """Whether the computation of ``leaf`` is done (``jax.Array.is_ready``, which the
+    type stubs leave out)."""
+    return bool(leaf.is_ready())  # type: ignore[attr-defined]
+
+
+def simulate_tile(
+    model: AbstractModel, keys, n_tokens: int, dim: int, blocks: LayerBlocks, on_block=None
+):
+    """The saves of one tile, ``(tile, S, N, d)``: the model's layers a block at a time
+    (``blocks`` sizes them from the measured seconds), each block waited for
+    (:func:`wait`) and followed by a check for Ctrl-C; ``on_block(layers)`` is told how
+    many layers each block ran. A model without layers to split (the SDE engine: one
+    diffrax solve) runs whole in its first call."""
+    dtype = jnp.dtype(_dtype_name())
+    state, noise = _begin_tile(model, keys, n_tokens=n_tokens, dim=dim, dtype=dtype)
+    wait(state)
+    steps, multiple = model.stepping()
+    del multiple  # every built-in layer map steps one layer at a time
+    done = 0
+    while done < steps:
+        stop = blocks.next_stop(done, steps)
+        started = time.perf_counter()
+        state = _advance_tile(model, state, noise, jnp.int32(done), jnp.int32(stop))
+        wait(state)
+        blocks.measured(stop - done, time.perf_counter() - started)
+        if on_block is not None:
+            on_block(stop - done)
+        interrupts.check()
+        done = stop
+    return _finish_tile(model, state)
+
+
+def observe_tile(saves, beta, tol, ell_max: int, on_save=None):
+    """Every save's observables (stacked as ``(tile, S, …)``, the fields of
+    :class:`attndyn._core.many_tokens.ManyTokenObservables`) and which trajectories stayed
+    finite: one call per save (the same compiled program for every save), each waited for
+    (:func:`wait`: a save's clusters at large N take as long as a few layers)."""
+    observed, finite = [], []
+    for index in range(saves.shape[1]):
+        result = _observe_save(saves[:, index], beta, tol, ell_max)
+        wait(result)
+        fields, ok = jax.device_get(result)
+        observed.append(fields)
+        finite.append(np.asarray(ok))
+        if on_save is not None:
+            on_save()
+        interrupts.check()
+    stacked = tuple(np.stack(values, axis=1) for values in zip(*observed, strict=True))
+    return stacked, np.all(np.stack(finite, axis=1), axis=1)
 
 
 FIELDS = ("n_clusters", "largest", "histogram", "mode_power", "log_energy", "min_distance")
@@ -370,7 +541,9 @@ def _json(record: Any) -> str:
     return json.dumps(record, sort_keys=True, default=str)
 
 
-def _study_record(spec: ModesSpec, mc: ModesRun, points, save_times) -> dict[str, Any]:
+def _study_record(
+    spec: ModesSpec, mc: ModesRun, points, save_times, ell_max: int
+) -> dict[str, Any]:
     """What determines the numbers: a checkpoint of any other record is refused."""
     fields = dataclasses.asdict(mc)
     del fields["chunk_size"]
@@ -378,12 +551,17 @@ def _study_record(spec: ModesSpec, mc: ModesRun, points, save_times) -> dict[str
         "kind": "modes",
         "spec": dataclasses.asdict(spec),
         "run": fields,
+        "ell_max": ell_max,
         "points": [dict(p) for p in points],
         "save_times": [float(t) for t in save_times],
         "attndyn_version": provenance_record(0.0)["attndyn_version"],
-        "dtype": str(jnp.dtype(jnp.float32)),
+        "dtype": _dtype_name(),
         "prng_impl": str(jax.random.key_impl(jax.random.key(0))),
     }
+
+
+def _dtype_name() -> str:
+    return str(jnp.dtype(jnp.float64 if jax.config.read("jax_enable_x64") else jnp.float32))
 
 
 def _open_checkpoint(path: Path, record: dict[str, Any]) -> _Store | None:
@@ -417,17 +595,43 @@ def modes_study(
     """Simulate every point's trajectories, observe them at every save, and analyse them
     (:func:`._modes_analysis.analyse`): a CF-style dataset with provenance.
 
+    Everything is checked before anything runs: every point's model (its dimension, and
+    β where unnormalised attention would overflow the float type: :func:`_check_fits`),
+    ℓ_max against each point's ℓ* (:func:`ell_max_for`); a run estimated above an hour
+    on a 2-core CPU is announced with a warning (:mod:`._modes_cost`). ``mc.x64`` runs
+    everything in float64.
+
     ``checkpoint``: a netCDF path; finished trajectories are written there (atomically)
     every 20 s and after every point, and a rerun of the same study resumes from it (with
-    any chunk size); a checkpoint of another study is refused."""
+    any chunk size); a checkpoint of another study is refused. Ctrl-C stops the run within
+    a block of layers (about half a second of work) or one save's observables, after
+    writing the checkpoint."""
     if not points:
         raise ParameterError("points is empty; give at least one (d, N, beta) point.")
-    models = [_point_model(spec, p) for p in points]  # validates every point first
-    for model, p in zip(models, points, strict=True):
-        _check_fits(model, p)
+    with jax.enable_x64(mc.x64):
+        return _modes_study(spec, mc, points, checkpoint, progress, metadata)
+
+
+def check_study(
+    spec: ModesSpec, mc: ModesRun, points: Sequence[Mapping[str, Any]], *, warn: bool = False
+) -> tuple[list[AbstractModel], int]:
+    """Every point's model, built (under ``mc.x64``: with float64 leaves) and checked
+    (:func:`_check_fits`), and the study's ℓ_max (:func:`ell_max_for`; ``warn``: say so
+    where it is raised): what :func:`modes_study` checks before it runs, for a caller (the
+    CLI) that refuses bad input before it creates anything."""
+    with jax.enable_x64(mc.x64):
+        models = [_point_model(spec, p) for p in points]
+        for model, p in zip(models, points, strict=True):
+            _check_fits(model, p)
+        return models, ell_max_for(spec, mc, points, warn=warn)
+
+
+def _modes_study(spec, mc, points, checkpoint, progress, metadata) -> xr.Dataset:
+    # Under x64 every model is built here, its leaves float64 from the values as given.
+    models, ell_max = check_study(spec, mc, points, warn=True)
     save_times = np.asarray(models[0].save_times, np.float64)
     bins = size_bins(max(int(p["n_tokens"]) for p in points))
-    record = _study_record(spec, mc, points, save_times)
+    record = _study_record(spec, mc, points, save_times, ell_max)
     started = time.perf_counter()
     lock = None
     store = None
@@ -443,9 +647,11 @@ def modes_study(
     try:
         if checkpoint is not None:
             store = _open_checkpoint(checkpoint, record)
-        store = store or _Store(len(points), mc.n_trajectories, len(save_times), mc.ell_max, bins)
+        store = store or _Store(len(points), mc.n_trajectories, len(save_times), ell_max, bins)
         before = store.seconds
-        _run(spec, mc, points, models, store, checkpoint, record, progress, started, before)
+        _warn_cost(models, points, mc, store, len(save_times), ell_max)
+        run = _Run(mc, points, models, store, checkpoint, record, ell_max)
+        run.go(progress, started, before)
     finally:
         if lock is not None:
             lock.release()
@@ -458,10 +664,13 @@ def modes_study(
         "seed": mc.seed,
         "n_trajectories": mc.n_trajectories,
         "tol": [mc.tol_for(int(p["n_tokens"]), int(p["dim"])) for p in points],
-        "ell_max": mc.ell_max,
+        "ell_max": ell_max,
+        "dtype": _dtype_name(),
         "tile": [tile_size(int(p["n_tokens"])) for p in points],
         "implementation": [
-            m.attention.implementation_for(int(p["n_tokens"]))  # type: ignore[attr-defined]
+            m.attention.implementation_for(  # type: ignore[attr-defined]
+                int(p["n_tokens"]), jnp.dtype(_dtype_name()), dim=int(p["dim"])
+            )
             for m, p in zip(models, points, strict=True)
         ],
         "key_data": np.asarray(jax.random.key_data(jax.random.key(mc.seed))).tolist(),
@@ -473,61 +682,152 @@ def modes_study(
 
 
 def _check_fits(model: AbstractModel, point: Mapping[str, Any]) -> None:
-    """Refuse, before anything runs, a point whose model does not fit its tokens."""
+    """Refuse, before anything runs, a point whose model does not fit its tokens, or whose
+    unnormalised attention would overflow the float type wherever it goes (the refusal,
+    and its advice, phase-diagram gives: :func:`attndyn._estimate.diagnose.overflow_refusal`)."""
     attention = getattr(model, "attention", None)
     if attention is not None:
         attention.check_dim(int(point["dim"]))
+    dtype = np.dtype(_dtype_name())
+    refusal = overflow_refusal(model, dtype, int(point["dim"]))
+    if refusal is not None:
+        raise ParameterError(f"at {dict(point)}: {refusal}.")
 
 
-def _run(spec, mc, points, models, store, checkpoint, record, progress, started, before):
-    total = len(points) * mc.n_trajectories
-    bar = tqdm(
-        total=total,
-        initial=int(store.n_done.sum()),
-        unit="traj",
-        desc="attndyn modes",
-        file=sys.stderr,
-        disable=not progress,
-        dynamic_ncols=True,
+def ell_max_for(
+    spec: ModesSpec, mc: ModesRun, points: Sequence[Mapping[str, Any]], *, warn: bool = True
+) -> int:
+    """The largest degree the study computes: ``mc.ell_max``, raised (with a warning) to
+    ℓ* + 1 where a point's most unstable degree ℓ* (theory) is not below it, so that ℓ* and
+    the degree past it are measured and drawn (the figure's ℓ* panels read them; beyond
+    ℓ_max they failed after the run). Refused, before anything runs, past
+    :data:`ELL_MAX_LIMIT`."""
+    stars = [theory_ell_star(spec, p) for p in points]
+    top = int(np.argmax(stars))
+    needed = stars[top] + 1
+    if needed <= mc.ell_max:
+        return mc.ell_max
+    if needed > ELL_MAX_LIMIT:
+        raise ParameterError(
+            f"ell_max: the most unstable degree of the theory at {dict(points[top])} is "
+            f"ℓ* = {stars[top]}, beyond the largest degree a modes study computes "
+            f"({ELL_MAX_LIMIT}); lower beta (ℓ* ≈ √(2β))."
+        )
+    if warn:
+        warnings.warn(
+            f"ell_max={mc.ell_max} (CLI: --ell-max) is below ℓ* + 1 = {needed}, the theory's most "
+            f"unstable degree and the one past it at {dict(points[top])}: raised to {needed}.",
+            stacklevel=4,
+        )
+    return needed
+
+
+def _warn_cost(models, points, mc: ModesRun, store: "_Store", n_saves: int, ell_max: int):
+    """One line before a long run (:func:`._modes_cost.cost_warning`): the work still to
+    do, finished trajectories of a resumed run left out."""
+    tiles = [tile_size(int(p["n_tokens"])) for p in points]
+    n_run = [
+        cost.whole_tiles(mc.n_trajectories, int(done), tile)
+        for done, tile in zip(store.n_done, tiles, strict=True)
+    ]
+    dtype = np.dtype(_dtype_name())
+    seconds = cost.study_seconds(
+        models, points, n_run=n_run, n_saves=n_saves, ell_max=ell_max, dtype=dtype
     )
-    last_save = time.perf_counter()
+    largest = max(points, key=lambda p: float(p["n_tokens"]) ** 2 * float(p["dim"]))
+    cost.warn_cost(seconds, largest)
 
-    def save():
-        store.seconds = before + time.perf_counter() - started
-        if checkpoint is not None:
-            atomic_write(checkpoint, store.to_dataset(record).to_netcdf)
 
-    try:
-        for index, (point, model) in enumerate(zip(points, models, strict=True)):
-            n_tokens, dim = int(point["n_tokens"]), int(point["dim"])
-            tile = tile_size(n_tokens)
-            chunk = max(tile, mc.chunk_size or tile)
-            key = point_key(jax.random.key(mc.seed), point)
-            tol = mc.tol_for(n_tokens, dim)
-            args = (jnp.asarray(point["beta"], jnp.float32), jnp.asarray(tol, jnp.float32))
-            first = int(store.n_done[index])
-            # Tiles start at multiples of the tile: a resumed run continues at the first
-            # unfinished tile (a finished tile is never run twice).
-            first -= first % tile
-            for start in range(first, mc.n_trajectories, tile):
-                indices = jnp.arange(start, start + tile, dtype=jnp.uint32)
-                keys = jax.vmap(lambda i, key=key: jax.random.fold_in(key, i))(indices)
-                observed, finite = _observe_tile(model, keys, n_tokens, dim, *args, mc.ell_max)
-                count = min(tile, mc.n_trajectories - start)
-                if not bool(np.all(np.asarray(finite)[:count])):
-                    save()
-                    raise NonFiniteError(
-                        f"a trajectory at {dict(point)} became NaN or infinite. "
-                        f"{overflow_message(model)}"
-                    )
+class _Run:
+    """The loop over points and tiles, with its checkpoint and progress bar."""
+
+    def __init__(self, mc, points, models, store, checkpoint, record, ell_max):
+        self.mc, self.points, self.models, self.store = mc, points, models, store
+        self.checkpoint, self.record, self.ell_max = checkpoint, record, ell_max
+        self.last_save = time.perf_counter()
+        self.started = self.before = 0.0
+        self.bar: Any = None
+
+    def save(self) -> None:
+        store = self.store
+        with interrupts.deferred():  # the state written is the state stamped
+            store.seconds = self.before + time.perf_counter() - self.started
+            if self.checkpoint is not None:
+                atomic_write(self.checkpoint, store.to_dataset(self.record).to_netcdf)
+            self.last_save = time.perf_counter()
+
+    def go(self, progress: bool, started: float, before: float) -> None:
+        self.started, self.before = started, before
+        release_warnings()  # every check passed: the warnings held until now are shown
+        self.bar = tqdm(
+            total=len(self.points) * self.mc.n_trajectories,
+            initial=int(self.store.n_done.sum()),
+            unit="traj",
+            desc="attndyn modes",
+            file=sys.stderr,
+            disable=not progress,
+            dynamic_ncols=True,
+            # Moved by shares of a tile (run_tile): 0.0476/2, not 0.047619047619047616/2.
+            bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.3g}/{total_fmt} "
+            "[{elapsed}<{remaining}, {rate_fmt}]",
+        )
+        try:
+            with interrupts.watching():
+                for index in range(len(self.points)):
+                    self.run_point(index)
+                    self.save()
+                interrupts.check()
+        except KeyboardInterrupt:
+            # Every block of device work is waited for: nothing is left running.
+            self.save()
+            raise
+        finally:
+            self.bar.close()
+
+    def run_point(self, index: int) -> None:
+        mc, point, model, store = self.mc, self.points[index], self.models[index], self.store
+        n_tokens, dim = int(point["n_tokens"]), int(point["dim"])
+        tile = tile_size(n_tokens)
+        chunk = max(tile, mc.chunk_size or tile)
+        key = point_key(jax.random.key(mc.seed), point)
+        dtype = jnp.float64 if mc.x64 else jnp.float32
+        args = (
+            jnp.asarray(point["beta"], dtype),
+            jnp.asarray(mc.tol_for(n_tokens, dim), dtype),
+        )
+        layer = cost.attention_seconds(model, n_tokens, dim, dtype)
+        blocks = LayerBlocks(cost.first_block(tile * layer))
+        first = int(store.n_done[index])
+        # Tiles start at multiples of the tile: a resumed run continues at the first
+        # unfinished tile (a finished tile is never run twice).
+        first -= first % tile
+        for start in range(first, mc.n_trajectories, tile):
+            count = min(tile, mc.n_trajectories - start)
+            indices = jnp.arange(start, start + tile, dtype=jnp.uint32)
+            keys = jax.vmap(lambda i, key=key: jax.random.fold_in(key, i))(indices)
+            observed, finite = self.run_tile(model, keys, (n_tokens, dim), count, blocks, args)
+            if not bool(np.all(finite[:count])):
+                self.save()
+                raise NonFiniteError(
+                    f"a trajectory at {dict(point)} became NaN or infinite. "
+                    f"{overflow_message(model)}"
+                )
+            with interrupts.deferred():  # stored and counted whole
                 store.add(index, start, observed, count)
-                bar.update(count)
-                if time.perf_counter() - last_save > 20 or (start - first + tile) % chunk == 0:
-                    save()
-                    last_save = time.perf_counter()
-            save()
-    except KeyboardInterrupt:
-        save()
-        raise
-    finally:
-        bar.close()
+            self.bar.n = int(store.n_done.sum())  # exact, whatever the shares added
+            self.bar.refresh()
+            if time.perf_counter() - self.last_save > 20 or (start - first + tile) % chunk == 0:
+                self.save()
+
+    def run_tile(self, model, keys, shape: tuple[int, int], count: int, blocks, args):
+        """One tile's observables and which trajectories stayed finite (``shape``: N and
+        d; ``args``: β and the tolerance); the progress bar moves by the share of the
+        tile's work that each block of layers and each save's observables do, so its rate
+        and time left mean something at large N, where a tile is one trajectory."""
+        share = count / (int(model.stepping()[0]) + len(model.save_times))
+        n_tokens, dim = shape
+        beta, tol = args
+        saves = simulate_tile(
+            model, keys, n_tokens, dim, blocks, on_block=lambda ran: self.bar.update(ran * share)
+        )
+        return observe_tile(saves, beta, tol, self.ell_max, on_save=lambda: self.bar.update(share))
