@@ -173,6 +173,16 @@ def test_most_unstable_degree_follows_the_asymptotic_law(dim):
     assert theory.most_unstable_degree(1e10, 2) == 141421
 
 
+@pytest.mark.parametrize("dim", [2, 3, 7, 1000])
+def test_the_largest_rate_tends_to_two_over_e_at_every_beta(dim):
+    # λ_ℓ ≈ (x/β)e^{−x/(2β)} is 2/e at x = 2β. ℓ* is a Python int of any size (151 digits at
+    # β = 10³⁰⁰), which mode_growth_rate takes back; nothing overflows up to float64's top.
+    for beta in (1e10, 1e100, 1e300, 1.79e308):
+        star = theory.most_unstable_degree(beta, dim)
+        rates = np.asarray(theory.mode_growth_rate(beta, dim, [star - 1, star, star + 1]))
+        np.testing.assert_allclose(rates, 2 / math.e, rtol=1e-9)
+
+
 def test_the_degree_found_is_the_largest_rate_in_float64():
     # At β = 10¹⁰ the rates of ℓ* ± 1 differ from ℓ*'s by ~10⁻¹⁰ relative: float64 sees it.
     star = theory.most_unstable_degree(1e10, 2)

@@ -78,20 +78,22 @@ def _debye_sum(p: np.ndarray | float, s: np.ndarray | float) -> np.ndarray:
 
 def _mu_asinh(mu: np.ndarray | float, beta: float) -> np.ndarray:
     """μ asinh(μ/β), also where μ/β overflows (asinh(q) = log(μ + s) − log β for q ≥ 1)."""
-    q = mu / beta if beta > 0 else np.full_like(mu, np.inf)
-    with np.errstate(over="ignore"):
-        large = np.log(mu + np.hypot(mu, beta)) - math.log(beta)
+    mu = np.asarray(mu, np.float64)
+    q = mu / beta
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        # log((μ + s)/β) = log μ + log(1 + √(1 + (β/μ)²)) − log β: nothing overflows.
+        large = np.log(mu) + np.log1p(np.hypot(1.0, beta / mu)) - math.log(beta)
     return np.asarray(mu * np.where(q < 1, np.arcsinh(np.minimum(q, 1.0)), large))
 
 
 def _log_ive_debye(mu: np.ndarray | float, beta: float) -> np.ndarray:
     """log(I_μ(β) e^{−β}) by Debye's expansion (s ≥ DEBYE_MIN)."""
     s = np.hypot(mu, beta)
-    # s − β = μ²/(s + β): no cancellation at μ ≪ β.
+    # s − β = μ²/(s + β): no cancellation at μ ≪ β (halves: s + β overflows near 1.8e308).
     return np.asarray(
-        mu * (mu / (s + beta))
+        mu * (0.5 * mu / (0.5 * s + 0.5 * beta))
         - _mu_asinh(mu, beta)
-        - 0.5 * np.log(2 * math.pi * s)
+        - 0.5 * (math.log(2 * math.pi) + np.log(s))
         + np.log1p(_debye_sum(mu / s, s))
     )
 
@@ -136,7 +138,7 @@ def log_bessel_ratio(order, base: float, beta: float) -> np.ndarray:
     nu = float(base)
     s_mu, s_nu = np.hypot(mu, beta), math.hypot(nu, beta)
     with np.errstate(under="ignore"):  # terms below float64 at huge β: 0
-        ds = (mu - nu) * ((mu + nu) / (s_mu + s_nu))  # s_μ − s_ν
+        ds = (mu - nu) * (0.5 * (mu + nu) / (0.5 * s_mu + 0.5 * s_nu))  # s_μ − s_ν
         nu_asinh = float(_mu_asinh(nu, beta))
         return np.asarray(
             ds
@@ -169,7 +171,7 @@ def log_hypergeometric_0f1(nu: float, beta: float, *, scaled: bool = False) -> f
         value = float(special.gammaln(nu + 1) + nu * math.log(2 / beta) + log_ive(nu, beta))
         return value if scaled else value + beta
     s = math.hypot(nu, beta)
-    gap = beta * (beta / (s + nu))
+    gap = beta * (0.5 * beta / (0.5 * s + 0.5 * nu))
     stirling = sum(c / nu ** (2 * k + 1) for k, c in enumerate(_STIRLING))
     with np.errstate(under="ignore"):
         debye = float(_debye_sum(nu / s, s))
@@ -177,7 +179,7 @@ def log_hypergeometric_0f1(nu: float, beta: float, *, scaled: bool = False) -> f
         -nu * math.log1p(gap / (2 * nu)) - 0.5 * math.log1p(gap / nu) + stirling + math.log1p(debye)
     )
     if scaled:
-        return rest - beta * nu * (1 + nu / (s + beta)) / (s + nu)
+        return rest - nu * (beta / (s + nu)) * (1 + 0.5 * nu / (0.5 * s + 0.5 * beta))
     return rest + gap
 
 

@@ -75,14 +75,31 @@ def _result(values) -> np.ndarray | float:
 
 
 def _degrees(ell) -> np.ndarray:
-    """``ell`` as an integer array of degrees ≥ 0 (a ParameterError names it otherwise)."""
+    """``ell`` as an array of degrees ≥ 0: integers, of any size (Python ints beyond int64,
+    such as :func:`most_unstable_degree` at β ≳ 10³⁷, as float64: the rates are smooth in
+    ℓ); a ParameterError names it otherwise."""
     values = np.asarray(ell)
-    if values.dtype.kind not in "iu" or np.any(values < 0):
+    if isinstance(ell, list | tuple) and any(isinstance(v, bool | np.bool_) for v in ell):
+        values = None  # NumPy would read True as the degree 1
+    elif values.dtype.kind == "O" and all(
+        isinstance(v, int | np.integer) and not isinstance(v, bool) for v in values.flat
+    ):
+        values = values.astype(np.float64)
+    elif values.dtype.kind not in "iu":
+        values = None
+    if values is None or np.any(values < 0):
         raise ParameterError(
-            f"ell={ell!r} must be whole degrees >= 0: an integer, or a list or integer array "
-            "of them (below 2**64)."
+            f"ell={ell!r:.60} must be whole degrees >= 0: an integer, or a list or integer "
+            "array of them."
         )
     return values
+
+
+def _log_laplace(ell: np.ndarray, dim: int) -> np.ndarray:
+    """log ℓ(ℓ + d − 2) (−inf at ℓ = 0), as a sum of logs: the product overflows beyond
+    ℓ ≈ 10¹⁵⁴."""
+    with np.errstate(divide="ignore"):
+        return np.asarray(np.log(ell) + np.log(ell + (dim - 2.0)))
 
 
 def _beta(beta, *, positive: bool = False) -> float:
@@ -166,8 +183,7 @@ def _log_flow_rate(
     if attention == "unnormalized":
         return np.asarray(beta + _log_usa_rate_scaled(beta, dim, ell))
     nu = dim / 2 - 1
-    with np.errstate(divide="ignore"):
-        log_laplace = np.log(ell * (ell + dim - 2.0))
+    log_laplace = _log_laplace(ell, dim)
     log_k = log_bessel_ratio(ell + nu, nu, beta)  # K̂_ℓ/K̂_0
     if n_tokens:
         log_k = log_k - _log_self_normaliser(beta, dim, n_tokens)
@@ -179,8 +195,7 @@ def _log_usa_rate_scaled(beta: float, dim: int, ell: np.ndarray) -> np.ndarray:
     relative to e^β, so that λ_ℓ and c (both ∝ e^β) are compared without a difference of
     two numbers of size β."""
     nu = dim / 2 - 1
-    with np.errstate(divide="ignore"):
-        log_laplace = np.log(ell * (ell + dim - 2.0))
+    log_laplace = _log_laplace(ell, dim)
     log_k = _log_k0_scaled(beta, dim) + log_bessel_ratio(ell + nu, nu, beta)  # K̂_ℓ e^{−β}
     return np.asarray(log_laplace + log_k - math.log(beta))
 
@@ -277,14 +292,14 @@ def mode_growth_rate(
 
 def _softmax_rate(beta: float, dim: int, ell: np.ndarray, n_tokens: int | None) -> np.ndarray:
     """The softmax flow's λ_ℓ (and at β = 0 either kind's limit)."""
-    laplace = ell * (ell + dim - 2.0)
     if beta == 0:
         return np.where(ell == 1, (dim - 1) / dim, 0.0)
     log_k = log_bessel_ratio(ell + dim / 2 - 1, dim / 2 - 1, beta)  # K̂_ℓ/K̂_0
     if n_tokens:
         log_k = log_k - _log_self_normaliser(beta, dim, n_tokens)
     with np.errstate(under="ignore"):
-        return np.asarray(laplace * np.exp(log_k) / beta)
+        # (ℓ/β)(ℓ + d − 2): ℓ(ℓ + d − 2) alone overflows at ℓ* of β ≳ 10³⁰⁸.
+        return np.asarray((ell / beta) * (ell + (dim - 2.0)) * np.exp(log_k))
 
 
 def most_unstable_degree(
@@ -321,7 +336,7 @@ def _star_float(beta: float, dim: int) -> int:
     top = int(4 * math.sqrt(2 * beta + 1) + 16)
     while True:
         ell = np.arange(1, top + 1)
-        log_rates = np.log(ell * (ell + dim - 2.0)) + log_bessel_ratio(ell + nu, nu, beta)
+        log_rates = _log_laplace(ell, dim) + log_bessel_ratio(ell + nu, nu, beta)
         star = int(np.argmax(log_rates))
         if star < top - 1:  # an interior maximum of a concave sequence: the largest
             return star + 1
