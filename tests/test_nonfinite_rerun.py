@@ -14,6 +14,7 @@ reads each reflection's rows from a loop carry; the safety net reruns any trajec
 float32 still breaks in float64, from the same random numbers.
 """
 
+import re
 from typing import ClassVar
 
 import equinox as eqx
@@ -244,3 +245,34 @@ def test_the_issue_42_run_exits_0_and_agrees_with_x64(tmp_path):
     for outcome in ("single", "antipodal"):
         a, b = (float(ds["probability"].sel(outcome=outcome).squeeze()) for ds in runs)
         assert abs(a - b) <= 4 * np.sqrt(2) * binomial_se(b, 8000), (outcome, a, b)
+
+
+# --- what a run says before it runs long -----------------------------------------------
+
+
+def test_a_run_says_its_cost_after_the_first_tile_and_a_resumed_run_says_so(tmp_path, capsys):
+    # Issue 42 items 1 and 9: nothing warned that N = 5 runs at ~100 trajectories/s, and
+    # a resumed run printed no line. The first tile's rate and the projected time of the
+    # rest, above the bar; a second run of the same checkpoint says it resumes.
+    checkpoint = tmp_path / "study.nc"
+
+    def run():
+        return ad.estimate_probabilities(
+            lambda dim, n_tokens, scale: Blowup(jnp.asarray(scale, jnp.float32)),
+            [{"dim": 3, "n_tokens": 2, "scale": 0.0}, {"dim": 3, "n_tokens": 2, "scale": 1.0}],
+            key=jax.random.key(3),
+            n_trajectories=64,
+            checkpoint=checkpoint,
+        )
+
+    run()
+    first = capsys.readouterr().err
+    # One tile per device (16 trajectories each here) ran first; the rest of both points
+    # is left.
+    said = re.search(r"/s on the first tile \((\d+) at \{'dim': 3.* the (\d+) left", first)
+    assert said is not None, first
+    assert int(said[2]) == 128 - int(said[1]) and "resuming" not in first
+    run()
+    again = capsys.readouterr().err
+    assert f"resuming from {checkpoint}: 128 of 128 trajectories done" in again
+    assert "first tile" not in again  # nothing left to time

@@ -30,6 +30,7 @@ from .._models.base import AbstractModel
 from .._models.merging import resolution_gap
 from . import interrupts
 from .checkpoint import load_checkpoint, signature, study_record, write_checkpoint
+from .cost import FirstTile, resuming
 from .dataset import attach_provenance, probabilities_dataset, provenance_record
 from .distributed import gather_tallies, process_block, process_layout
 from .files import Lock, LockBusy, writable_folder
@@ -501,6 +502,8 @@ class _Study:
         self.chunks: list[int] = []
         # Float64 models for reruns, by point, with the blocks their steps run in.
         self.models64: dict[int, tuple[AbstractModel, Blocks]] = {}
+        self.first_tile = FirstTile()
+        self.bar_shown = False
         # By point, the index of the first trajectory that stayed broken (NaN, inf, a
         # broken invariant) after every rerun this run made: the error names it.
         self.first_broken: dict[int, int] = {}
@@ -567,6 +570,9 @@ class _Study:
             disable=not progress,
             dynamic_ncols=True,
         )
+        if self.done_before and self.checkpoint is not None and progress:
+            bar.write(resuming(self.checkpoint, self.done_before, int(bar.total)), sys.stderr)
+        self.bar_shown = progress
         try:
             with interrupts.watching():
                 for index, point in enumerate(plan.points):
@@ -625,6 +631,7 @@ class _Study:
             pending = None
             for tile_start in range(first, min(first + chunk, stop), group):
                 indices = chunk_indices(tile_start, group, self.sharding)
+                self.first_tile.start()
                 results = chunk_statistics(
                     point.model,
                     key,
@@ -635,6 +642,7 @@ class _Study:
                     self.mesh,
                     blocks=blocks,
                 )
+                self.say_cost(index, min(group, stop - tile_start), tile_start, bar)
                 # The devices run this call while the host adds the previous one (JAX
                 # dispatches asynchronously; add_chunk waits for its results).
                 if pending is not None:
@@ -647,6 +655,20 @@ class _Study:
                 self.check_nonfinite(index, point, final=False)
             if time.perf_counter() - self.last_save > CHECKPOINT_EVERY:
                 self.save()
+
+    def say_cost(self, index: int, ran: int, tile_start: int, bar) -> None:
+        """After the first tile of this run (its steps done), what the rest will cost
+        (:mod:`.cost`), above the progress bar."""
+        if not self.bar_shown:
+            return
+        stop = self.blocks[index][1]
+        later = range(index + 1, len(self.blocks))
+        left = stop - tile_start - ran
+        sizes = (self.blocks[j][1] - self.blocks[j][0] for j in later)
+        left += sum(size - int(self.tallies.n_done[j]) for j, size in zip(later, sizes))
+        line = self.first_tile.note(ran, left, self.plan.points[index].point)
+        if line is not None:
+            bar.write(line, sys.stderr)
 
     def add(self, index: int, results: TileResults, done: int, where: tuple, bar) -> None:
         """Add one call's results (``done`` trajectories of point ``index``; ``where``: the
