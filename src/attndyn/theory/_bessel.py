@@ -14,9 +14,10 @@ numbers of size β. So:
   written in s: u_k(p)/μ^k = r_k(p)/s^k with r_k = u_k/p^k a polynomial, so it holds down
   to μ = 0 (where it is Hankel's expansion, DLMF 10.40.1) and for β → ∞ at fixed μ as well
   as μ → ∞ at fixed β. With 12 terms its relative error in log I_μ(β)e^{−β} is below
-  2 × 10⁻¹⁵ for s ≥ 32 (measured against mpmath at 40 digits over the quarter circle of
-  (μ, β) at s = 32 … 3,200, 2026-05; the test suite checks it against ``ive`` where both
-  apply).
+  2 × 10⁻¹⁵ for s ≥ 32 (measured 2026-11-29 at e201e48 against mpmath 1.4.1 at 40 digits,
+  14 directions of (μ, β) at s = 32 … 3,200; ratios log(I_n/I_0) to 3 × 10⁻¹⁶ absolute
+  against mpmath's quadrature of (1/π)∫ e^{β(cos θ − 1)} cos nθ dθ at β = 40 … 10¹⁴; the
+  test suite checks it against ``ive`` where both apply).
 
 Ratios I_μ/I_ν are formed from the expansion's pieces, each difference in closed form
 (s_μ − s_ν = (μ² − ν²)/(s_μ + s_ν), ...), so no digit is lost at any β.
@@ -187,7 +188,7 @@ def log_ive_decimal(mu: Decimal, beta: Decimal, terms: int = 4) -> Decimal:
     """log(I_μ(β) e^{−β}) + ½ log 2π by Debye's expansion in the current decimal context
     (for large s, where ``terms`` terms leave an error below s^{−terms−1}): the same
     formula as :func:`log_ive` at as many digits as the context holds, for the comparisons
-    of neighbouring degrees that float64 cannot resolve at β ≳ 10⁸."""
+    of neighbouring degrees that float64 stops resolving near β = 10¹²."""
     s = (mu * mu + beta * beta).sqrt()
     correction = Decimal(0)
     p = mu / s
