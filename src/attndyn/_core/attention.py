@@ -18,6 +18,7 @@ from .errors import (
     check_bound,
     check_choice,
     check_int,
+    check_real,
     check_scalar,
     concrete,
 )
@@ -116,6 +117,14 @@ class Attention(eqx.Module):
     002's −βI; an array leaf).
 
     ``beta`` is an array leaf: changing it reuses the compiled code.
+
+    ``implementation="spectral"`` (or ``auto`` above 2,048 tokens where it is cheaper)
+    computes attention with Q = K = I, one head and no mask on S¹ or S² from the harmonic
+    expansion of the kernel (:mod:`attndyn._core.spectral`): ~N·K² work instead of N², K
+    the truncation degree that β, N and the dtype need (:meth:`spectral_degree`). Under
+    a traced β (inside the models) every degree it may use is compiled and the one β
+    needs runs; ``spectral_beta_max=b`` (static) compiles the degree of b only, for every
+    β ≤ b (a larger β is attended directly).
     """
 
     beta: Float[Array, ""] = eqx.field(converter=float_leaf("beta"))
@@ -136,6 +145,7 @@ class Attention(eqx.Module):
     )
     implementation: str = eqx.field(static=True, default=defaults.IMPLEMENTATION, kw_only=True)
     block_size: int | None = eqx.field(static=True, default=None, kw_only=True)
+    spectral_beta_max: float | None = eqx.field(static=True, default=None, kw_only=True)
 
     def __check_init__(self):
         self._check_implementation()
@@ -167,6 +177,9 @@ class Attention(eqx.Module):
         check_choice("implementation", self.implementation, IMPLEMENTATIONS)
         if self.block_size is not None:
             check_int("block_size", self.block_size, lower=1)
+        if self.spectral_beta_max is not None:
+            check_real("spectral_beta_max", self.spectral_beta_max)
+            check_bound("spectral_beta_max", self.spectral_beta_max, lower=0.0)
         if self.implementation == "library" and self.kind != "softmax":
             raise ParameterError(
                 "implementation='library' (jax.nn.dot_product_attention) computes softmax "
@@ -502,7 +515,9 @@ class Attention(eqx.Module):
         if implementation != "spectral":
             return direct(queries, keys, values, self.beta)
         degrees = self._spectral_degrees(n_tokens, dim)
-        num, den, top = spectral.attention_parts(x, self.beta, degrees=degrees, block=block)
+        num, den, top = spectral.attention_parts(
+            x, self.beta, degrees=degrees, block=block, beta_max=self.spectral_beta_max
+        )
         return num[None], den[None], top[None]
 
 

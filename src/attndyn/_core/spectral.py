@@ -58,7 +58,7 @@ SPECTRAL_DIMS = (2, 3)
 #: The degrees the route truncates at: K is the smallest of these that meets the bound, so
 #: that one compiled program serves a range of β (β is an array leaf; under a traced β
 #: the degree is picked at run time among those that are cheaper than the direct route).
-DEGREES = (6, 10, 14, 20, 26, 32, 40, 48, 56, 64, 80, 96, 112, 128)
+DEGREES = (8, 12, 16, 20, 26, 32, 40, 52, 64, 80, 100, 128)
 #: The truncation error is at most this fraction of the dtype's ε (relative to the output).
 TRUNCATION_FRACTION = 1 / 8
 #: Rows whose estimated rounding error exceeds ``ROW_TOLERANCE · max(1, β) · ε`` are attended
@@ -244,7 +244,7 @@ def untile(out: Float[Array, "t c B"], n_tokens: int) -> Float[Array, "c N"]:
 # --- S¹ ------------------------------------------------------------------------------
 
 
-def _angle_rows(c: Float[Array, " N"], s: Float[Array, " N"], top: int) -> Float[Array, "r N"]:
+def _angle_rows(c: Float[Array, "..."], s: Float[Array, "..."], top: int) -> Float[Array, "r ..."]:
     """``cos kφ`` (k = 0 … top) then ``sin kφ`` (k = 1 … top) from (cos φ, sin φ), by
     complex multiplication (error ~k ε; a scan: unrolled, it compiled 20× slower)."""
 
@@ -352,13 +352,11 @@ def legendre_chebyshev(degree: int) -> np.ndarray:
 
 
 def _k_terms(k: int, odd_m: bool) -> list[tuple[float, int]]:
-    """``ρ^{1 + m mod 2} / ρ^{(m ± 1) mod 2}`` times T_k, as Σ coef T_k': 1 for even m,
-    1 − z² for odd m."""
-    v = np.zeros(k + 1)
-    v[k] = 1.0
-    if odd_m:
-        v = _one_minus_z2(v)
-    return [(float(c), int(i)) for i, c in enumerate(v) if c != 0]
+    """``ρ^{1 + m mod 2} / ρ^{(m ± 1) mod 2}`` times T_k, as Σ coef T_k': T_k for even m,
+    (1 − z²) T_k = T_k/2 − (T_{k+2} + T_{|k−2|})/4 for odd m."""
+    if not odd_m:
+        return [(1.0, k)]
+    return [(0.5, k), (-0.25, k + 2), (-0.25, abs(k - 2))]
 
 
 def _m_terms(component: str, kind: str, m: int) -> list[tuple[float, str, int]]:
@@ -419,17 +417,20 @@ def shift_maps(degree: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _sphere_rows(u: Float[Array, "N 3"], degree: int) -> tuple[Array, Array]:
     """``T_k(z)`` for k ≤ degree + 2 and ``ε_r = ρ^{m mod 2}(cos mφ, sin mφ)`` for
-    m ≤ degree + 1, per token (columns), from complex powers of ``z + iρ`` and
-    ``e^{iφ}``."""
+    m ≤ degree + 1, per token (columns), from complex powers of ``z + iρ`` and ``e^{iφ}``
+    (one scan for both)."""
     x, y, z = u[:, 0], u[:, 1], u[:, 2]
     rho = jnp.sqrt(x * x + y * y)
     pole = rho == 0
     safe = jnp.where(pole, jnp.ones_like(rho), rho)
     c = jnp.where(pole, jnp.ones_like(rho), x / safe)
     s = jnp.where(pole, jnp.zeros_like(rho), y / safe)
-    cheb = _angle_rows(z, rho, degree + 2)[: degree + 3]
     top = degree + 1
-    angles = _angle_rows(c, s, top)
+    base = jnp.stack([z, c]), jnp.stack([rho, s])  # two complex numbers per token
+    both = _angle_rows(*base, top + 1)  # (2 top + 3, 2, N)
+    cheb = both[: top + 2, 0]
+    keep = np.concatenate([np.arange(top + 1), top + 1 + np.arange(1, top + 1)])
+    angles = both[keep, 1]
     m = np.concatenate([np.arange(top + 1), np.arange(1, top + 1)])
     odd = jnp.asarray(m % 2 == 1)[:, None]
     return cheb, jnp.where(odd, angles * rho[None], angles)
@@ -467,10 +468,10 @@ def sphere_sums(
     def evaluate(p):
         cheb, eps = _sphere_rows(p, degree) if single is None else single
         y = matmul(gamma, eps[targets]).reshape(4, degree + 1, -1)
-        # Σ_k y[:, k] T_k as a loop of adds: a reduction over k ran 10× slower.
-        return jax.lax.fori_loop(
-            1, degree + 1, lambda k, acc: acc + y[:, k] * cheb[k][None], y[:, 0] * cheb[0][None]
-        )
+        out = y[:, 0] * cheb[0][None]
+        for k in range(1, degree + 1):  # unrolled adds: a reduction over k ran 10× slower
+            out = out + y[:, k] * cheb[k][None]
+        return out
 
     out = untile(over_tiles(evaluate, parts), u.shape[0])
     norm_d = jnp.sqrt(jnp.sum(harmonic[0] ** 2, axis=-1))
@@ -546,14 +547,14 @@ def repair(
     at a time (a while loop: as many blocks as there are bad rows, none when none)."""
     n_tokens = x.shape[0]
     block = int(min(block, n_tokens))
-    count = jnp.sum(bad.astype(jnp.int32))
     padded = -(-n_tokens // block) * block
-    order = jnp.nonzero(bad, size=padded, fill_value=0)[0]
+    order = jnp.nonzero(bad, size=padded, fill_value=0)[0]  # default int, as _rows' columns
+    count = jnp.sum(bad, dtype=order.dtype)
 
     def body(state):
         step, num, den, top = state
         rows = jax.lax.dynamic_slice_in_dim(order, step * block, block)
-        valid = step * block + jnp.arange(block) < count
+        valid = step * block + jnp.arange(block, dtype=order.dtype) < count
         got = _rows(x[rows][None], rows, x[None], x[None], beta, False, False, None)
         at = jnp.where(valid, rows, n_tokens)  # out of range: dropped
         num = num.at[at].set(got[0][0], mode="drop")
@@ -561,7 +562,7 @@ def repair(
         top = top.at[at].set(got[2][0], mode="drop")
         return step + 1, num, den, top
 
-    state = (jnp.zeros((), jnp.int32), *parts)
+    state = (jnp.zeros((), order.dtype), *parts)
     _, num, den, top = jax.lax.while_loop(lambda s: s[0] * block < count, body, state)
     return num, den, top
 
@@ -605,18 +606,25 @@ def attention_parts(
     *,
     degrees: tuple[int, ...],
     block: int,
+    beta_max: float | None = None,
 ) -> tuple[Array, Array, Array]:
     """``(num, den, top)`` of one head: spectral at the degree β needs if it is one of
     ``degrees`` (a prefix of :data:`DEGREES`), else every row attended directly. A known
-    β compiles its degree only; a traced β picks at run time among all of them
-    (``lax.switch``, one compiled branch per degree; the weights, the sphere test and
-    the direct rows are shared)."""
+    β compiles its degree only; a traced β with ``beta_max`` compiles the degree of
+    ``beta_max`` only (a smaller β runs it too: more than it needs, never less; a larger
+    one is attended directly); a traced β without picks at run time among all of
+    ``degrees`` (``lax.switch``, one compiled branch per degree; the weights, the sphere
+    test and the direct rows are shared)."""
     n_tokens, dim = x.shape
     value = concrete(beta)
     index = degree_index(value if value is not None else beta, n_tokens, dim, x.dtype)
     if value is not None:
         degrees = degrees[index : index + 1]
         index = 0
+    elif beta_max is not None:
+        most = degree_index(np.asarray(beta_max), n_tokens, dim, x.dtype)
+        degrees = degrees[most : most + 1]
+        index = jnp.where(index <= most, 0, 1)
     if not degrees:
         top = jnp.zeros((n_tokens,), x.dtype)
         return repair(x, (jnp.zeros_like(x), top, top), jnp.ones((n_tokens,), bool), beta, block)
