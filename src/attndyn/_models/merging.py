@@ -88,39 +88,50 @@ class MergeLaw:
         bound holds."""
         theta = np.asarray(theta, np.float64)
         gram = theta @ np.swapaxes(theta, -1, -2)
-        weights = self._weights(gram)
+        weights, top = self._weights(gram)
         alpha = np.sum(weights * gram, axis=-1)  # ⟨θ_i, A_i⟩
         p = _quadratic(weights, gram)  # |A_i|²
         # t = tr(P K P) and the coefficients of Kθ_i on the tokens (for b = |P K θ_i|).
         keep = 1.0 if self.kind == "softmax" else 0.0
         t = self.beta * (np.einsum("bij,bij->bi", weights, 1 - gram**2) - keep * (p - alpha**2))
         coefficients = self.beta * weights * (gram - keep * alpha[..., None])
-        plus = self._plus(alpha, p, t, coefficients, gram)
+        plus = self._plus(alpha, p, t, coefficients, gram, np.exp(-top))
         kappa = np.minimum(plus[:, :, None], plus[:, None, :])
         b, i, j = np.nonzero(np.asarray(antipodal) & ~np.eye(gram.shape[-1], dtype=bool))
         if b.size:
-            kappa[b, i, j] = self._minus(weights, t, coefficients, gram, b, i, j)
+            kappa[b, i, j] = self._minus(weights, top, t, coefficients, gram, b, i, j)
         return kappa
 
-    def _weights(self, gram: np.ndarray) -> np.ndarray:
-        scores = self.beta * gram
-        if self.kind == "softmax":
-            e = np.exp(scores - scores.max(axis=-1, keepdims=True))
-            return e / e.sum(axis=-1, keepdims=True)
-        with np.errstate(over="ignore"):
-            return np.exp(scores) / gram.shape[-1]
+    def _weights(self, gram: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The attention weights of each query row, each row divided by its largest
+        unnormalised weight e^{M_i} (softmax rows are already normalised: M_i = 0), and
+        M (B, N).
 
-    def _plus(self, alpha, p, t, coefficients, gram) -> np.ndarray:
-        """κ of a pair merged at +1 at each token (B, N)."""
+        Unnormalised weights e^{βz}/N overflow float64 from β ≈ 709, and the squared
+        quantities built on them (|A|², |Kv|²) from β ≈ 354: the issue-42 run at β = 350
+        printed overflow warnings and found no bound. Every term of μ and ν is of degree 2
+        in the weights except the attention drift's (−2a(α − k) for full noise, r for
+        scalar noise), of degree 1, so κ is computed on the divided weights with that
+        term multiplied by e^{−M_i} (log space, the scale apart): the same κ at any β."""
+        scores = self.beta * gram
+        top = scores.max(axis=-1, keepdims=True)
+        e = np.exp(scores - top)
+        if self.kind == "softmax":
+            return e / e.sum(axis=-1, keepdims=True), np.zeros(gram.shape[:-1])
+        return e / gram.shape[-1], top[..., 0]
+
+    def _plus(self, alpha, p, t, coefficients, gram, shrink) -> np.ndarray:
+        """κ of a pair merged at +1 at each token (B, N), from the divided weights
+        (:meth:`_weights`)."""
         ky_sq = _quadratic(coefficients, gram)
         ky_radial = np.sum(coefficients * gram, axis=-1)
         b = np.sqrt(np.maximum(ky_sq - ky_radial**2, 0.0))
         m_hi = (t + b) ** 2
         if self.eps > 0:
-            return self._scalar(alpha, p, t, m_hi)
-        return self._matrix(alpha, p, t, m_hi)
+            return self._scalar(alpha, p, t, m_hi, shrink)
+        return self._matrix(alpha, p, t, m_hi, shrink)
 
-    def _minus(self, weights, t, coefficients, gram, b, i, j) -> np.ndarray:
+    def _minus(self, weights, top, t, coefficients, gram, b, i, j) -> np.ndarray:
         """κ of the pairs (i, j) of configurations b merged at −1: full noise without
         drift, in symmetric configurations (A_i + A_j = 0 to rounding); NaN otherwise.
 
@@ -132,15 +143,19 @@ class MergeLaw:
         if self.drift != 0 or self.eps > 0 or self.sigma == 0:
             return np.full(b.shape, np.nan)
         g = gram[b]
-        w_i, w_j = weights[b, i], weights[b, j]
+        # Both rows on the scale of the larger (every term here is of degree 2 in the
+        # weights, drift-free: κ does not depend on the common scale).
+        common = np.maximum(top[b, i], top[b, j])
+        scale_i, scale_j = np.exp(top[b, i] - common), np.exp(top[b, j] - common)  # ≤ 1
+        w_i, w_j = weights[b, i] * scale_i[:, None], weights[b, j] * scale_j[:, None]
 
         def quadratic(x, y):
             return np.einsum("pk,pkl,pl->p", x, g, y)
 
         e_sq = quadratic(w_i + w_j, w_i + w_j)  # |A_i + A_j|²
         p = -quadratic(w_i, w_j)  # −⟨A_i, A_j⟩
-        t_pair = 0.5 * (t[b, i] + t[b, j])
-        diff = 0.5 * (coefficients[b, i] - coefficients[b, j])
+        t_pair = 0.5 * (t[b, i] * scale_i + t[b, j] * scale_j)
+        diff = 0.5 * (coefficients[b, i] * scale_i[:, None] - coefficients[b, j] * scale_j[:, None])
         radial = np.einsum("pk,pk->p", diff, g[np.arange(b.size), i])
         g_perp = np.sqrt(np.maximum(quadratic(diff, diff) - radial**2, 0.0))
         keys = 0.5 * (w_i[np.arange(b.size), i] + w_i[np.arange(b.size), j])
@@ -151,12 +166,13 @@ class MergeLaw:
         # merged): the pair is symmetric; otherwise it is pushed off −1 (no power law).
         return np.where(e_sq <= 1e-10 * np.maximum(p, 1e-300), kappa, np.nan)
 
-    def _matrix(self, alpha, p, t, m_hi) -> np.ndarray:
+    def _matrix(self, alpha, p, t, m_hi, shrink=1.0) -> np.ndarray:
         """Full noise (and no noise): min over the gap's direction of κ = −2μ/ν. With a
         drift a the ratio is linear in k and linear-fractional in m, so its least value over
         k ∈ [0, t], m ∈ [0, m_hi] is at a corner; where ν = 0 (no noise), κ = ∞ if μ < 0
-        at every corner, else no bound."""
-        a, s2, d = self.drift, self.sigma**2, self.dim
+        at every corner, else no bound. ``shrink``: the weights' scale divided out
+        (:meth:`_weights`), which the drift term, of degree 1, keeps."""
+        a, s2, d = self.drift * shrink, self.sigma**2, self.dim
         corners = []
         for k in (np.zeros_like(t), t):
             for m in (np.zeros_like(m_hi), m_hi):
@@ -168,14 +184,17 @@ class MergeLaw:
         kappa = np.min(corners, axis=0)  # NaN anywhere: no bound
         return np.where(kappa > 0, kappa, np.nan)
 
-    def _scalar(self, alpha, p, t, m_hi) -> np.ndarray:
+    def _scalar(self, alpha, p, t, m_hi, shrink) -> np.ndarray:
         """Scalar noise: the largest λ for which max over k ∈ [0, t] of
-        h(k) = c₀ + c₁k + c₂k² is ≤ 0 (module docstring; w ≥ 0 dropped, m ≤ m_hi)."""
+        h(k) = c₀ + c₁k + c₂k² is ≤ 0 (module docstring; w ≥ 0 dropped, m ≤ m_hi), with
+        the weights' scale divided out (:meth:`_weights`): the drift r's terms, of degree
+        1, keep ``shrink``."""
         e2 = self.eps**2
 
         def worst(lam):
-            c0 = -2 * alpha + 2 * e2 * alpha**2 - e2 * p + e2 * m_hi + 2 * lam * e2 * alpha**2
-            c1 = 2 - 4 * lam * e2 * alpha
+            c0 = -2 * shrink * alpha + 2 * e2 * alpha**2 - e2 * p + e2 * m_hi
+            c0 = c0 + 2 * lam * e2 * alpha**2
+            c1 = 2 * shrink - 4 * lam * e2 * alpha
             c2 = 2 * e2 * (lam - 1)
             ends = np.maximum(c0, c0 + c1 * t + c2 * t**2)
             with np.errstate(divide="ignore", invalid="ignore"):

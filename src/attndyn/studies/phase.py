@@ -691,33 +691,45 @@ def add_three_token_curve(ds: xr.Dataset, curve: np.ndarray, *, horizon: float) 
 
 
 def sphere_drift_of(model_fn, points, *, seed: int, n: int = 32) -> list[float]:
-    """Max | |Y_i| − 1 | over ``n`` trajectories per point of an SDE model (saved states).
+    """Max | |Y_i| − 1 | over ``n`` trajectories per point of an SDE model (saved states),
+    in the models' own precision: float64 for the models of an x64 study (measured in
+    float32, an x64 run at β = 50 with unnormalised attention reported NaN, issue 42).
 
     One compiled function serves every point of a shape (the model is an argument, its
     swept parameters array leaves): a closure per point would compile once per point."""
     keys = jax.random.split(jax.random.key(seed + 7919), n)
     out = []
     for p in points:
-        drift = _max_drift(model_fn(**p), keys, int(p["n_tokens"]), int(p["dim"]))
-        out.append(float(np.nanmax(np.asarray(drift))))
+        model = model_fn(**p)
+        wide = _in_float64(model)
+        with jax.enable_x64(wide):
+            dtype = np.dtype(np.float64 if wide else np.float32)
+            drift = _max_drift(model, keys, int(p["n_tokens"]), int(p["dim"]), dtype)
+            out.append(float(np.nanmax(np.asarray(drift))))
     return out
 
 
+def _in_float64(model: AbstractModel) -> bool:
+    """Whether ``model``'s floating-point leaves are float64 (built for an x64 study)."""
+    leaves = [leaf for leaf in jax.tree.leaves(model) if eqx.is_array(leaf)]
+    return any(leaf.dtype == np.float64 for leaf in leaves)
+
+
 @eqx.filter_jit
-def _max_drift(model, keys, n_tokens: int, dim: int):
+def _max_drift(model, keys, n_tokens: int, dim: int, dtype):
     def one(key):
         k1, k2 = jax.random.split(key)
-        x0 = uniform_sphere(key=k1, n_tokens=n_tokens, dim=dim)
+        x0 = uniform_sphere(key=k1, n_tokens=n_tokens, dim=dim, dtype=dtype)
         return model.solve(x0, key=k2).sphere_drift
 
     return jax.vmap(one)(keys)
 
 
 def drift_models(built: BuiltModels, mc: MonteCarlo) -> Callable[..., AbstractModel]:
-    """The models whose drift off the sphere is measured: those built for the estimator,
-    or with ``x64`` float32 ones (the drift is measured in float32 whatever ``x64``: a
-    second build of each point's model there)."""
-    return built.model_fn if mc.x64 else built
+    """The models whose drift off the sphere is measured: those built for the estimator
+    (float64 with ``x64``: the drift is measured in the run's precision)."""
+    del mc
+    return built
 
 
 def add_sphere_drift(ds: xr.Dataset, model_fn, points, *, seed: int) -> None:
