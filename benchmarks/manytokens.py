@@ -1,22 +1,27 @@
-"""Many tokens: seconds per layer of one trajectory against the dense matrix-product bound.
+"""Many tokens: seconds per layer of one trajectory, against the machine's measured limit and
+beside the plain ``lax.map`` version of the same layer that a JAX user writes.
 
-Usage: ``python benchmarks/manytokens.py --n-tokens N [--dim 3] [--layers K]
-[--implementation auto|dense|blockwise] [--json]``: one process per N (so that the peak
-memory is that workload's own). One JSON line (``--json``) with
+Usage: ``python benchmarks/manytokens.py [--n-tokens 16384] [--dims 2,3,8] [--layers 10]
+[--implementation auto|dense|blockwise|spectral] [--json] [--out FILE]``. Per dimension,
+one JSON line (``--json``; ``--out`` appends them to a file) with
 
+- ``implementation``: what attention ran (``auto``'s pick for these tokens) and
+  ``spectral_degree`` (the truncation degree K where the spectral route runs);
 - ``s_per_layer``: seconds per layer of one trajectory of ``DiscreteTransformer`` (Post-LN,
-  softmax attention β = 4, deterministic values ``V = I/L``, L = 100), from one compiled
-  run of ``--layers`` layers (compiled ahead of time, so the run holds no compilation);
-- ``projected_100_layers_s``: 100 × that;
-- ``dot_bound_s``: the best of three ``jnp.dot`` of one layer's two products at full
-  precision, ``(N×d)·(d×N)`` (the scores) and ``(N×N)·(N×d)`` (the weighted values):
-  measured whole where an N × N float32 matrix takes at most ``--dense-limit-gib`` (default
-  4), else on a block of rows and scaled to N rows (``dot_bound_method``);
-- ``ratio_to_bound``: ``s_per_layer / dot_bound_s``;
-- ``peak_mem_mb``: the process's peak resident memory (CPU) or the device's peak bytes in
-  use (accelerator), taken after the run and before the bound's matrices exist;
-  ``compile_s``; ``implementation`` (what ``auto`` picked);
-  ``device``, ``commit``, ``date``, and the load average where the OS reports it.
+  softmax attention β = 4, deterministic values ``V = I/L``, L = 100), best of
+  ``--repeats`` runs of ``--layers`` layers, compiled ahead of time (``compile_s``);
+- ``plain_s_per_layer`` and ``speedup_vs_plain``: the same layer written as a user writes
+  it — softmax attention in 256-row blocks under ``lax.map``, ``x + A/L`` normalised, in a
+  ``fori_loop`` — timed the same way in the same process, alternating with the model;
+- ``limit_s`` and ``ratio_to_limit``: the direct sum's floor on this machine, measured in
+  this process: N² exponentials at the measured rate of ``jnp.exp`` (``exp_per_s``, a
+  fused exp-and-sum over 2²⁰ float32 in cache) plus 4·d flops per pair at the measured
+  rate of a 1,024² float32 matrix product (``flop_per_s``). The spectral route does no
+  pairs, so its ratio can be far below 1;
+- ``max_abs_err`` (and ``plain_max_abs_err``): the largest absolute difference of one
+  layer's output from a float64 direct sum (NumPy) on 1,024 rows;
+- ``peak_mem_mb``, ``device``, ``commit``, ``date``, ``load_average`` (1-minute, before
+  and after the run).
 
 The GPU session's ``manytokens`` step (``benchmarks/gpu_session.sh``) runs it for N = 4,096,
 65,536 and 10⁶; ``MANYTOKENS_N="512 2048"`` there tries the step on a CPU with small N.
@@ -37,9 +42,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import attndyn as ad
-from attndyn._core.blockwise import default_block
 
-BETA, DEPTH = 4.0, 100
+BETA, DEPTH, PLAIN_BLOCK, CHECK_ROWS = 4.0, 100, 256, 1024
 
 
 def peak_memory_mb() -> float:
@@ -65,94 +69,165 @@ def commit() -> str:
         return "unknown"
 
 
+def load() -> float | None:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+
+
+def seconds(f, *args) -> float:
+    start = time.perf_counter()
+    jax.block_until_ready(f(*args))
+    return time.perf_counter() - start
+
+
 def best_seconds(f, *args, repeats: int = 3) -> float:
     jax.block_until_ready(f(*args))
-    best = math.inf
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(f(*args))
-        best = min(best, time.perf_counter() - start)
-    return best
+    return min(seconds(f, *args) for _ in range(repeats))
 
 
-def dot_bound(n_tokens: int, dim: int, limit_gib: float) -> tuple[float, str]:
-    """Seconds of one layer's two matrix products at full precision (see the module doc)."""
-    rows = n_tokens
-    if 4 * n_tokens * n_tokens > limit_gib * 2**30:
-        rows = max(8, int(limit_gib * 2**30 // (8 * n_tokens)))
-    key = jax.random.key(1)
-    x = jax.random.normal(key, (n_tokens, dim), jnp.float32)
-    p = jax.random.uniform(key, (rows, n_tokens), jnp.float32)
-    dot = jax.jit(lambda a, b: jnp.dot(a, b, precision=jax.lax.Precision.HIGHEST))
-    seconds = best_seconds(dot, x[:rows], x.T) + best_seconds(dot, p, x)
-    if rows == n_tokens:
-        return seconds, "full"
-    return seconds * n_tokens / rows, f"{rows} rows, scaled to {n_tokens}"
+def measured_rates() -> tuple[float, float]:
+    """(exponentials per second, float32 flops per second) of this machine, now."""
+    a = jax.random.uniform(jax.random.key(3), (1 << 20,), jnp.float32, -4.0, 0.0)
+    exp_sum = jax.jit(lambda a: jnp.sum(jnp.exp(a)))
+    exp_rate = a.size / best_seconds(exp_sum, a, repeats=10)
+    m = jax.random.normal(jax.random.key(4), (1024, 1024), jnp.float32)
+    product = jax.jit(lambda a, b: jnp.dot(a, b, precision=jax.lax.Precision.HIGHEST))
+    flop_rate = 2 * 1024**3 / best_seconds(product, m, m, repeats=5)
+    return exp_rate, flop_rate
 
 
-def run(n_tokens: int, dim: int, layers: int, implementation: str, limit_gib: float) -> dict:
+def plain_layers(x, layers: int):
+    """The layer as a JAX user writes it: 256-row blocks of softmax attention, Post-LN."""
+    n, d = x.shape
+
+    def layer(_, x):
+        def rows(q):
+            s = BETA * q @ x.T
+            w = jnp.exp(s - s.max(-1, keepdims=True))
+            return (w @ x) / w.sum(-1, keepdims=True)
+
+        a = jax.lax.map(rows, x.reshape(n // PLAIN_BLOCK, PLAIN_BLOCK, d)).reshape(n, d)
+        y = x + a / DEPTH
+        return y / jnp.linalg.norm(y, axis=-1, keepdims=True)
+
+    return jax.lax.fori_loop(0, layers, layer, x)
+
+
+def exact_layer(x: np.ndarray) -> np.ndarray:
+    """One layer on the first CHECK_ROWS tokens, in float64 NumPy (all N keys)."""
+    x = np.asarray(x, np.float64)
+    q = x[:CHECK_ROWS]
+    s = BETA * q @ x.T
+    w = np.exp(s - s.max(axis=1, keepdims=True))
+    y = q + (w @ x) / w.sum(axis=1, keepdims=True) / DEPTH
+    return y / np.linalg.norm(y, axis=1, keepdims=True)
+
+
+def model(attention, layers: int):
+    """The layers, saving after the first (checked against float64) and the last."""
+    times = (1 / DEPTH, layers / DEPTH) if layers > 1 else None
+    saveat = ad.SaveAt(layers / DEPTH, times)
+    return ad.DiscreteTransformer(attention, ad.DeterministicValues(), depth=DEPTH, saveat=saveat)
+
+
+def run(
+    n_tokens: int, dim: int, layers: int, implementation: str, repeats: int, rates, plain: bool
+) -> dict:
+    load_before = load()
     attention = ad.Attention(BETA, implementation=implementation)
-    model = ad.DiscreteTransformer(
-        attention,
-        ad.DeterministicValues(),
-        depth=DEPTH,
-        saveat=ad.SaveAt(layers / DEPTH),
-    )
     x0 = ad.uniform_sphere(key=jax.random.key(0), n_tokens=n_tokens, dim=dim)
     key = jax.random.key(2)
     start = time.perf_counter()
-    compiled = jax.jit(lambda x, k: model.trajectory(x, key=k)).lower(x0, key).compile()
+    many = jax.jit(lambda x, k: model(attention, layers).trajectory(x, key=k))
+    many = many.lower(x0, key).compile()
     compile_s = time.perf_counter() - start
-    start = time.perf_counter()
-    out = jax.block_until_ready(compiled(x0, key))
-    seconds = time.perf_counter() - start
-    finite = bool(np.isfinite(np.asarray(out)).all())
-    peak = peak_memory_mb()  # the model's own: before the bound allocates its N × N
-    bound, method = dot_bound(n_tokens, dim, limit_gib)
-    per_layer = seconds / layers
+    out = jax.block_until_ready(many(x0, key))
+    best_model = best_plain = math.inf
+    plain_err = None
+    if plain:
+        user = jax.jit(plain_layers, static_argnums=1).lower(x0, layers).compile()
+        jax.block_until_ready(user(x0))
+    for _ in range(repeats):  # alternating, so that both see the same load
+        best_model = min(best_model, seconds(many, x0, key))
+        if plain:
+            best_plain = min(best_plain, seconds(user, x0))
+    peak = peak_memory_mb()
+    reference = exact_layer(np.asarray(x0))
+    err = float(np.max(np.abs(np.asarray(out[0], np.float64)[:CHECK_ROWS] - reference)))
+    if plain:
+        first = np.asarray(jax.jit(plain_layers, static_argnums=1)(x0, 1), np.float64)
+        plain_err = float(np.max(np.abs(first[:CHECK_ROWS] - reference)))
+    exp_rate, flop_rate = rates
+    limit = n_tokens**2 / exp_rate + 4 * dim * n_tokens**2 / flop_rate
+    per_layer, plain_per_layer = best_model / layers, best_plain / layers
     return {
         "workload": f"manytokens N={n_tokens} d={dim}",
         "n_tokens": n_tokens,
         "dim": dim,
+        "beta": BETA,
         "layers": layers,
-        "implementation": attention.implementation_for(n_tokens, x0.dtype),
-        "block": default_block(n_tokens),
+        "implementation": attention.implementation_for(n_tokens, x0.dtype, dim=dim),
+        "spectral_degree": attention.spectral_degree(n_tokens, x0.dtype, dim=dim),
         "s_per_layer": per_layer,
+        "plain_s_per_layer": plain_per_layer if plain else None,
+        "speedup_vs_plain": plain_per_layer / per_layer if plain else None,
+        "limit_s": limit,
+        "ratio_to_limit": per_layer / limit,
+        "max_abs_err": err,
+        "plain_max_abs_err": plain_err,
+        "exp_per_s": exp_rate,
+        "flop_per_s": flop_rate,
         "projected_100_layers_s": 100 * per_layer,
-        "dot_bound_s": bound,
-        "dot_bound_method": method,
-        "ratio_to_bound": per_layer / bound,
         "compile_s": compile_s,
         "peak_mem_mb": peak,
-        "finite": finite,
+        "finite": bool(np.isfinite(np.asarray(out)).all()),
         "device": device_name(),
         "commit": commit(),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        "load_average": [load_before, load()],
     }
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(
-        description="Many tokens: seconds per layer of one trajectory."
-    )
-    parser.add_argument("--n-tokens", type=int, default=4096)
-    parser.add_argument("--dim", type=int, default=3)
+    parser = argparse.ArgumentParser(description="Many tokens: seconds per layer.")
+    parser.add_argument("--n-tokens", type=int, default=16384)
+    parser.add_argument("--dims", default="3", help="comma-separated (issue 43: 2,3,8)")
+    parser.add_argument("--dim", type=int, default=None, help="one dimension (overrides --dims)")
     parser.add_argument("--layers", type=int, default=10)
-    parser.add_argument("--implementation", default="auto", choices=("auto", "dense", "blockwise"))
-    parser.add_argument("--dense-limit-gib", type=float, default=4.0)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--implementation", default="auto", choices=("auto", "dense", "blockwise", "spectral")
+    )
+    parser.add_argument(
+        "--plain",
+        default="auto",
+        choices=("auto", "on", "off"),
+        help="time the plain lax.map version too (auto: up to 65,536 tokens)",
+    )
+    parser.add_argument(
+        "--dense-limit-gib", type=float, default=None, help="ignored (the old dot bound's)"
+    )
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--out", default=None, help="append the JSON lines to this file")
     args = parser.parse_args(argv)
-    for n in [args.n_tokens]:
-        row = run(n, args.dim, args.layers, args.implementation, args.dense_limit_gib)
+    if args.n_tokens % PLAIN_BLOCK:
+        parser.error(f"--n-tokens must be a multiple of {PLAIN_BLOCK} (the plain version's block)")
+    dims = [args.dim] if args.dim is not None else [int(d) for d in args.dims.split(",")]
+    rates = measured_rates()
+    plain = args.plain == "on" or (args.plain == "auto" and args.n_tokens <= 65536)
+    for dim in dims:
+        row = run(args.n_tokens, dim, args.layers, args.implementation, args.repeats, rates, plain)
+        if args.out:
+            with open(args.out, "a") as f:
+                f.write(json.dumps(row) + "\n")
         if args.json:
             print(json.dumps(row), flush=True)
         else:
             print(
-                f"N={n} d={args.dim} {row['implementation']}: {row['s_per_layer']:.4g} s/layer "
-                f"({row['ratio_to_bound']:.2f}x the dot bound {row['dot_bound_s']:.3g} s), "
-                f"100 layers ~ {row['projected_100_layers_s']:.3g} s, peak "
-                f"{row['peak_mem_mb']:.0f} MB, compile {row['compile_s']:.1f} s",
+                f"N={args.n_tokens} d={dim} {row['implementation']}: "
+                f"{row['s_per_layer']:.4g} s/layer, plain {row['plain_s_per_layer']} "
+                f"({row['speedup_vs_plain']}x), {row['ratio_to_limit']:.2f}x the limit "
+                f"{row['limit_s']:.3g} s, max |err| {row['max_abs_err']:.1e}, compile "
+                f"{row['compile_s']:.1f} s",
                 file=sys.stderr,
             )
 

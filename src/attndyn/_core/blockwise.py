@@ -24,21 +24,29 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-from .linalg import matmul
+from .linalg import dot
 
-#: Query rows per block by default: about this many scores (per head) in a block. 2¹⁹ keeps a
-#: block's scores (2 MiB in float32) in the CPU's cache; on an accelerator a block is larger
-#: (:data:`ACCELERATOR_BLOCK_ELEMENTS`), where fewer, wider blocks keep it busy.
-CPU_BLOCK_ELEMENTS = 1 << 19
+#: Query rows per block by default: about this many scores (per head) in a block, at most
+#: :data:`CPU_BLOCK_ROWS` rows on a CPU. Measured on the 2-core CPU (2026-11-29, one
+#: softmax attention, d = 8, alternating runs under load): at N = 16,384, 64 rows
+#: 0.27-0.29 s, 128 rows 0.38-0.39 s, 256 rows 0.50 s (the plain 256-row lax.map 0.44 s);
+#: at N = 4,096, 64-128 rows 17-19 ms, 256 rows 23 ms (docs/performance.md). On an
+#: accelerator a block is larger (:data:`ACCELERATOR_BLOCK_ELEMENTS`), where fewer, wider
+#: blocks keep it busy.
+CPU_BLOCK_ELEMENTS = 1 << 20
+CPU_BLOCK_ROWS = 128
 ACCELERATOR_BLOCK_ELEMENTS = 1 << 27
 
 
 def default_block(n_tokens: int, n_heads: int = 1) -> int:
     """Query rows per block for ``n_tokens`` keys and ``n_heads`` heads: a block of scores
-    of about :data:`CPU_BLOCK_ELEMENTS` (CPU) or :data:`ACCELERATOR_BLOCK_ELEMENTS`
-    elements, between 8 rows and all of them."""
-    budget = CPU_BLOCK_ELEMENTS if jax.default_backend() == "cpu" else ACCELERATOR_BLOCK_ELEMENTS
-    return int(max(8, min(n_tokens, budget // max(1, n_tokens * n_heads))))
+    of about :data:`CPU_BLOCK_ELEMENTS` (CPU, at most :data:`CPU_BLOCK_ROWS` rows) or
+    :data:`ACCELERATOR_BLOCK_ELEMENTS` elements, between 8 rows and all of them."""
+    if jax.default_backend() == "cpu":
+        rows = min(CPU_BLOCK_ROWS, CPU_BLOCK_ELEMENTS // max(1, n_tokens * n_heads))
+    else:
+        rows = ACCELERATOR_BLOCK_ELEMENTS // max(1, n_tokens * n_heads)
+    return int(max(8, min(n_tokens, rows)))
 
 
 def blockwise_parts(
@@ -80,7 +88,9 @@ def blockwise_parts(
 
 def _rows(q, rows, keys, values, beta, causal, self_mask, diagonal_shift):
     """``(num, den, m)`` of one block of query rows (indices ``rows``) against all keys."""
-    s = beta.astype(q.dtype) * matmul(q, jnp.swapaxes(keys, -1, -2))  # (h, B, N)
+    # Both products are dots (full precision): linalg.matmul writes a contraction over
+    # d ≤ 4 as a broadcast sum, which at B × N × d made the blocks 3.5× slower at d = 3.
+    s = beta.astype(q.dtype) * dot(q, jnp.swapaxes(keys, -1, -2))  # (h, B, N)
     cols = jnp.arange(keys.shape[1])
     same = rows[:, None] == cols[None, :]
     if diagonal_shift is not None:
@@ -94,7 +104,7 @@ def _rows(q, rows, keys, values, beta, causal, self_mask, diagonal_shift):
         s = jnp.where(allowed[None], s, -jnp.inf)
     top = jnp.max(s, axis=-1)
     w = jnp.exp(s - top[..., None])
-    return matmul(w, values), jnp.sum(w, axis=-1), top
+    return dot(w, values), jnp.sum(w, axis=-1), top
 
 
 def combine(kind: str, parts: tuple[Array, Array, Array], n_tokens: int) -> Float[Array, "h N dv"]:
