@@ -142,13 +142,13 @@ def run(
     compile_s = time.perf_counter() - start
     out = jax.block_until_ready(many(x0, key))
     best_model = best_plain = math.inf
-    plain_err = None
+    plain_err, user = None, None
     if plain:
         user = jax.jit(plain_layers, static_argnums=1).lower(x0, layers).compile()
         jax.block_until_ready(user(x0))
     for _ in range(repeats):  # alternating, so that both see the same load
         best_model = min(best_model, seconds(many, x0, key))
-        if plain:
+        if user is not None:
             best_plain = min(best_plain, seconds(user, x0))
     peak = peak_memory_mb()
     reference = exact_layer(np.asarray(x0))
