@@ -226,6 +226,13 @@ def estimate_checked(
     :func:`.plan.check_options`'s) already checked where they entered: by it, or by
     :class:`attndyn.studies.MonteCarlo` for a study. The points, metadata and checkpoint
     path are checked here."""
+    if not callable(model_fn):
+        raise ParameterError(
+            f"model_fn must be a function that builds the model of a point, model_fn(**point) "
+            f"(e.g. lambda beta, dim, n_tokens: attndyn.DiscreteTransformer(...)); got "
+            f"{type(model_fn).__name__}."
+        )
+    check_bool("progress", progress)
     check_metadata(metadata)
     checkpoint = None if checkpoint is None else check_checkpoint_path(checkpoint)
     with jax.enable_x64(bool(x64)):
@@ -418,6 +425,11 @@ def check_metadata(metadata: Mapping[str, Any] | None) -> None:
 def check_checkpoint_path(checkpoint: str | os.PathLike) -> Path:
     """A checkpoint path that can be written: not a folder, in an existing writable folder
     (a mistyped folder is refused rather than created, wherever it would land)."""
+    if not isinstance(checkpoint, str | os.PathLike) or not str(checkpoint):
+        raise ParameterError(
+            f"checkpoint={checkpoint!r} must be a file path (a str or pathlib.Path, e.g. "
+            "'runs/study.nc'), or None for no checkpoint."
+        )
     path = Path(checkpoint)
     if path.is_dir():
         raise ParameterError(

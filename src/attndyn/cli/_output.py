@@ -160,7 +160,9 @@ class Output:
         ``name`` at :meth:`commit`, with every other staged file. Returns the final path."""
         interrupts.check()
         path = self.folder / name
-        temporary = uninterrupted(lambda: write_temporary(path, write))
+        # A Ctrl-C during the write is raised once it is done, before its temporary file
+        # is staged: ``undo`` removes it then (it was left behind until the next run).
+        temporary = uninterrupted(lambda: write_temporary(path, write), undo=_remove)
         self.staged.append((temporary, path))
         return path
 
@@ -188,6 +190,11 @@ class Output:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _remove(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink()
 
 
 def _check_target(path: Path) -> None:
