@@ -57,7 +57,7 @@ def test_estimator_arguments_are_refused_by_name():
         assert kind == "ParameterError" and re.search(expected[name], message), (name, message)
 
 
-_MAIN = threading.main_thread().ident
+_MAIN = threading.main_thread().ident or 0
 
 
 def test_a_ctrl_c_during_the_final_write_leaves_no_temporary_file(tmp_path):
