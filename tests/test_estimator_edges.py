@@ -1,5 +1,5 @@
 """Issue 42 items 7 and 9, the estimator's part: arguments refused by name, no temporary
-file left by a Ctrl-C during the final write, and datasets that plain xarray selects."""
+file left by a Ctrl-C during the final write, and the point index of every results file."""
 
 import json
 import re
@@ -7,8 +7,11 @@ import signal
 import threading
 import time
 
+import numpy as np
 import pytest
+import xarray as xr
 
+import attndyn as ad
 from attndyn.cli._output import Output
 from tests.helpers import run_untyped
 
@@ -86,3 +89,44 @@ def test_a_ctrl_c_during_the_final_write_leaves_no_temporary_file(tmp_path):
             time.sleep(1)  # an interrupt that was not raised yet is raised here
     helper.join()
     assert sorted(p.name for p in out.glob("*")) == [] and not list(out.glob(".*.partial"))
+
+
+def _unindexed() -> xr.Dataset:
+    """A dataset along ``point`` as the modes study writes it: a plain ``point`` coordinate
+    and the parameters as coordinates along it, no index over them."""
+    return xr.Dataset(
+        {"n_clusters": (("point", "time"), np.arange(8.0).reshape(4, 2))},
+        coords={
+            "point": np.arange(4),
+            "time": [0.0, 1.0],
+            "dim": ("point", [2, 2, 3, 3]),
+            "n_tokens": ("point", [64, 64, 64, 64]),
+            "beta": ("point", [4.0, 9.0, 4.0, 9.0]),
+        },
+    )
+
+
+def test_open_dataset_indexes_the_points_of_a_file_written_without_an_index(tmp_path):
+    # modes.nc has no point_index attribute: ad.open_dataset gave plain coordinates, and
+    # .sel(beta=..., dim=...) failed (issue 42 item 9). The numbers are untouched.
+    path = tmp_path / "modes.nc"
+    ad.to_netcdf(_unindexed(), path)
+    back = ad.open_dataset(path)
+    assert list(back.indexes["point"].names) == ["dim", "n_tokens", "beta"]
+    assert float(back.sel(beta=9.0, dim=3)["n_clusters"].isel(time=1).item()) == 7.0
+    np.testing.assert_array_equal(back["n_clusters"].values, _unindexed()["n_clusters"].values)
+
+
+def test_plain_xarray_selects_after_one_documented_line(tmp_path):
+    # netCDF cannot hold a MultiIndex and xarray indexes only a coordinate named as its
+    # dimension: plain xr.open_dataset gives plain coordinates. The file names its index
+    # (point_index), from which one line restores it (docs: estimating guide).
+    from attndyn._estimate.metadata import index_points
+
+    path = tmp_path / "study.nc"
+    ad.to_netcdf(index_points(_unindexed()), path)
+    with xr.open_dataset(path) as plain:
+        with pytest.raises((KeyError, ValueError)):
+            plain.sel(beta=9.0, dim=3)
+        indexed = plain.set_xindex(plain.attrs["point_index"].split())
+        assert float(indexed.sel(beta=9.0, dim=3)["n_clusters"].isel(time=1).item()) == 7.0

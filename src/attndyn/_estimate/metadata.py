@@ -312,9 +312,15 @@ def to_netcdf(ds: xr.Dataset, path: str | os.PathLike, **kwargs: Any) -> None:
 
 def open_dataset(path: str | os.PathLike, **kwargs: Any) -> xr.Dataset:
     """Open an attndyn results file with ``xarray.open_dataset`` and restore its point
-    index (the ``point_index`` attribute), so ``ds.sel(beta=2.0, dim=4)`` works. The data
-    are loaded into memory and the file closed. A file of attndyn 0.4 reads in today's
-    names (its ``tokens`` coordinate as ``n_tokens``)."""
+    index (the ``point_index`` attribute; for a file written without one, such as
+    ``modes.nc``, every coordinate along ``point``), so ``ds.sel(beta=2.0, dim=4)`` works.
+    The data are loaded into memory and the file closed. A file of attndyn 0.4 reads in
+    today's names (its ``tokens`` coordinate as ``n_tokens``).
+
+    ``xarray.open_dataset`` alone gives the points as plain coordinates: netCDF cannot
+    store a MultiIndex, and xarray indexes only a coordinate named as its dimension, so no
+    layout along ``point`` is selectable by value there. Plain xarray restores it with
+    ``ds.set_xindex(ds.attrs["point_index"].split())``."""
     with xr.open_dataset(path, **kwargs) as ds:
         ds = ds.load()
     names = str(ds.attrs.pop(POINT_INDEX, "")).split()
@@ -323,5 +329,5 @@ def open_dataset(path: str | os.PathLike, **kwargs: Any) -> xr.Dataset:
         ds = ds.rename(old)
         names = [old.get(n, n) for n in names]
     if names and all(n in ds.coords for n in names):
-        ds = ds.set_xindex(names)
-    return ds
+        return ds.set_xindex(names)
+    return index_points(ds) if not names else ds
