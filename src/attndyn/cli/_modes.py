@@ -53,13 +53,7 @@ __getattr__ = lazy_names(
     __name__,
     {
         name: ".studies.modes"
-        for name in (
-            "check_study",
-            "modes_points",
-            "modes_study",
-            "modes_summary",
-            "work_in_flight",
-        )
+        for name in ("check_study", "modes_points", "modes_study", "modes_summary")
     },
 )
 
@@ -234,9 +228,7 @@ def modes(**raw: Any) -> None:
             )
             _finish(ds, out, checkpoint, options, started)
     except KeyboardInterrupt:
-        if sys.modules[__name__].work_in_flight():
-            _exit_interrupted()
-        raise
+        _exit_interrupted()
 
 
 #: What a Ctrl-C prints (the words of every command: :func:`._common.cli_errors`).
@@ -247,11 +239,13 @@ INTERRUPTED = (
 
 
 def _exit_interrupted() -> None:
-    """Exit with status 130 now, while a compiled call interrupted by Ctrl-C still runs:
-    the interpreter's exit would wait for it (measured: one layer of 65,536 tokens takes
-    ~25 s on a loaded 2-core CPU). The study has written its checkpoint and released its
-    lock, and the output folder's lock and staged files went with the ``with`` block, so
-    nothing is left to clean up but the streams."""
+    """Exit with status 130 now, after a Ctrl-C: a compiled call the study was waiting for
+    (:func:`attndyn.studies._modes_calls.run_call`) may still run, and the interpreter's exit would
+    wait for it (one layer of 65,536 tokens on the direct route: ~25 s on a loaded 2-core
+    CPU), or crash (a SIGINT as a call was compiled ended in SIGSEGV 12 s later, measured
+    before this exit). The study has written its checkpoint and released its lock, and the
+    output folder's lock and staged files went with the ``with`` block, so nothing is left
+    to clean up but the streams."""
     click.echo(INTERRUPTED, err=True)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -15,10 +15,11 @@ runs a fixed number of trajectories (a tile that depends on N only), so the numb
 depend on the chunk size (a chunk is a number of tiles between checkpoints).
 
 Ctrl-C. A tile's layers run in blocks of compiled calls (:class:`._modes_cost.LayerBlocks`:
-about half a second of work each, the first sized from the work of a layer, N² d for
-direct attention), with a check for Ctrl-C after each block and after each save's
-observables; every block runs the same compiled program, so the numbers never depend on
-the blocks either. A run whose work is large is announced before it starts
+about half a second each, the first sized from an estimate of a layer's cost), then its
+saves' observables one call a save; every call is dispatched from a worker thread and
+awaited by polling (:mod:`._modes_calls`), so a Ctrl-C is raised within ~50 ms even while
+a call compiles or runs. Every block runs the same compiled program, so the numbers never
+depend on the blocks either. A run estimated long is announced before it starts
 (:func:`._modes_cost.cost_warning`).
 """
 
@@ -33,7 +34,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -74,6 +74,7 @@ from .._models.integrators import SDE_SOLVERS, SDEIntegrator, sde_solver
 from .._models.sde import HybridSDE
 from . import _modes_cost as cost
 from ._modes_analysis import analyse, attach_cf, modes_summary, theory_ell_star
+from ._modes_calls import async_jit, run_call
 from ._modes_cost import LayerBlocks
 from ._names import ENGINES as STUDY_ENGINES, MODES_NOISES
 
@@ -347,27 +348,6 @@ def _point_model(spec: ModesSpec, point: Mapping[str, Any]) -> AbstractModel:
     return spec.model(beta=point["beta"], dim=point["dim"], n_tokens=point["n_tokens"], level=level)
 
 
-def async_jit(fun, **static):
-    """``fun(model, *args)`` compiled with ``jax.jit``, the model split into its arrays
-    (traced) and the rest (static, hashed), ``static`` naming further static arguments.
-
-    Not ``eqx.filter_jit``: it waits for every call to finish before returning (equinox
-    0.13 blocks on a marker output, to report its runtime errors), so a Ctrl-C could not
-    be seen until a call ended, and one layer of 65,536 tokens takes seconds. ``jax.jit``
-    returns at once and :func:`wait` polls."""
-
-    def split(static_part, dynamic_part, *args, **kwargs):
-        return fun(eqx.combine(dynamic_part, static_part), *args, **kwargs)
-
-    compiled = jax.jit(split, static_argnums=0, static_argnames=tuple(static))
-
-    def call(model, *args, **kwargs):
-        dynamic_part, static_part = eqx.partition(model, eqx.is_array)
-        return compiled(static_part, dynamic_part, *args, **kwargs)
-
-    return call
-
-
 def _begin(model: AbstractModel, keys, *, n_tokens: int, dim: int, dtype):
     """The model's state before its first layer for one tile of trajectories, and their
     noise keys (each trajectory: its start from the first half of its key, its noise from
@@ -406,77 +386,41 @@ def _observe_save(x, beta, tol, ell_max: int):
     return observed, finite
 
 
-#: The arrays of the compiled call being waited for (:func:`wait`), while it runs.
-_AWAITED: list[jax.Array] = []
-
-
-def wait(tree) -> None:
-    """Wait for the arrays of ``tree`` (a compiled call's results, dispatched and running)
-    while staying responsive to Ctrl-C: Python runs a signal handler only between
-    bytecodes, never inside ``block_until_ready``, so a Ctrl-C during one long call (a
-    layer of 65,536 tokens takes seconds) waited for all of it. Polled instead, with pauses
-    from 1 ms (a short call costs at most about its own time again) to 50 ms. A Ctrl-C
-    leaves the call running: :func:`work_in_flight` says so, and the CLI then exits at
-    once rather than wait for it (its checkpoint is written first)."""
-    leaves = [leaf for leaf in jax.tree.leaves(tree) if isinstance(leaf, jax.Array)]
-    _AWAITED[:] = leaves
-    pause = 1e-3
-    while not all(_ready(leaf) for leaf in leaves):
-        time.sleep(pause)
-        pause = min(0.05, 2 * pause)
-        interrupts.check()
-    _AWAITED.clear()
-
-
-def work_in_flight() -> bool:
-    """Whether a compiled call that :func:`wait` was waiting for when it was interrupted
-    is still running (its results are never read: the interrupted tile is redone)."""
-    return any(not _ready(leaf) for leaf in _AWAITED)
-
-
-def _ready(leaf: jax.Array) -> bool:
-    """Whether the computation of ``leaf`` is done (``jax.Array.is_ready``, which the
-    type stubs leave out)."""
-    return bool(leaf.is_ready())  # type: ignore[attr-defined]
-
-
 def simulate_tile(
     model: AbstractModel, keys, n_tokens: int, dim: int, blocks: LayerBlocks, on_block=None
 ):
     """The saves of one tile, ``(tile, S, N, d)``: the model's layers a block at a time
     (``blocks`` sizes them from the measured seconds), each block waited for
-    (:func:`wait`) and followed by a check for Ctrl-C; ``on_block(layers)`` is told how
+    (:func:`._modes_calls.run_call`: dispatched from a worker thread, awaited by polling)
+    and followed by a check for Ctrl-C; ``on_block(layers)`` is told how
     many layers each block ran. A model without layers to split (the SDE engine: one
     diffrax solve) runs whole in its first call."""
     dtype = jnp.dtype(_dtype_name())
-    state, noise = _begin_tile(model, keys, n_tokens=n_tokens, dim=dim, dtype=dtype)
-    wait(state)
+    state, noise = run_call(_begin_tile, model, keys, n_tokens=n_tokens, dim=dim, dtype=dtype)
     steps, multiple = model.stepping()
     del multiple  # every built-in layer map steps one layer at a time
     done = 0
     while done < steps:
         stop = blocks.next_stop(done, steps)
         started = time.perf_counter()
-        state = _advance_tile(model, state, noise, jnp.int32(done), jnp.int32(stop))
-        wait(state)
+        state = run_call(_advance_tile, model, state, noise, jnp.int32(done), jnp.int32(stop))
         blocks.measured(stop - done, time.perf_counter() - started)
         if on_block is not None:
             on_block(stop - done)
         interrupts.check()
         done = stop
-    return _finish_tile(model, state)
+    return run_call(_finish_tile, model, state)
 
 
 def observe_tile(saves, beta, tol, ell_max: int, on_save=None):
     """Every save's observables (stacked as ``(tile, S, …)``, the fields of
     :class:`attndyn._core.many_tokens.ManyTokenObservables`) and which trajectories stayed
     finite: one call per save (the same compiled program for every save), each waited for
-    (:func:`wait`: a save's clusters at large N take as long as a few layers)."""
+    (:func:`._modes_calls.run_call`: a save's clusters at large N take as long as a few
+    layers)."""
     observed, finite = [], []
     for index in range(saves.shape[1]):
-        result = _observe_save(saves[:, index], beta, tol, ell_max)
-        wait(result)
-        fields, ok = jax.device_get(result)
+        fields, ok = jax.device_get(run_call(_observe_save, saves[:, index], beta, tol, ell_max))
         observed.append(fields)
         finite.append(np.asarray(ok))
         if on_save is not None:
@@ -821,13 +765,25 @@ class _Run:
 
     def run_tile(self, model, keys, shape: tuple[int, int], count: int, blocks, args):
         """One tile's observables and which trajectories stayed finite (``shape``: N and
-        d; ``args``: β and the tolerance); the progress bar moves by the share of the
-        tile's work that each block of layers and each save's observables do, so its rate
-        and time left mean something at large N, where a tile is one trajectory."""
-        share = count / (int(model.stepping()[0]) + len(model.save_times))
+        d; ``args``: β and the tolerance); the progress bar moves by the estimated share
+        of the tile's time that each block of layers and each save's observables take
+        (:mod:`._modes_cost`), so its rate and time left mean something at large N, where
+        a tile is one trajectory (on the spectral route the observables' pair sums take
+        most of it)."""
         n_tokens, dim = shape
         beta, tol = args
+        layer = cost.attention_seconds(model, n_tokens, dim, np.dtype(_dtype_name()))
+        save = cost.observe_seconds(n_tokens, dim, self.ell_max)
+        steps, n_saves = int(model.stepping()[0]), len(model.save_times)
+        unit = count / max(steps * layer + n_saves * save, 1e-12)
         saves = simulate_tile(
-            model, keys, n_tokens, dim, blocks, on_block=lambda ran: self.bar.update(ran * share)
+            model,
+            keys,
+            n_tokens,
+            dim,
+            blocks,
+            on_block=lambda ran: self.bar.update(ran * layer * unit),
         )
-        return observe_tile(saves, beta, tol, self.ell_max, on_save=lambda: self.bar.update(share))
+        return observe_tile(
+            saves, beta, tol, self.ell_max, on_save=lambda: self.bar.update(save * unit)
+        )
