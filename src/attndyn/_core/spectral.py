@@ -307,48 +307,39 @@ def circle_sums(
 # --- S²: host tables ----------------------------------------------------------------
 
 
-def _z_times(v: np.ndarray) -> np.ndarray:
-    """Chebyshev coefficients of z·f from those of f (z T_0 = T_1, z T_k = (T_{k+1} +
-    T_{k−1})/2)."""
-    out = np.zeros(len(v) + 1)
-    out[1] += v[0]
-    out[2:] += v[1:] / 2
-    out[: len(v) - 1] += v[1:] / 2
-    return out
-
-
-def _one_minus_z2(v: np.ndarray) -> np.ndarray:
-    out = -_z_times(_z_times(v))
-    out[: len(v)] += v
-    return out
-
-
 @functools.lru_cache(maxsize=32)
 def legendre_chebyshev(degree: int) -> np.ndarray:
     """``A[m, ℓ, k]``: ``P̄_ℓ^m(z) / ρ^{m mod 2} = Σ_k A[m, ℓ, k] T_k(z)`` for
-    m ≤ ℓ ≤ degree (zero elsewhere), exact in float64: the normalised recurrence
-    ``P̄_ℓ^m = a z P̄_{ℓ−1}^m − b P̄_{ℓ−2}^m`` run on coefficient vectors, from the sectoral
-    ``P̄_m^m = c_m ρ^m`` (``c_m = √((2 − δ_m0) (2m)!) / (2^m m!)``, no Condon–Shortley sign:
-    it cancels in ``Σ_m S_ℓm(x) S_ℓm(y)``)."""
+    m ≤ ℓ ≤ degree (zero elsewhere), in float64: ``Q_ℓm = P̄_ℓ^m / ρ^{m mod 2}`` is a
+    polynomial of degree ≤ ℓ, interpolated exactly at the degree + 1 Chebyshev points
+    ``z_j = cos θ_j`` (a cosine transform), where ``P̄_ℓ^m`` comes from the normalised
+    recurrence ``P̄_ℓ^m = a z P̄_{ℓ−1}^m − b P̄_{ℓ−2}^m``, stable point by point, from the
+    sectoral ``P̄_m^m = c_m ρ^m`` (``c_m = √((2 − δ_m0) (2m)!) / (2^m m!)``; no
+    Condon–Shortley sign: it cancels in ``Σ_m S_ℓm(x) S_ℓm(y)``). (The same recurrence run
+    on coefficient vectors lost everything past ℓ ≈ 90.)"""
     size = degree + 1
-    table = np.zeros((size, size, size))
-    c_m = 1.0
+    wide = np.longdouble  # 64-bit mantissas on x86 (float64 elsewhere): a table to ~ε64
+    theta = wide(np.pi) * (np.arange(size, dtype=wide) + wide(0.5)) / size
+    z, rho = np.cos(theta), np.sin(theta)
+    values = np.zeros((size, size, size), wide)  # (m, ℓ, node)
+    c_m = wide(1)
     for m in range(size):
         if m:
-            c_m *= math.sqrt((2 * m - 1) / (2 * m)) * (math.sqrt(2) if m == 1 else 1.0)
-        sect = np.array([c_m])
-        for _ in range((m - m % 2) // 2):
-            sect = _one_minus_z2(sect)
-        prev2, prev = np.zeros(1), sect
-        table[m, m, : len(sect)] = sect
+            c_m *= np.sqrt(wide(2 * m - 1) / wide(2 * m)) * (np.sqrt(wide(2)) if m == 1 else 1)
+        prev2, prev = np.zeros(size, wide), c_m * rho**m
+        values[m, m] = prev
         for ell in range(m + 1, size):
-            a = (2 * ell - 1) / math.sqrt((ell - m) * (ell + m))
-            b = math.sqrt(max((ell - 1 - m) * (ell - 1 + m), 0) / ((ell - m) * (ell + m)))
-            new = a * _z_times(prev)
-            new[: len(prev2)] -= b * prev2
-            table[m, ell, : len(new)] = new[:size]
-            prev2, prev = prev, new
-    return table
+            a = wide(2 * ell - 1) / np.sqrt(wide((ell - m) * (ell + m)))
+            b = np.sqrt(wide(max((ell - 1 - m) * (ell - 1 + m), 0)) / wide((ell - m) * (ell + m)))
+            prev2, prev = prev, a * z * prev - b * prev2
+            values[m, ell] = prev
+    odd = np.arange(size) % 2 == 1
+    values[odd] /= rho  # Q_ℓm = P̄_ℓ^m / ρ for odd m (ρ > 0 at every node)
+    k = np.arange(size)
+    transform = np.cos(np.outer(theta, k)) * np.where(k == 0, 1, 2).astype(wide) / size
+    table = (values @ transform).astype(np.float64)
+    ell, m = np.arange(size)[None, :], np.arange(size)[:, None]
+    return np.where((m <= ell)[:, :, None], table, 0.0)
 
 
 def _k_terms(k: int, odd_m: bool) -> list[tuple[float, int]]:
