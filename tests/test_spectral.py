@@ -338,3 +338,34 @@ def test_beta_past_spectral_beta_max_is_attended_directly():
     for beta in (0.5, 8.0):
         err = np.max(np.abs(np.asarray(run(jnp.float32(beta), x)) - exact(np.asarray(x), beta)[0]))
         assert err <= (spectral.ROW_TOLERANCE * beta + 1) * EPS32
+
+
+def _noise_and_schemes():
+    saveat = ad.SaveAt(0.2)
+    sde = ad.SDEIntegrator(dt=0.02)
+
+    def build(name, att):
+        if name == "matrix-noise SDE":
+            return ad.TransformerSDE(att, sigma=0.5, saveat=saveat, integrator=sde)
+        if name == "scalar-noise SDE":
+            return ad.HybridSDE(att, eps=0.3, saveat=saveat, integrator=sde)
+        scheme = {"pre-ln": ad.PreLN(), "ngpt": ad.NGPT()}[name]
+        return ad.DiscreteTransformer(
+            att, ad.MatrixValues(0.5), depth=20, scheme=scheme, saveat=saveat
+        )
+
+    return build
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["matrix-noise SDE", "scalar-noise SDE", "pre-ln", "ngpt"])
+def test_noise_models_and_schemes_run_on_the_spectral_route(name):
+    """Item 4 of issue 43: the noise models and the schemes call the same attention on the
+    directions, so the spectral route serves them; same key, same states to rounding."""
+    build = _noise_and_schemes()
+    x0 = jnp.asarray(configurations(64, 3, seed=7)["uniform"], jnp.float32)
+    key = jax.random.key(3)
+    fast = ad.Attention(2.0, implementation="spectral", spectral_beta_max=2.0)
+    models = [build(name, att) for att in (fast, ad.Attention(2.0, implementation="dense"))]
+    states = [np.asarray(jax.jit(lambda x, m=m: m.trajectory(x, key=key))(x0)) for m in models]
+    np.testing.assert_allclose(states[0], states[1], atol=2e-5)
