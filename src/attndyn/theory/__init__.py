@@ -40,7 +40,12 @@ exponents of the two-token diffusion (``attndyn.theory._phase``).
   degree-ℓ perturbation, flow or layer maps), :func:`most_unstable_degree` (ℓ*),
   :func:`funk_hecke_exponential` and :func:`funk_hecke_quadrature` (K̂_ℓ of e^{βt}, closed
   form and quadrature), :func:`self_attention_weight` and :func:`critical_gamma` (long
-  context, β = γ log N).
+  context, β = γ log N; :func:`critical_gamma` is attndyn's own heuristic, for uniform
+  tokens).
+- Long context as published (Chen, Lin, Polyanskiy, Rigollet, arXiv:2510.05554, Thm 2.1):
+  :func:`simplex_critical_gamma` (γ* = 1/(1 − ρ)), :func:`long_context_regime`,
+  :func:`simplex_self_weight` and :func:`simplex_output_overlap` (exact at n and their
+  n → ∞ limits, tokens of pairwise overlap ρ).
 """
 
 from ._clusters import (
@@ -60,6 +65,12 @@ from ._hybrid import (
     p_antipodal_hybrid_given_overlap as p_antipodal_hybrid_given_overlap,
     p_antipodal_hybrid_uniform as p_antipodal_hybrid_uniform,
     sa_hybrid_boundaries as sa_hybrid_boundaries,
+)
+from ._long_context import (
+    long_context_regime as long_context_regime,
+    simplex_critical_gamma as simplex_critical_gamma,
+    simplex_output_overlap as simplex_output_overlap,
+    simplex_self_weight as simplex_self_weight,
 )
 from ._modes import (
     critical_gamma as critical_gamma,
@@ -112,6 +123,7 @@ __all__ = [
     "hybrid_layer_step",
     "initial_slope",
     "log_funk_hecke_exponential",
+    "long_context_regime",
     "mode_growth_rate",
     "most_unstable_degree",
     "overlap_start_cdf",
@@ -124,6 +136,9 @@ __all__ = [
     "sa_hybrid_boundaries",
     "scale_density",
     "self_attention_weight",
+    "simplex_critical_gamma",
+    "simplex_output_overlap",
+    "simplex_self_weight",
     "terminal_rate_theory",
     "two_cluster_overlap_coefficients",
 ]
