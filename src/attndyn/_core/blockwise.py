@@ -69,13 +69,17 @@ def blockwise_parts(
     block = int(min(block, n_tokens))
     n_blocks = -(-n_tokens // block)
     padded = n_blocks * block
-    # Rows past the end repeat the last query: finite, and dropped below.
+    # Rows past the end repeat the last query: finite, and dropped below. The queries are
+    # padded once and sliced per block (a gather per block cost ~10 % at d = 8).
     index = jnp.minimum(jnp.arange(padded), n_tokens - 1)
+    if padded > n_tokens:
+        last = jnp.broadcast_to(queries[:, -1:], (n_heads, padded - n_tokens, queries.shape[2]))
+        queries = jnp.concatenate([queries, last], axis=1)
     starts = jnp.arange(n_blocks) * block
 
     def one_block(start: Int[Array, ""]):
         rows = jax.lax.dynamic_slice_in_dim(index, start, block)
-        q = jnp.take(queries, rows, axis=1)
+        q = jax.lax.dynamic_slice_in_dim(queries, start, block, axis=1)
         return _rows(q, rows, keys, values, beta, causal, self_mask, diagonal_shift)
 
     num, den, top = jax.lax.map(one_block, starts)
