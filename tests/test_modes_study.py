@@ -67,20 +67,20 @@ def test_same_numbers_whatever_the_chunk_size_and_across_an_interruption(
 ):
     run = ModesRun(n_trajectories=14, ell_max=6, chunk_size=1)
     calls = {"n": 0}
-    real = modes_module._observe_save
+    real = modes_module._observe_saves
 
-    def stop_in_the_second_tile(*args, **kwargs):  # 3 saves a tile: call 4 is tile 2's
+    def stop_in_the_second_tile(*args, **kwargs):  # one call a tile: call 2 is tile 2's
         calls["n"] += 1
-        if calls["n"] == 4:
+        if calls["n"] == 2:
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
     checkpoint = tmp_path / "modes.checkpoint.nc"
-    monkeypatch.setattr(modes_module, "_observe_save", stop_in_the_second_tile)
+    monkeypatch.setattr(modes_module, "_observe_saves", stop_in_the_second_tile)
     with pytest.raises(KeyboardInterrupt):
         modes_study(SPEC, run, POINTS, checkpoint=checkpoint, progress=False)
     assert checkpoint.exists()
-    monkeypatch.setattr(modes_module, "_observe_save", real)
+    monkeypatch.setattr(modes_module, "_observe_saves", real)
     resumed = modes_study(SPEC, run, POINTS, checkpoint=checkpoint, progress=False)
     _same_as_the_cli_run(cli_run, resumed)
     # A checkpoint of another study is refused, naming the file.

@@ -139,6 +139,16 @@ def first_block(layer_seconds: float) -> int:
     return int(max(1, min(1 << 30, math.floor(BLOCK_SECONDS / max(layer_seconds, 1e-9)))))
 
 
+def saves_per_call(save_seconds: float, n_saves: int) -> int:
+    """How many saves one call observes (``save_seconds``: the estimated seconds of one
+    save's observables of a whole tile): as many as fit in :data:`BLOCK_SECONDS`, at least
+    one. Fixed by the point (its N, d, ℓ_max, tile and save count), never by a
+    measurement, so the observables' numbers never depend on the machine's speed; small
+    studies then take one call a tile, not one a save (121 calls a tile cost a second of
+    dispatch at N = 64)."""
+    return int(max(1, min(n_saves, math.floor(BLOCK_SECONDS / max(save_seconds, 1e-12)))))
+
+
 class LayerBlocks:
     """How many layers the next block of a tile runs: about :data:`BLOCK_SECONDS` of device
     work, from the seconds the blocks before took (each block at most 8 times the one

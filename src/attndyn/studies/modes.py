@@ -367,22 +367,21 @@ def _advance(model: AbstractModel, state, noise, start, stop):
     return model.advance(state, noise, start, stop)
 
 
-def _finish(model: AbstractModel, state):
-    """The saves of a tile whose layers are done, ``(tile, S, N, d)``."""
-    return model.finish(state)
-
-
 _begin_tile = async_jit(_begin, n_tokens=int, dim=int, dtype=np.dtype)
 _advance_tile = async_jit(_advance)
-_finish_tile = async_jit(_finish)
 
 
 @functools.partial(jax.jit, static_argnames=("ell_max",))
-def _observe_save(x, beta, tol, ell_max: int):
-    """The observables of one save of every trajectory of a tile (``x``: ``(tile, N, d)``),
-    and whether its states are finite: one compiled program for every save."""
+def _observe_saves(x, beta, tol, ell_max: int):
+    """The observables of a group of saves of every trajectory of a tile (``x``: ``(tile,
+    G, N, d)``), and whether its states are finite: one compiled program for every group
+    of a point (the last group is padded to G)."""
     finite = jnp.all(jnp.isfinite(x), axis=(-2, -1))
-    observed = jax.vmap(lambda c: many_token_observables(c, beta=beta, tol=tol, ell_max=ell_max))(x)
+
+    def one(c):
+        return many_token_observables(c, beta=beta, tol=tol, ell_max=ell_max)
+
+    observed = jax.vmap(lambda saves: jax.lax.map(one, saves))(x)
     return observed, finite
 
 
@@ -409,25 +408,30 @@ def simulate_tile(
             on_block(stop - done)
         interrupts.check()
         done = stop
-    return run_call(_finish_tile, model, state)
+    return model.finish(state)  # the saves out of the state: no arithmetic
 
 
-def observe_tile(saves, beta, tol, ell_max: int, on_save=None):
+def observe_tile(saves, beta, tol, ell_max: int, group: int, on_save=None):
     """Every save's observables (stacked as ``(tile, S, …)``, the fields of
     :class:`attndyn._core.many_tokens.ManyTokenObservables`) and which trajectories stayed
-    finite: one call per save (the same compiled program for every save), each waited for
-    (:func:`._modes_calls.run_call`: a save's clusters at large N take as long as a few
-    layers)."""
+    finite: ``group`` saves a call (:func:`._modes_cost.saves_per_call`, fixed by the
+    point, so the same compiled program for every group), each call dispatched and
+    awaited by :func:`._modes_calls.run_call`; ``on_save(k)`` is told how many saves each
+    call observed."""
+    n_saves = saves.shape[1]
     observed, finite = [], []
-    for index in range(saves.shape[1]):
-        fields, ok = jax.device_get(run_call(_observe_save, saves[:, index], beta, tol, ell_max))
-        observed.append(fields)
-        finite.append(np.asarray(ok))
+    for first in range(0, n_saves, group):
+        count = min(group, n_saves - first)
+        index = np.minimum(np.arange(first, first + group), n_saves - 1)  # padded
+        result = run_call(_observe_saves, saves[:, index], beta, tol, ell_max)
+        fields, ok = jax.device_get(result)
+        observed.append(tuple(np.asarray(f)[:, :count] for f in fields))
+        finite.append(np.asarray(ok)[:, :count])
         if on_save is not None:
-            on_save()
+            on_save(count)
         interrupts.check()
-    stacked = tuple(np.stack(values, axis=1) for values in zip(*observed, strict=True))
-    return stacked, np.all(np.stack(finite, axis=1), axis=1)
+    stacked = tuple(np.concatenate(values, axis=1) for values in zip(*observed, strict=True))
+    return stacked, np.all(np.concatenate(finite, axis=1), axis=1)
 
 
 FIELDS = ("n_clusters", "largest", "histogram", "mode_power", "log_energy", "min_distance")
@@ -776,6 +780,7 @@ class _Run:
         save = cost.observe_seconds(n_tokens, dim, self.ell_max)
         steps, n_saves = int(model.stepping()[0]), len(model.save_times)
         unit = count / max(steps * layer + n_saves * save, 1e-12)
+        group = cost.saves_per_call(save * len(keys), n_saves)
         saves = simulate_tile(
             model,
             keys,
@@ -784,6 +789,5 @@ class _Run:
             blocks,
             on_block=lambda ran: self.bar.update(ran * layer * unit),
         )
-        return observe_tile(
-            saves, beta, tol, self.ell_max, on_save=lambda: self.bar.update(save * unit)
-        )
+        moved = lambda k: self.bar.update(k * save * unit)  # noqa: E731
+        return observe_tile(saves, beta, tol, self.ell_max, group, on_save=moved)
