@@ -726,7 +726,8 @@ class _Run:
                     self.save()
                 interrupts.check()
         except KeyboardInterrupt:
-            # Every block of device work is waited for: nothing is left running.
+            # The checkpoint holds the finished tiles; the call that was interrupted may
+            # still run (_modes_calls.work_in_flight): its tile is redone on resume.
             self.save()
             raise
         finally:
