@@ -103,7 +103,7 @@ def run_gaussian(ns, rho, n_seeds, seed):
 
 
 def plot(results, ns_simplex, ns, args):
-    fig, axes = plt.subplots(2, len(RHOS), figsize=(14, 7.5), sharey=False, constrained_layout=True)
+    fig, axes = plt.subplots(2, len(RHOS), figsize=(11, 7.2), sharey=False, constrained_layout=True)
     colours = plt.get_cmap("viridis")(np.linspace(0, 0.9, len(ns)))
     for col, rho in enumerate(RHOS):
         star = theory.simplex_critical_gamma(rho)
@@ -143,7 +143,7 @@ def plot(results, ns_simplex, ns, args):
                 ax.plot(fine, far, "-", lw=0.8, color="tab:orange", label="n = 2^20 (formula)")
             ax.plot(fine, limit, "k--", lw=1.2, label="Thm 2.1, n → ∞")
             ax.plot([star], [4 * rho / (1 + 3 * rho)], "k*", ms=9)
-            ax.axvline(star, color="tab:red", lw=1.2, label=f"γ* = 1/(1 − ρ) = {star:.3g}")
+            ax.axvline(star, color="tab:red", lw=1.2, label="γ* = 1/(1 − ρ)")
             n_max = sizes[-1]
             heuristic = theory.critical_gamma(n_max, dim_of(n_max))
             ax.axvline(
@@ -151,8 +151,7 @@ def plot(results, ns_simplex, ns, args):
                 color="grey",
                 ls=":",
                 lw=1.4,
-                label=f"attndyn γ_c({n_max}, {dim_of(n_max)}) = {heuristic:.3g}\n"
-                "(uniform tokens; heuristic, not published)",
+                label="attndyn γ_c(n, d), largest n (uniform tokens; heuristic, not published)",
             )
             ax.axhline(rho, color="k", lw=0.5, alpha=0.4)
             title = (
@@ -160,18 +159,23 @@ def plot(results, ns_simplex, ns, args):
                 if kind == "simplex"
                 else f"Gaussian tokens, d = {GAUSSIAN_DIM}"
             )
-            ax.set_title(f"ρ = {rho}: {title}", fontsize=10)
+            ax.set_title(
+                f"ρ = {rho}: {title}\nγ* = {star:.3g}; γ_c({n_max}, {dim_of(n_max)}) = "
+                f"{heuristic:.3g}",
+                fontsize=9,
+            )
             ax.set_xlabel("γ  (β = γ log n)")
             ax.set_ylabel("⟨y'_i, y'_j⟩ after one layer")
-            lines = ax.legend(fontsize=6.5, loc="upper right")  # above the curves
             if col == len(RHOS) - 1:  # the sizes, once a row, outside the panels
-                ax.add_artist(lines)
                 marks = [
                     Line2D([], [], marker="o", ls="-", lw=0.8, ms=3.5, color=c, label=f"n = {n}")
                     for c, n in zip(colours, ns, strict=True)
                     if n in sizes
                 ]
                 ax.legend(handles=marks, fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
+    # The lines' legend once, below the panels (the simplex row has every line).
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=len(labels), fontsize=8)
     scale = "--full" if args.full else "default"
     fig.suptitle(
         "One pre-LN attention layer (Q = K = V = I, α = 0): collapse below γ* = 1/(1 − ρ), "
@@ -198,7 +202,9 @@ def main():
         results["gaussian"][str(rho)] = run_gaussian(ns, rho, n_seeds, args.seed)
         print(f"rho = {rho}: {time.perf_counter() - started:.0f} s")
     stem = figure_stem("long_context_published", args)
-    plot(results, ns_simplex, ns, args).savefig(FIGURES / f"{stem}.png", dpi=130)
+    plot(results, ns_simplex, ns, args).savefig(
+        FIGURES / f"{stem}.png", dpi=130, bbox_inches="tight"
+    )
     worst = max(
         abs(r["overlap"] - r["exact"]) for rows in results["simplex"].values() for r in rows
     )
