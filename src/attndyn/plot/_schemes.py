@@ -183,11 +183,11 @@ FIT_STYLES = ("--", ":")
 
 def fitted_line(t, log_gap, *, kind: str, rate: float) -> np.ndarray | None:
     """The law ``log(1 − γ) = −(rate·s(t) + b)`` over the times ``t`` of a terminal-rate
-    curve, s the law's clock (t, log t or √(t + 1): :func:`attndyn.studies.rates.clock`),
+    curve, s the law's clock (t, log t or √(t + 1): :func:`attndyn.theory._symmetric.rate_clock`),
     its offset b by least squares on the later half of the curve in s (where the fit took
     its slope): the straight line the fitted rate claims, drawn beside the curve. ``None``
     where the curve has fewer than two finite points there."""
-    from ..studies.rates import clock
+    from ..theory._symmetric import rate_clock as clock
 
     t, log_gap = np.asarray(t, dtype=float), np.asarray(log_gap, dtype=float)
     keep = np.isfinite(t) & np.isfinite(log_gap) & ((t > 0) | (kind != "power"))

@@ -32,6 +32,7 @@ from jaxtyping import Array, Float
 
 from .._core.errors import ParameterError, check_bound, check_choice
 from .._core.observables import mean_cosine
+from ..theory._symmetric import rate_clock
 
 RateKind = Literal["exponential", "power", "sqrt-exponential"]
 RATE_KINDS = ("exponential", "power", "sqrt-exponential")
@@ -95,15 +96,10 @@ class RateFit(eqx.Module):
 
 
 def clock(ts, kind: str) -> np.ndarray:
-    """The clock s(t) in which the law of ``kind`` is linear."""
+    """The clock s(t) in which the law of ``kind`` is linear
+    (:func:`attndyn.theory._symmetric.rate_clock`, which the figures share)."""
     check_choice("kind", kind, RATE_KINDS)
-    ts = np.asarray(ts, dtype=np.float64)
-    if kind == "exponential":
-        return ts
-    if kind == "sqrt-exponential":
-        return np.sqrt(ts + 1.0)
-    with np.errstate(divide="ignore"):
-        return np.log(ts)
+    return rate_clock(ts, kind)
 
 
 def _ols(s: np.ndarray, y: np.ndarray) -> tuple[float, float]:

@@ -247,3 +247,16 @@ def _terms(x: np.ndarray, beta: float, n: int):
     _, _, radial, attn_norm = symmetric_attention(u, beta, n)
     log_inv_rate = np.logaddexp(beta * u, math.log(n - 1)) - np.log(2.0 * (n - (n - 1) * u))
     return log_inv_rate, radial, attn_norm
+
+
+def rate_clock(ts, kind: str) -> np.ndarray:
+    """The clock s(t) in which the terminal law of ``kind`` is linear: ``log(1 − γ)`` falls
+    like ``−c·s(t)`` with s = t (exponential), log t (power) or √(t + 1) (sqrt-exponential).
+    ``kind`` is checked by the callers (the rate fit, the figures)."""
+    ts = np.asarray(ts, dtype=np.float64)
+    if kind == "exponential":
+        return ts
+    if kind == "sqrt-exponential":
+        return np.sqrt(ts + 1.0)
+    with np.errstate(divide="ignore"):
+        return np.log(ts)
