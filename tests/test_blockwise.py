@@ -158,3 +158,25 @@ def test_every_model_can_attend_in_blocks(name):
 def test_bad_implementation_is_named(kwargs, match):
     with pytest.raises(ad.ParameterError, match=match):
         ad.Attention(1.0, **kwargs)
+
+
+def test_rows_of_unequal_norms_take_their_maximum():
+    """Without Q, K or masks a block shifts its scores by the Cauchy–Schwarz bound
+    β|q_i| max_j |k_j| instead of their maximum; a row far below it (norm 1 beside a
+    token of norm 10 at β = 10: its own score 90 below the bound, e^{−90} underflows
+    float32) must take its maximum, or its weights would all be 0 (0/0). Unit tokens use
+    the bound; both kinds equal the dense form."""
+    x = np.array(_X[:12], np.float32)
+    x[3] *= 10.0
+    for tokens, beta in ((on_device(x), 10.0), (X, 3.0)):
+
+        @jax.jit
+        def forms(t, beta=beta):
+            return tuple(
+                ad.Attention(beta, implementation=i, block_size=4)(t)
+                for i in ("dense", "blockwise")
+            )
+
+        dense, blocks = forms(tokens)
+        assert np.all(np.isfinite(np.asarray(blocks)))
+        assert _relative_gap(blocks, dense) < 1e-5

@@ -510,8 +510,12 @@ class Attention(eqx.Module):
                 causal=self.causal,
                 self_mask=self.self_mask,
                 diagonal_shift=self.diagonal_shift,
+                self_keys=self_keys,
             )
 
+        # The keys are the queries (no Q, K, mask or shift): the rows' shift needs no pass.
+        self_keys = self.query is None and self.key_matrix is None and not self.causal
+        self_keys = self_keys and not self.self_mask and self.diagonal_shift is None
         if implementation != "spectral":
             return direct(queries, keys, values, self.beta)
         degrees = self._spectral_degrees(n_tokens, dim)

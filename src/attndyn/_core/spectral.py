@@ -546,7 +546,7 @@ def repair(
         step, num, den, top = state
         rows = jax.lax.dynamic_slice_in_dim(order, step * block, block)
         valid = step * block + jnp.arange(block, dtype=order.dtype) < count
-        got = _rows(x[rows][None], rows, x[None], x[None], beta, False, False, None)
+        got = _rows(x[rows][None], rows, x.T[None], x[None], beta, False, False, None)
         at = jnp.where(valid, rows, n_tokens)  # out of range: dropped
         num = num.at[at].set(got[0][0], mode="drop")
         den = den.at[at].set(got[1][0], mode="drop")
