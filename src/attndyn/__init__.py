@@ -131,6 +131,10 @@ if TYPE_CHECKING:
         ProjectedSolver as ProjectedSolver,
         SDEIntegrator as SDEIntegrator,
     )
+    from ._models.mean_field import (
+        MeanFieldFlow as MeanFieldFlow,
+        MeanFieldSolution as MeanFieldSolution,
+    )
     from ._models.ode import (
         NormalizedAttentionODE as NormalizedAttentionODE,
         ODESolution as ODESolution,
