@@ -450,15 +450,17 @@ def test_the_three_figures_fit_and_explain_their_marks():
 
 def test_the_plateau_marks_say_how_many_trajectories_reached_it():
     """The plateau mark averages only the trajectories that reached the plateau: each
-    point's clusters panel says k/n, k from the dataset."""
+    point's clusters panel says k/n, k from the dataset (n_plateau_reached: gathered is
+    not reached), in the panel's legend."""
     ds = _fake(
         ModesSpec(horizon=1.0, saves=11), modes_points(dims=[2], n_tokens=[64], betas=[4.0, 9.0])
     )
     fig = ad.plot.modes(ds)
-    texts = {t.get_text() for ax in fig.axes for t in ax.texts}
+    texts = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().texts]
     n = ds.sizes["trajectory"]
-    for beta, k in zip(ds["beta"].values, ds["n_plateau"].values, strict=True):
-        assert f"β = {beta:g}, N = 64: plateau reached {int(k)}/{n}" in texts
+    for beta, k in zip(ds["beta"].values, ds["n_plateau_reached"].values, strict=True):
+        line = f"β = {beta:g}, N = 64: plateau reached {int(k)}/{n}"
+        assert any(t == line or t.startswith(f"{line}, ") for t in texts), (line, texts)
 
 
 @pytest.mark.slow
@@ -518,3 +520,44 @@ def test_ctrl_c_stops_the_command_line_within_seconds_at_large_n(tmp_path):
     assert stopped_in < 10, stopped_in
     assert err.strip().splitlines()[-1].startswith("Interrupted. Rerun the same command")
     assert (tmp_path / "attndyn-results" / "modes.checkpoint.nc").exists()
+
+
+def test_json_gives_every_degree_with_its_flag_and_names_the_theory(cli_run):
+    """``--json`` ``rates``: every degree ℓ = 1 … ℓ_max, fitted or not, with its SE, its
+    driven flag (null where not fitted) and 2λ_ℓ as ``theory_power_rate``, the growth
+    rate of P_ℓ (the layer maps' at L = 100, N = 400); ``theory``, its deprecated name,
+    holds the same number for one release."""
+    _, payload = cli_run
+    rates = payload["points"][0]["rates"]
+    assert [r["ell"] for r in rates] == list(range(1, 7))
+    for r in rates:
+        assert {"rate", "se", "theory_power_rate", "theory", "driven", "bend_p_holm"} <= set(r)
+        expected = 2 * ad.theory.mode_growth_rate(9.0, 2, r["ell"], depth=100, n_tokens=400)
+        assert r["theory_power_rate"] == pytest.approx(float(expected), rel=1e-12)
+        assert r["theory"] == r["theory_power_rate"]
+        assert r["driven"] is None if r["rate"] is None else isinstance(r["driven"], bool)
+    point = payload["points"][0]
+    assert {"n_plateau_reached", "plateau_reached_clusters", "plateau_hold"} <= set(point)
+
+
+def test_plateau_marks_only_where_half_reached_and_none_hides_another():
+    """Two points that reached the same count at the same time get two different shapes
+    at two different places on the page; a point that under half of its trajectories
+    reached gets no mark, and its legend line says so."""
+    ds = _fake(
+        ModesSpec(horizon=1.0, saves=11),
+        modes_points(dims=[2], n_tokens=[64], betas=[4.0, 9.0, 16.0]),
+    )
+    ds["n_plateau_reached"][:] = [2, 3, 1]  # of 3 trajectories: the third under half
+    ds["plateau_reached_at"][:] = 0.5
+    ds["plateau_reached_clusters"][:] = 4.0
+    fig = ad.plot.modes(ds)
+    fig.canvas.draw()
+    ax = next(a for a in fig.axes if a.get_legend() is not None)
+    marks = [line for line in ax.lines if line.get_marker() in ("s", "D", "^", "v", "p", "h")]
+    assert len(marks) == 2
+    assert marks[0].get_marker() != marks[1].get_marker()
+    places = [line.get_transform().transform(line.get_xydata())[0] for line in marks]
+    assert abs(places[0][0] - places[1][0]) >= 3  # display pixels apart
+    texts = [t.get_text() for t in ax.get_legend().texts]
+    assert "β = 16, N = 64: plateau reached 1/3, under half: not marked" in texts

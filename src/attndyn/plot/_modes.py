@@ -18,12 +18,15 @@ import numpy as np
 import xarray as xr
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.transforms import ScaledTranslation
 
 from ._figure import subplots
 from ._style import OKABE_ITO, ordered_colors, wrap
 
 #: At most this many error bars along a time curve (the saves between are drawn as lines).
 MARKED_SAVES = 12
+#: The plateau marks of the points of one clusters panel, in turn (not "o": the curves').
+PLATEAU_MARKERS = ("s", "D", "^", "v", "p", "h")
 
 
 def _record(ds: xr.Dataset) -> dict:
@@ -70,12 +73,17 @@ def _modes(ds: xr.Dataset) -> Figure:
     colors = dict(zip(betas, ordered_colors(len(betas)), strict=True))
     for column, dim in enumerate(dims):
         points = [i for i in range(ds.sizes["point"]) if int(ds["dim"].values[i]) == dim]
+        entries = []
         for stack, i in enumerate(points):
             row = ds.isel(point=i)
             color = colors[float(row["beta"])]
             _rates(axes[0, column], row, color)
             _star_power(axes[1, column], row, color)
-            _clusters(axes[2, column], row, color, stack)
+            entries.append(_clusters(axes[2, column], row, color, stack))
+        # Where the curves leave room ("best"), one line per point in its colour.
+        legend = axes[2, column].legend(handles=entries, loc="best", fontsize=7)
+        for text, entry in zip(legend.get_texts(), entries, strict=True):
+            text.set_color(entry.get_color())
         tokens = sorted({int(ds["n_tokens"].values[i]) for i in points})
         axes[0, column].set_title(
             f"d = {dim}, N = {', '.join(f'{n:,}' for n in tokens)}: growth rate of P_ℓ",
@@ -91,7 +99,9 @@ def _modes(ds: xr.Dataset) -> Figure:
     handles += [
         Line2D([], [], color="k", ls="-", label="theory: 2λ_ℓ (P_ℓ ∝ exp(2λ_ℓ t))"),
         Line2D([], [], color="k", marker="o", ls="none", label="fit, linear window (±1 SE)"),
-        Line2D([], [], color="k", marker="o", mfc="none", ls="none", label="fit, driven: excluded"),
+        Line2D(
+            [], [], color="k", marker="o", mfc="none", ls="none", label="fit, driven (Holm, 5 %)"
+        ),
         Line2D([], [], color="k", marker="v", ls="none", label="ℓ* of the theory"),
         Line2D([], [], color="k", lw=6, alpha=0.3, label="theory: P_ℓ*(0)·exp(2λ* t)"),
         Line2D([], [], color="k", ls="--", lw=0.8, label="end of the linear window"),
@@ -103,15 +113,18 @@ def _modes(ds: xr.Dataset) -> Figure:
             marker="s",
             mec="k",
             ls="none",
-            label="plateau where reached: clusters ± SE at start",
+            label=f"plateau reached (a count > 2 held\n{_hold(ds)}): clusters ± SE\nover "
+            "those that reached it, at the mean\ntime reached; one shape a point (see\nits "
+            "panel), drawn where ≥ half reached it",
         ),
     ]
     fig.legend(handles=handles, loc="outside right center", fontsize=8, frameon=False)
     fig.suptitle(
         wrap(
             "Many tokens from the uniform state: each degree ℓ of the empirical measure grows "
-            "at the rate the linearised mean-field equation predicts, the fastest is ℓ*, and "
-            "the tokens then sit in a metastable cluster state.\n" + _header(ds),
+            "at the rate the linearised mean-field equation predicts, the fastest is ℓ*; the "
+            "tokens then gather into clusters, and the third row marks the metastable plateau "
+            "only where the trajectories reached it.\n" + _header(ds),
             width,
         ),
         fontsize=9,
@@ -191,7 +204,9 @@ def _star_power(ax, row: xr.Dataset, color) -> None:
     ax.set_ylabel("N·P_ℓ* (1 for uniform tokens)")
 
 
-def _clusters(ax, row: xr.Dataset, color, stack: int = 0) -> None:
+def _clusters(ax, row: xr.Dataset, color, stack: int = 0) -> Line2D:
+    """The cluster count against time beside ℓ*, and the plateau's mark; returns the
+    point's entry of the panel's legend (which says k/n)."""
     times = row["time"].values
     mean, se = row["n_clusters"].values, row["n_clusters_se"].values
     ax.plot(times, mean, color=color, lw=1.0)
@@ -199,33 +214,49 @@ def _clusters(ax, row: xr.Dataset, color, stack: int = 0) -> None:
     marks = _marks(len(times))
     ax.errorbar(times[marks], mean[marks], yerr=se[marks], fmt="o", ms=3, color=color, capsize=2)
     ax.axhline(int(row["ell_star"]), color=color, ls=":", lw=1.0)
-    formed = int(row["n_plateau"])
-    if formed > 0:
-        ax.errorbar(
-            [float(row["plateau_start"])],
-            [float(row["plateau_clusters"])],
-            yerr=[float(row["plateau_clusters_se"])],
-            fmt="s",
-            ms=6,
-            color=color,
-            mec="k",
-            capsize=2,
-        )
-    # The mark averages only the trajectories whose tokens gathered before the horizon (the
-    # curve averages all): say how many, so that 1 of 8 does not read as the point's. One
-    # line per point, stacked in the empty lower left (marks of close points overlap).
-    ax.text(
-        0.03,
-        0.2 + 0.07 * stack,
-        f"β = {float(row['beta']):g}, N = {int(row['n_tokens']):,}: plateau reached "
-        f"{formed}/{row.sizes['trajectory']}",
-        transform=ax.transAxes,
-        fontsize=7,
-        color=color,
-    )
     ax.set_yscale("log")
     ax.set_xlabel("t")
     ax.set_ylabel("clusters (mean ± SE)")
+    return _plateau_mark(ax, row, color, stack)
+
+
+def _hold(ds: xr.Dataset) -> str:
+    """How long a count must hold to make a plateau, as the dataset records it."""
+    if "plateau_hold" not in ds:
+        return "? (dataset made before 0.5)"
+    return f"≥ {float(ds['plateau_hold']):g} time units and 3 saves"
+
+
+def _plateau_mark(ax, row: xr.Dataset, color, stack: int) -> Line2D:
+    """The plateau's mark where at least half the point's trajectories reached it
+    (:func:`attndyn.studies._modes_analysis.plateau`: a count above two held for
+    ``plateau_hold``), and its legend entry, which says k/n in every case (the mark
+    averages only those k; the curve averages all n). Each point of a panel has its own
+    shape (the entry shows it) and a sideways offset, so that one mark never hides
+    another (close points reach the same count at about the same time)."""
+    label = f"β = {float(row['beta']):g}, N = {int(row['n_tokens']):,}: plateau reached"
+    n = row.sizes["trajectory"]
+    if "n_plateau_reached" not in row:  # a dataset from before 0.5: gathered ≠ reached
+        return Line2D([], [], ls="none", label=f"{label}: not assessed (dataset before 0.5)")
+    reached = int(row["n_plateau_reached"])
+    if reached == 0 or 2 * reached < n:
+        # A mark would average under half of them: the entry says so, with no mark.
+        note = ", under half: not marked" if reached else ""
+        return Line2D([], [], ls="none", color=color, label=f"{label} {reached}/{n}{note}")
+    marker = PLATEAU_MARKERS[stack % len(PLATEAU_MARKERS)]
+    shift = ScaledTranslation(4 * (stack % 3) / 72, 0, ax.figure.dpi_scale_trans)
+    style = {"marker": marker, "ms": 7 - stack % 3, "color": color, "mec": "k"}
+    ax.errorbar(
+        [float(row["plateau_reached_at"])],
+        [float(row["plateau_reached_clusters"])],
+        yerr=[float(row["plateau_reached_clusters_se"])],
+        ls="none",
+        capsize=2,
+        zorder=3 + stack,
+        transform=ax.transData + shift,
+        **style,
+    )
+    return Line2D([], [], ls="none", label=f"{label} {reached}/{n}", **style)
 
 
 def _noise(ds: xr.Dataset, level: str) -> Figure:
