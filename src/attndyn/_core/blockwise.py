@@ -33,7 +33,7 @@ from .linalg import dot
 #: at N = 4,096, 64-128 rows 17-19 ms, 256 rows 23 ms (docs/performance.md). On an
 #: accelerator a block is larger (:data:`ACCELERATOR_BLOCK_ELEMENTS`), where fewer, wider
 #: blocks keep it busy.
-CPU_BLOCK_ELEMENTS = 1 << 20
+CPU_BLOCK_ELEMENTS = 1 << 21
 CPU_BLOCK_ROWS = 128
 ACCELERATOR_BLOCK_ELEMENTS = 1 << 27
 
@@ -67,13 +67,13 @@ def blockwise_parts(
 
     Softmax attention is ``num/den``; unnormalised attention ``num · exp(m − log N)``.
 
-    ``self_keys=True`` says the keys are the queries, unmasked and unshifted: then
-    ``m_i = β|q_i| max_j |k_j|`` (Cauchy–Schwarz), which bounds the row's scores without a
+    ``self_keys=True`` says the keys are the queries (one head), unmasked and unshifted:
+    then ``m_i = β|q_i| max_j |k_j|`` (Cauchy–Schwarz) bounds the row's scores without a
     pass over them, while its own score β|q_i|² is at most ``g_i = β|q_i|(max_j |k_j| −
-    |q_i|)`` below it: where every row of a block has g_i ≤ :data:`BOUND_GAP` its weights
-    keep full relative precision (w_ii ≥ e^{−60}; what underflows is below e^{−27} of it)
-    and the block skips the maximum (a block with a larger gap takes it: tokens of very
-    different norms). 15 % of a layer at d = 8, N = 16,384."""
+    |q_i|)`` below it: where g_i ≤ :data:`BOUND_GAP` the row's weights keep full relative
+    precision (w_ii ≥ e^{−60}; what underflows is below e^{−27} of it); the rows with a
+    larger gap (tokens of very different norms) are done again with their maximum
+    (:func:`redo_rows`; none for tokens on a sphere). 10-15 % of a layer at d = 8."""
     n_heads, n_tokens, _ = queries.shape
     block = int(min(block, n_tokens))
     n_blocks = -(-n_tokens // block)
@@ -87,8 +87,8 @@ def blockwise_parts(
     starts = jnp.arange(n_blocks) * block
     keys_t = jnp.swapaxes(keys, -1, -2)  # once: inside the blocks it was copied per block
     bound = gap = None
-    if self_keys:
-        norms = jnp.sqrt(jnp.sum(queries * queries, axis=-1))  # (h, padded)
+    if self_keys and n_heads == 1:
+        norms = jnp.sqrt(jnp.sum(queries * queries, axis=-1))  # (1, padded)
         largest = jnp.max(norms, axis=-1, keepdims=True)
         scale = beta.astype(queries.dtype) * norms
         bound, gap = scale * largest, scale * (largest - norms)
@@ -96,12 +96,7 @@ def blockwise_parts(
     def one_block(start: Int[Array, ""]):
         rows = jax.lax.dynamic_slice_in_dim(index, start, block)
         q = jax.lax.dynamic_slice_in_dim(queries, start, block, axis=1)
-        shift = None
-        if bound is not None and gap is not None:
-            shift = (
-                jax.lax.dynamic_slice_in_dim(bound, start, block, axis=1),
-                jnp.max(jax.lax.dynamic_slice_in_dim(gap, start, block, axis=1)) <= BOUND_GAP,
-            )
+        shift = None if bound is None else jax.lax.dynamic_slice_in_dim(bound, start, block, 1)
         return _rows(q, rows, keys_t, values, beta, causal, self_mask, diagonal_shift, shift)
 
     num, den, top = jax.lax.map(one_block, starts)
@@ -109,6 +104,45 @@ def blockwise_parts(
     num = jnp.moveaxis(num, 0, 1).reshape(n_heads, padded, -1)[:, :n_tokens]
     den = jnp.moveaxis(den, 0, 1).reshape(n_heads, padded)[:, :n_tokens]
     top = jnp.moveaxis(top, 0, 1).reshape(n_heads, padded)[:, :n_tokens]
+    if gap is None:
+        return num, den, top
+    wide = gap[0, :n_tokens] > BOUND_GAP
+    one = (num[0], den[0], top[0])
+    parts = redo_rows(queries[0, :n_tokens], keys_t[0], values[0], one, wide, beta, block)
+    return parts[0][None], parts[1][None], parts[2][None]
+
+
+def redo_rows(
+    queries: Float[Array, "N dk"],
+    keys_t: Float[Array, "dk N"],
+    values: Float[Array, "N dv"],
+    parts: tuple[Array, Array, Array],
+    redo: Array,
+    beta: Float[Array, ""],
+    block: int,
+) -> tuple[Array, Array, Array]:
+    """``parts`` (one head's num, den, m) with the rows ``redo`` attended again against all
+    keys, each shifted by its maximum, ``block`` rows at a time (a while loop: as many
+    blocks as there are such rows, none when none)."""
+    n_tokens = queries.shape[0]
+    block = int(min(block, n_tokens))
+    padded = -(-n_tokens // block) * block
+    order = jnp.nonzero(redo, size=padded, fill_value=0)[0]  # default int, as _rows' columns
+    count = jnp.sum(redo, dtype=order.dtype)
+
+    def body(state):
+        step, num, den, top = state
+        rows = jax.lax.dynamic_slice_in_dim(order, step * block, block)
+        valid = step * block + jnp.arange(block, dtype=order.dtype) < count
+        got = _rows(queries[rows][None], rows, keys_t[None], values[None], beta, False, False, None)
+        at = jnp.where(valid, rows, n_tokens)  # out of range: dropped
+        num = num.at[at].set(got[0][0], mode="drop")
+        den = den.at[at].set(got[1][0], mode="drop")
+        top = top.at[at].set(got[2][0], mode="drop")
+        return step + 1, num, den, top
+
+    state = (jnp.zeros((), order.dtype), *parts)
+    _, num, den, top = jax.lax.while_loop(lambda s: s[0] * block < count, body, state)
     return num, den, top
 
 
@@ -119,8 +153,8 @@ BOUND_GAP = 60.0
 
 def _rows(q, rows, keys_t, values, beta, causal, self_mask, diagonal_shift, shift=None):
     """``(num, den, m)`` of one block of query rows (indices ``rows``) against all keys
-    (``keys_t``: transposed, ``(h, dk, N)``); ``shift``: (the rows' Cauchy–Schwarz bound,
-    whether it may be used) or None."""
+    (``keys_t``: transposed, ``(h, dk, N)``); ``shift``: the rows' shift m (their
+    Cauchy–Schwarz bound), or None for their maximum."""
     # Both products are dots (full precision): linalg.matmul writes a contraction over
     # d ≤ 4 as a broadcast sum, which at B × N × d made the blocks 3.5× slower at d = 3.
     # One head: plain matrix products (a dot with a unit batch axis ran slower on CPU).
@@ -136,10 +170,7 @@ def _rows(q, rows, keys_t, values, beta, causal, self_mask, diagonal_shift, shif
         allowed = ~same
     if allowed is not None:
         s = jnp.where(allowed[None], s, -jnp.inf)
-    if shift is None:
-        top = jnp.max(s, axis=-1)
-    else:
-        top = jax.lax.cond(shift[1], lambda s: shift[0], lambda s: jnp.max(s, axis=-1), s)
+    top = jnp.max(s, axis=-1) if shift is None else shift
     w = jnp.exp(s - top[..., None])
     return _heads_dot(w, values), jnp.sum(w, axis=-1), top
 

@@ -49,7 +49,7 @@ import numpy as np
 from jaxtyping import Array, Float
 from scipy import special
 
-from .blockwise import _rows
+from .blockwise import redo_rows
 from .errors import concrete
 from .linalg import matmul, small_sum
 
@@ -535,27 +535,8 @@ def repair(
     block: int,
 ) -> tuple[Array, Array, Array]:
     """``parts`` with the rows ``bad`` attended directly against all keys, ``block`` rows
-    at a time (a while loop: as many blocks as there are bad rows, none when none)."""
-    n_tokens = x.shape[0]
-    block = int(min(block, n_tokens))
-    padded = -(-n_tokens // block) * block
-    order = jnp.nonzero(bad, size=padded, fill_value=0)[0]  # default int, as _rows' columns
-    count = jnp.sum(bad, dtype=order.dtype)
-
-    def body(state):
-        step, num, den, top = state
-        rows = jax.lax.dynamic_slice_in_dim(order, step * block, block)
-        valid = step * block + jnp.arange(block, dtype=order.dtype) < count
-        got = _rows(x[rows][None], rows, x.T[None], x[None], beta, False, False, None)
-        at = jnp.where(valid, rows, n_tokens)  # out of range: dropped
-        num = num.at[at].set(got[0][0], mode="drop")
-        den = den.at[at].set(got[1][0], mode="drop")
-        top = top.at[at].set(got[2][0], mode="drop")
-        return step + 1, num, den, top
-
-    state = (jnp.zeros((), order.dtype), *parts)
-    _, num, den, top = jax.lax.while_loop(lambda s: s[0] * block < count, body, state)
-    return num, den, top
+    at a time (:func:`.blockwise.redo_rows`: no block when no row is bad)."""
+    return redo_rows(x, x.T, x, parts, bad, beta, block)
 
 
 # --- which degrees are worth it --------------------------------------------------------
