@@ -124,6 +124,17 @@ def redo_rows(
     """``parts`` (one head's num, den, m) with the rows ``redo`` attended again against all
     keys, each shifted by its maximum, ``block`` rows at a time (a while loop: as many
     blocks as there are such rows, none when none)."""
+    # Usually no row: then not even the list of rows is made (under vmap the cond runs
+    # both sides, which costs what the list and an empty loop cost).
+    return jax.lax.cond(
+        jnp.any(redo),
+        lambda parts: _redo(queries, keys_t, values, parts, redo, beta, block),
+        lambda parts: parts,
+        parts,
+    )
+
+
+def _redo(queries, keys_t, values, parts, redo, beta, block):
     n_tokens = queries.shape[0]
     block = int(min(block, n_tokens))
     padded = -(-n_tokens // block) * block
