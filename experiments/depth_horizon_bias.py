@@ -31,6 +31,8 @@ error or Wilson interval, the fits, the cost and the commit).
 import argparse
 import datetime
 import json
+import math
+import sys
 import time
 from pathlib import Path
 
@@ -40,7 +42,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
-from matplotlib.ticker import ScalarFormatter
+from matplotlib.ticker import NullFormatter
 from scipy import stats
 
 import attndyn as ad
@@ -133,6 +135,23 @@ def classes(ds, i: int) -> dict:
     return out
 
 
+def horizon_change(c: dict) -> dict:
+    """P_T(antipodal) − P_{T_max}(antipodal) on the same trajectories, and a bound on its
+    standard error: √m/n with m the trajectories whose antipodal status changed. Into the
+    class come at most the unclustered at T, out go those in minus the
+    net change, so m ≤ 2·unclustered(T) + |net change| (a pair within tol of +1 at T is
+    taken not to reach −1 later: the +1 end absorbs with exponent (d − 1)/2 ≥ 1.5)."""
+    n, count = c["n"], np.array(c["antipodal"]["count"])
+    net = count - count[-1]
+    moved = 2 * np.array(c["unclustered"]["count"]) + np.abs(net)
+    return {
+        "T": c["T"],
+        "count": [int(x) for x in net],
+        "value": [float(x) for x in net / n],
+        "se_bound": [float(x) for x in np.sqrt(np.maximum(moved, 1)) / n],  # 0 seen: ~1
+    }
+
+
 def analyse(point, by_depth: dict) -> dict:
     """The depth fits at the last save and the horizon bracket of one (d, β)."""
     dim, beta = point
@@ -147,15 +166,15 @@ def analyse(point, by_depth: dict) -> dict:
         by_depth[L]["bias_at_T_max"] = {"value": float(b), "se": float(s), "z": float(b / s)}
         a, u = by_depth[L]["antipodal"]["p"], by_depth[L]["unclustered"]["p"]
         by_depth[L]["bracket_minus_exact"] = [[ai - exact, ai + ui - exact] for ai, ui in zip(a, u)]
-        by_depth[L]["antipodal_count_minus_at_T_max"] = [
-            c - by_depth[L]["antipodal"]["count"][-1] for c in by_depth[L]["antipodal"]["count"]
-        ]
+        by_depth[L]["horizon_change"] = horizon_change(by_depth[L])
     return {
         "dim": dim,
         "beta": beta,
         "beta_c": ad.theory.beta_critical(dim),
         "exact": exact,
-        "fits": {
+        "fits": None
+        if len(depths) < 3
+        else {
             "1/L": fit_power(depths, bias, se, 1.0),
             "1/sqrt(L)": fit_power(depths, bias, se, 0.5),
             "L^-p": fit_exponent(depths, bias, se),
@@ -164,52 +183,67 @@ def analyse(point, by_depth: dict) -> dict:
     }
 
 
-def plot(results, out: Path, title: str) -> None:
-    """Left: bias against 1/L with the two one-parameter fits. Right: the horizon bracket
-    at the largest depth."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.4))
+def depth_panel(ax, results) -> None:
+    """Bias at the last save against 1/L, ±2 SE, with the a/L and a/√L fits."""
     for k, r in enumerate(results):
         colour = OKABE_ITO[k % len(OKABE_ITO)]
         depths = np.array([int(L) for L in r["depths"]])
         b = np.array([r["depths"][str(L)]["bias_at_T_max"]["value"] for L in depths])
         s = np.array([r["depths"][str(L)]["bias_at_T_max"]["se"] for L in depths])
         label = f"d = {r['dim']}, β = {r['beta']:g}"
-        left.errorbar(1 / depths, b, 2 * s, fmt="o", color=colour, ms=4, capsize=2, label=label)
+        ax.errorbar(1 / depths, b, 2 * s, fmt="o", color=colour, ms=4, capsize=2, label=label)
         x = np.linspace(0, 1 / depths.min(), 200)[1:]
-        for key, ls in (("1/L", "-"), ("1/sqrt(L)", ":")):
-            fit = r["fits"][key]
-            left.plot(x, fit["amplitude"] * x ** (1.0 if key == "1/L" else 0.5), ls, color=colour)
-        deepest = r["depths"][str(depths.max())]
-        t = np.array(deepest["T"])
-        lo, hi = np.array(deepest["bracket_minus_exact"]).T
-        p = np.array(deepest["antipodal"]["p"])
-        se_t = np.sqrt(np.maximum(p * (1 - p), 1 / deepest["n"]) / deepest["n"])
-        right.fill_between(t, lo, hi, color=colour, alpha=0.25)
-        right.errorbar(t, lo, 2 * se_t, fmt="o-", color=colour, ms=3, capsize=2)
-    left.axhline(0, color="k", lw=0.6)
-    left.set_xlabel("1/L (layers per unit time)")
-    left.set_ylabel(f"P_L(antipodal, T = {HORIZON:,.0f}) − exact t = ∞  (±2 SE)")
-    left.set_title("depth: a/L (solid) and a/√L (dotted) fits", fontsize=9)
-    left.legend(fontsize=7)
-    right.axhline(0, color="k", lw=0.6)
-    right.set_xscale("log")
-    right.xaxis.set_major_formatter(ScalarFormatter())
-    right.set_xlabel("horizon T")
-    right.set_ylabel("P_T(antipodal) − exact  (band: + P_T(unclustered))")
-    right.set_title(f"horizon at L = {max(DEPTHS)} (±2 SE)", fontsize=9)
+        for key, power, ls in (("1/L", 1.0, "-"), ("1/sqrt(L)", 0.5, ":")):
+            if r["fits"] is not None:
+                ax.plot(x, r["fits"][key]["amplitude"] * x**power, ls, color=colour, lw=1)
+    ax.axhline(0, color="k", lw=0.6)
+    ax.set_xlabel("1/L (L: layers per unit time)")
+    ax.set_ylabel(f"P_L(antipodal, T = {HORIZON:,.0f}) − exact t = ∞  (±2 SE)")
+    ax.set_title("depth: fits a/L (solid) and a/√L (dotted)", fontsize=9)
+    ax.legend(fontsize=7)
+
+
+def horizon_panel(ax, results) -> None:
+    """At the two deepest depths with the most trajectories: the paired change of
+    P(antipodal) from T to the last save (same trajectories), ±2 of its SE bound, and the
+    band up to + P_T(unclustered)."""
+    for k, r in enumerate(results):
+        colour = OKABE_ITO[k % len(OKABE_ITO)]
+        depths = sorted(int(L) for L in r["depths"])
+        shown = sorted({max(depths, key=lambda L: (r["depths"][str(L)]["n"], L)), depths[-1]})
+        for L, ls in zip(shown, ("--", "-")[-len(shown) :]):
+            h = r["depths"][str(L)]["horizon_change"]
+            t, v, se = np.array(h["T"]), np.array(h["value"]), np.array(h["se_bound"])
+            u = np.array(r["depths"][str(L)]["unclustered"]["p"])
+            ax.fill_between(t, v, v + u, color=colour, alpha=0.2)
+            ax.errorbar(t, v, 2 * se, fmt="o" + ls, color=colour, ms=3, capsize=2, lw=1)
+    ax.axhline(0, color="k", lw=0.6)
+    ax.set_xscale("log")
+    ax.set_xticks(SAVES, [f"{t:g}" for t in SAVES])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("horizon T")
+    ax.set_ylabel(f"P_T − P_{HORIZON:.0f} (antipodal); band: + P_T(unclustered)")
+    ax.set_title(
+        "horizon, same trajectories: L = 100 (dashed), L = 1,000 (solid); ±2 SE", fontsize=9
+    )
+
+
+def plot(results, out: Path, title: str) -> None:
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11.5, 4.6))
+    depth_panel(left, results)
+    horizon_panel(right, results)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120)
 
 
-def run_all(points, scale: int, seed: int):
-    """Every depth; per point and depth the classes, the cost per depth, the last
-    provenance and the CPU seconds in all."""
+def run_all(points, trajectories: dict, seed: int):
+    """Every depth of ``trajectories`` (depth → trajectories a point); per point and depth
+    the classes, the cost per depth, the last provenance and the CPU seconds in all."""
     per_point: dict = {pt: {} for pt in points}
     runs, cpu_total, prov = {}, 0.0, {}
-    for depth in DEPTHS:
-        n = scale * TRAJECTORIES[depth]
+    for depth, n in trajectories.items():
         ds, cpu = run_depth(points, depth, n, seed)
         cpu_total += cpu
         prov = ad.provenance(ds)
@@ -224,20 +258,88 @@ def run_all(points, scale: int, seed: int):
     return per_point, runs, prov, cpu_total
 
 
+def design(args, parser: argparse.ArgumentParser) -> tuple[tuple, dict, str]:
+    """The points, depth → trajectories a point, and the output stem: the standard design
+    (4× the trajectories with --full), or the one --points/--depths/--trajectories name."""
+    custom = args.points or args.depths or args.trajectories
+    scale = 4 if args.full else 1
+    try:
+        points = (
+            tuple((int(d), float(b)) for d, b in (x.split(":") for x in args.points.split(",")))
+            if args.points
+            else POINTS
+        )
+        depths = tuple(int(x) for x in args.depths.split(",")) if args.depths else DEPTHS
+    except ValueError:
+        parser.error("--points takes d:beta,d:beta,... and --depths L,L,... (integers)")
+    if any(d < 2 or not 0 <= b < math.inf for d, b in points) or any(L < 1 for L in depths):
+        parser.error("every d must be >= 2, every beta >= 0 and every L >= 1")
+    if args.trajectories is not None and args.trajectories < 1:
+        parser.error("--trajectories must be >= 1")
+    trajectories = {
+        L: args.trajectories or scale * TRAJECTORIES.get(L, TRAJECTORIES[DEPTHS[-1]])
+        for L in depths
+    }
+    stem = "depth_horizon_bias" + ("_full" if args.full else "")
+    if custom:
+        tag = "_".join(f"d{d}b{b:g}" for d, b in points) + "_L" + "-".join(map(str, depths))
+        stem += f"_{tag}_seed{args.seed}"
+    return points, trajectories, stem
+
+
+def title_of(stem: str) -> str:
+    scale = stem.removeprefix("depth_horizon_bias").lstrip("_") or "reduced"
+    return (
+        f"Two tokens, seed 003 Fig. 3 model: depth bias at T = {HORIZON:,.0f} and horizon "
+        f"bias ({scale}{' scale' if scale in ('reduced', 'full') else ''})"
+    )
+
+
+COUNTS = ("T", "n", "antipodal", "unclustered")  # what a run measured, per point and depth
+
+
+def redraw(path: Path) -> None:
+    """Fits, horizon changes and the figure again from the counts in a written JSON (the
+    simulation's numbers unchanged), written back to it and to its .png."""
+    summary = json.loads(path.read_text())
+    results = []
+    for r in summary["points"]:
+        counts = {int(L): {k: v[k] for k in COUNTS} for L, v in r["depths"].items()}
+        results.append(analyse((r["dim"], r["beta"]), counts))
+    summary["points"] = results
+    summary["analysed_again"] = datetime.date.today().isoformat()
+    summary.setdefault("title", title_of(path.stem))
+    plot(results, path.with_suffix(".png"), summary["title"])
+    path.write_text(json.dumps(summary, indent=1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--full", action="store_true", help="4x the trajectories")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--points", default=None, help="d:beta,... (default: the four above)")
+    parser.add_argument("--depths", default=None, help="L,L,... (default 30,50,100,300,1000)")
+    parser.add_argument("--trajectories", type=int, default=None, help="a point, every depth")
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="no simulation: analyse and draw again the counts a run wrote to PATH",
+    )
     args = parser.parse_args()
+    if args.from_json is not None:
+        return redraw(args.from_json)
+    points, trajectories, stem = design(args, parser)
     ad.use_all_cores()  # before any JAX work
     ad.enable_compilation_cache()
-    stem = "depth_horizon_bias" + ("_full" if args.full else "")
     started = time.perf_counter()
-    per_point, runs, prov, cpu_total = run_all(POINTS, 4 if args.full else 1, args.seed)
-    results = [analyse(pt, per_point[pt]) for pt in POINTS]
+    per_point, runs, prov, cpu_total = run_all(points, trajectories, args.seed)
+    results = [analyse(pt, per_point[pt]) for pt in points]
+    title = title_of(stem)
     summary = {
         "experiment": "depth and horizon bias of two-token P(antipodal), seed 003 Fig. 3 model",
-        "command": "python experiments/depth_horizon_bias.py" + (" --full" if args.full else ""),
+        "command": " ".join(["python experiments/depth_horizon_bias.py", *sys.argv[1:]]),
         "date": datetime.date.today().isoformat(),
         "commit": prov["source_commit"],
         "attndyn_version": prov["attndyn_version"],
@@ -249,17 +351,14 @@ def main() -> None:
         "runs": runs,
         "cpu_seconds": round(cpu_total, 1),
         "wall_seconds": round(time.perf_counter() - started, 1),
+        "title": title,
         "points": results,
     }
-    title = (
-        f"Two tokens, seed 003 Fig. 3 model: depth bias at T = {HORIZON:,.0f} and horizon bias "
-        f"({'full' if args.full else 'reduced'} scale)"
-    )
     plot(results, FIGURES / f"{stem}.png", title)
     (FIGURES / f"{stem}.json").write_text(json.dumps(summary, indent=1))
     for r in results:
-        fits = {k: (round(v["amplitude"], 4), round(v["chi2"], 1)) for k, v in r["fits"].items()}
-        print(r["dim"], r["beta"], "exponent", r["fits"]["L^-p"]["interval"], fits)
+        fits = {k: round(v["chi2"], 1) for k, v in (r["fits"] or {}).items()}
+        print(r["dim"], r["beta"], {L: v["bias_at_T_max"] for L, v in r["depths"].items()}, fits)
     print(f"{cpu_total:.0f} s CPU, {time.perf_counter() - started:.0f} s wall")
 
 
