@@ -124,7 +124,10 @@ class Attention(eqx.Module):
     the truncation degree that β, N and the dtype need (:meth:`spectral_degree`). Under
     a traced β (inside the models) every degree it may use is compiled and the one β
     needs runs; ``spectral_beta_max=b`` (static) compiles the degree of b only, for every
-    β ≤ b (a larger β is attended directly).
+    β ≤ b (a larger β is attended directly). The spectral route differentiates in forward
+    mode (``jax.jvp``, ``jacfwd``) only, as attention of the directions x/|x| (the dense
+    form's derivative along the sphere, not across it): its rows attended directly run in
+    a while loop, which ``jax.grad`` cannot reverse; blocks and the dense form take both.
     """
 
     beta: Float[Array, ""] = eqx.field(converter=float_leaf("beta"))
