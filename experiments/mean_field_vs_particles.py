@@ -99,7 +99,7 @@ def write(ts, sizes, curves, records, args):
     fig.suptitle(f"S¹, softmax, β = {BETA:g}: N particles against the mean-field equation")
     fig.tight_layout()
     stem = "mean_field_vs_particles" + ("_full" if args.full else "")
-    fig.savefig(FIGURES / f"{stem}.png", dpi=130)
+    fig.savefig(FIGURES / f"{stem}.png", dpi=120)
     meta = {"beta": BETA, "dim": 2, "kind": "softmax", "horizon": HORIZON, "n_modes": 128}
     payload = {"conditions": meta, "seed": args.seed, "ts": ts.tolist(), "runs": records}
     (FIGURES / f"{stem}.json").write_text(json.dumps(payload, indent=1) + "\n")
