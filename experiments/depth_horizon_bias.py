@@ -204,13 +204,13 @@ def depth_panel(ax, results) -> None:
 
 
 def horizon_panel(ax, results) -> None:
-    """At the two deepest depths with the most trajectories: the paired change of
+    """At L = 100 (many trajectories) and the deepest L: the paired change of
     P(antipodal) from T to the last save (same trajectories), ±2 of its SE bound, and the
     band up to + P_T(unclustered)."""
     for k, r in enumerate(results):
         colour = OKABE_ITO[k % len(OKABE_ITO)]
         depths = sorted(int(L) for L in r["depths"])
-        shown = sorted({max(depths, key=lambda L: (r["depths"][str(L)]["n"], L)), depths[-1]})
+        shown = sorted({L for L in (100, depths[-1]) if L in depths})
         for L, ls in zip(shown, ("--", "-")[-len(shown) :]):
             h = r["depths"][str(L)]["horizon_change"]
             t, v, se = np.array(h["T"]), np.array(h["value"]), np.array(h["se_bound"])
@@ -298,19 +298,52 @@ def title_of(stem: str) -> str:
 COUNTS = ("T", "n", "antipodal", "unclustered")  # what a run measured, per point and depth
 
 
-def redraw(path: Path) -> None:
-    """Fits, horizon changes and the figure again from the counts in a written JSON (the
-    simulation's numbers unchanged), written back to it and to its .png."""
-    summary = json.loads(path.read_text())
-    results = []
-    for r in summary["points"]:
-        counts = {int(L): {k: v[k] for k in COUNTS} for L, v in r["depths"].items()}
-        results.append(analyse((r["dim"], r["beta"]), counts))
+def pool(a: dict, b: dict) -> dict:
+    """The classes of two independent runs at one point and depth, counted together."""
+    if a["T"] != b["T"]:
+        raise SystemExit(f"cannot pool runs saved at different times: {a['T']} and {b['T']}")
+    out = {"T": a["T"], "n": a["n"] + b["n"]}
+    for o in ("antipodal", "unclustered"):
+        count = np.add(a[o]["count"], b[o]["count"])
+        lo, hi = ad.wilson_interval(count, out["n"])
+        out[o] = {
+            "count": [int(c) for c in count],
+            "p": [float(c / out["n"]) for c in count],
+            "wilson95": [[float(x), float(y)] for x, y in zip(lo, hi)],
+        }
+    return out
+
+
+def redraw(paths: list[Path]) -> None:
+    """Fits, horizon changes and the figure again from the counts in written JSONs (the
+    simulations' numbers unchanged): one file is analysed again in place; several runs of
+    different seeds are counted together, point by point and depth by depth, into the
+    first one's name + ``_pooled``."""
+    summaries = [json.loads(p.read_text()) for p in paths]
+    if len({s["seed"] for s in summaries}) < len(summaries):
+        raise SystemExit("runs of one seed repeat the same trajectories: pool other seeds")
+    counts: dict = {}
+    for s in summaries:
+        for r in s["points"]:
+            at = counts.setdefault((r["dim"], r["beta"]), {})
+            for L, v in r["depths"].items():
+                mine = {k: v[k] for k in COUNTS}
+                at[int(L)] = pool(at[int(L)], mine) if int(L) in at else mine
+    summary = summaries[0]
+    results = [analyse(pt, {L: c[L] for L in sorted(c)}) for pt, c in counts.items()]
     summary["points"] = results
     summary["analysed_again"] = datetime.date.today().isoformat()
-    summary.setdefault("title", title_of(path.stem))
-    plot(results, path.with_suffix(".png"), summary["title"])
-    path.write_text(json.dumps(summary, indent=1))
+    summary.setdefault("title", title_of(paths[0].stem))
+    out = paths[0]
+    if len(paths) > 1:
+        out = out.with_name(out.stem + "_pooled.json")
+        summary["pooled"] = [{k: s[k] for k in ("command", "seed", "runs")} for s in summaries]
+        summary["command_pooled"] = "python experiments/depth_horizon_bias.py --from-json " + (
+            " ".join(str(p.relative_to(ROOT) if p.is_relative_to(ROOT) else p) for p in paths)
+        )
+        summary["title"] += ", pooled runs"
+    plot(results, out.with_suffix(".png"), summary["title"])
+    out.write_text(json.dumps(summary, indent=1))
 
 
 def main() -> None:
@@ -323,9 +356,11 @@ def main() -> None:
     parser.add_argument(
         "--from-json",
         type=Path,
+        nargs="+",
         default=None,
         metavar="PATH",
-        help="no simulation: analyse and draw again the counts a run wrote to PATH",
+        help="no simulation: analyse and draw again the counts a run wrote to PATH; "
+        "several PATHs (runs of different seeds) are pooled into the first's name + _pooled",
     )
     args = parser.parse_args()
     if args.from_json is not None:

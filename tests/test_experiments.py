@@ -9,6 +9,7 @@ import importlib.util
 import types
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
@@ -147,3 +148,36 @@ def test_every_flag_a_script_reads_is_one_it_declares(script):
         and node.value.id == "args"
     }
     assert read - declared == set(), script
+
+
+def _depth_horizon_bias() -> types.ModuleType:
+    path = EXPERIMENTS / "depth_horizon_bias.py"
+    spec = importlib.util.spec_from_file_location("depth_horizon_bias", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # main() is not run at import
+    return module
+
+
+def test_the_depth_bias_fits_tell_the_laws_apart():
+    # Exact data of each law: its own one-parameter fit returns the amplitude with χ² = 0,
+    # the other law's leaves χ² far above its 4 dof, and the free exponent lands on the law.
+    # Weights are 1/SE²: a point with a huge SE must not move the amplitude.
+    m = _depth_horizon_bias()
+    depths = np.array([30, 50, 100, 300, 1000], float)
+    se = np.full(5, 1e-4)
+    for law, other in ((1.0, 0.5), (0.5, 1.0)):
+        bias = -0.3 * depths**-law
+        own = m.fit_power(depths, bias, se, law)
+        assert own["amplitude"] == pytest.approx(-0.3, rel=1e-12)
+        assert own["chi2"] < 1e-20 and own["dof"] == 4
+        # The amplitude's SE of weighted least squares through 0: (Σ f²/σ²)^(-1/2).
+        assert own["amplitude_se"] == pytest.approx(1e-4 / np.sqrt(np.sum(depths ** (-2 * law))))
+        assert m.fit_power(depths, bias, se, other)["chi2"] > 100
+        free = m.fit_exponent(depths, bias, se)
+        assert free["exponent"] == pytest.approx(law, abs=0.011)
+        assert free["interval"][0] <= law <= free["interval"][1] and free["dof"] == 3
+    outlier = -0.3 / depths
+    outlier[0] += 1.0
+    noisy = np.array([1e6, 1e-3, 1e-3, 1e-3, 1e-3])
+    assert m.fit_power(depths, outlier, noisy, 1.0)["amplitude"] == pytest.approx(-0.3, rel=1e-6)
