@@ -16,13 +16,13 @@ of the SDE (:func:`attndyn.theory.p_antipodal_uniform`):
   at T that leave it later (their count is the fall of P(antipodal) between T and 1,000).
 
 The points: (6, 3.5), where the spec reports −0.17/L; (10, 2.0), where docs/results.md
-reported ~1/√L; (8, 1.75) just above β_c(8) = 1.23, low in the README figure (L = 50,
+reported ~1/√L; (8, 1.75) just above β_c(8) = 1.24, low in the README figure (L = 50,
 T = 100); and (10, 1.5), the closest to β_c(10) = 1.38 (κ₋ = 0.10: the −1 end is
 approached slowest there, and cannot be absorbed within float32's range, so its antipodal
 pairs run to T). ``--full`` runs 4× the trajectories.
 
-    nice -n 10 python experiments/depth_horizon_bias.py          # reduced: ~4 min CPU
-    nice -n 10 python experiments/depth_horizon_bias.py --full    # ~20 min CPU
+    nice -n 10 python experiments/depth_horizon_bias.py         # 3.6 min CPU, 7 min wall (shared)
+    nice -n 10 python experiments/depth_horizon_bias.py --full  # 7 min CPU, 14 min wall (shared)
 
 Writes figures/depth_horizon_bias[_full].png and .json (every number with its standard
 error or Wilson interval, the fits, the cost and the commit).
