@@ -211,3 +211,35 @@ def test_the_interaction_energy_refuses_a_beta_that_is_not_positive(beta):
     # β = −1 gave NaN and β = 0 inf, without an error.
     with pytest.raises(ad.ParameterError, match="beta="):
         mt.log_interaction_energy(_unit(np.eye(3)), beta)
+
+
+def _circle_tokens(n: int, kind: str, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if kind == "uniform":
+        phi = rng.uniform(0, 2 * np.pi, n)
+    else:  # four tight clusters and a few lone tokens
+        phi = rng.choice([0.3, 1.9, 3.5, 5.0], n) + 1e-3 * rng.standard_normal(n)
+        phi[:5] = rng.uniform(0, 2 * np.pi, 5)
+    return np.stack([np.cos(phi), np.sin(phi)], axis=1)
+
+
+def _energy_float64(x: np.ndarray, beta: float) -> float:
+    """log E_β by the pairs in float64 NumPy: the independent route."""
+    g = beta * (x @ x.T)
+    top = g.max()
+    return float(top + np.log(np.exp(g - top).sum()) - np.log(2 * beta) - 2 * np.log(len(x)))
+
+
+@pytest.mark.parametrize("kind", ["uniform", "clusters"])
+def test_circle_energy_by_fourier_equals_the_pairs(kind):
+    # Above 2,048 tokens on S¹ the energy is Σ_k w_k |c_k|² (no pairs). Its truncation is
+    # bounded below ε/8 relative, so it must equal a float64 pair sum to float32 rounding
+    # of the coefficients (a few 1e-6 in log E), at β where it runs and where it cannot
+    # (β = 5,000: no degree serves it, the pairs run; log E ≈ 4,986 there, so float32's
+    # own resolution, 4.9e-4, sets the tolerance: 2 ulp of the value).
+    x = _circle_tokens(3000, kind)
+    energy = jax.jit(mt.log_interaction_energy)
+    for beta in (0.5, 4.0, 30.0, 5000.0):
+        got = float(energy(jax.device_put(x.astype(np.float32)), jnp.float32(beta)))
+        want = _energy_float64(x, beta)
+        assert abs(got - want) < 2e-5 + 2.4e-7 * abs(want), (kind, beta, got)

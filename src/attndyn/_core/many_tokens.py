@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from . import defaults
+from . import defaults, spectral
 from .blockwise import default_block
 from .errors import ParameterError, check_bound, check_choice, check_int
 from .linalg import matmul, small_sum
@@ -313,18 +313,34 @@ def mode_powers(
 # --- energy and distances -------------------------------------------------------------
 
 
+#: Above this many tokens on S¹, :func:`log_interaction_energy` sums the kernel's Fourier
+#: series over the cloud's coefficients (N·K work) instead of the N² pairs.
+SPECTRAL_ENERGY_TOKENS = 2048
+
+
 def log_interaction_energy(
     x: Float[Array, "N d"], beta: float | Array, *, block: int | None = None
 ) -> Float[Array, ""]:
     """``log E_β`` with ``E_β = (1/(2βN²)) Σ_ij e^{β⟨θ_i, θ_j⟩}`` (β > 0), the energy that
     unnormalised attention with Q = K = V = I increases (its gradient flow on the sphere).
-    A log-sum-exp in blocks of rows: finite at any β where its logarithm is. A β ≤ 0 (or
-    not finite) is refused, naming it (it gave NaN, or inf at 0); a traced β is checked
-    where it is concrete."""
+    A log-sum-exp in blocks of rows: finite at any β where its logarithm is. On S¹ above
+    :data:`SPECTRAL_ENERGY_TOKENS` tokens it is the exact Fourier form instead
+    (:func:`_circle_log_energy`, no pairs) wherever its truncation bound is met. A β ≤ 0
+    (or not finite) is refused, naming it (it gave NaN, or inf at 0); a traced β is
+    checked where it is concrete."""
     check_bound("beta", beta, lower=0.0, lower_open=True)
     n_tokens = x.shape[0]
     theta = normalize(x)
     beta = jnp.asarray(beta, theta.dtype)
+    if x.shape[1] == 2 and n_tokens > SPECTRAL_ENERGY_TOKENS:
+        total = _circle_log_energy(theta, beta, lambda: _pair_log_energy(theta, beta, block))
+    else:
+        total = _pair_log_energy(theta, beta, block)
+    return total - jnp.log(2 * beta) - 2 * jnp.log(jnp.asarray(n_tokens, theta.dtype))
+
+
+def _pair_log_energy(theta: Float[Array, "N d"], beta: Array, block: int | None) -> Array:
+    """``log Σ_ij e^{β⟨θ_i, θ_j⟩}`` over the pairs, a log-sum-exp in blocks of rows."""
 
     def f(rows, real):
         s = beta * matmul(theta[rows], theta.T)
@@ -332,9 +348,39 @@ def log_interaction_energy(
         row = top + jnp.log(jnp.sum(jnp.exp(s - top[:, None]), axis=1))
         return jnp.where(real, row, -jnp.inf)
 
-    rows = _map_rows(f, n_tokens, block).reshape(-1)
-    total = jax.nn.logsumexp(rows)
-    return total - jnp.log(2 * beta) - 2 * jnp.log(jnp.asarray(n_tokens, theta.dtype))
+    return jax.nn.logsumexp(_map_rows(f, theta.shape[0], block).reshape(-1))
+
+
+def _circle_log_energy(theta: Float[Array, "N 2"], beta: Array, direct) -> Array:
+    """``log Σ_ij e^{β cos(φ_i − φ_j)}`` on S¹ from ``e^{β cos u} = Σ_k I_k(β) e^{iku}``:
+    ``β + log Σ_{k=0}^{K} w_k |c_k|²`` with ``c_k = Σ_j e^{ikφ_j}`` and ``w_k`` the scaled
+    weights ``I_k(β)e^{−β}`` (doubled for k ≥ 1). Every term is ≥ 0, the diagonal alone
+    gives ≥ N and every pair ≥ e^{−2β}, so the sum is ≥ (N/2)(1 + (N − 1)e^{−2β}) and the
+    dropped tail ≤ N²·Σ_{k>K} w_k: its relative size is at most the spectral attention's
+    bound 2N·T_K/m_N, which picks K below ε/8 (:func:`spectral.degree_index`). Where no
+    degree serves β, ``direct()`` (the pairs) runs instead. The coefficients are summed
+    in tiles by compensated sums."""
+    n_tokens = theta.shape[0]
+    index = spectral.degree_index(beta, n_tokens, 2, theta.dtype)
+    degree = spectral.DEGREES[-1]  # one compiled degree for a traced β; exact for all
+
+    def fourier():
+        w = spectral.kernel_weights(beta, 2, degree, theta.dtype)
+        parts, real = spectral.tiles(theta, spectral.TILE)
+        sums = spectral.over_tiles(
+            lambda p, r: jnp.sum(spectral.angle_rows(p[:, 0], p[:, 1], degree) * r[None], axis=1),
+            parts,
+            real,
+        )
+        f = spectral.chunked_sum(sums)  # Σ cos kφ (k = 0 … K), then Σ sin kφ (k = 1 … K)
+        power = (
+            f[: degree + 1] ** 2 + jnp.concatenate([jnp.zeros((1,), f.dtype), f[degree + 1 :]]) ** 2
+        )
+        return beta + jnp.log(jnp.sum(w * power))
+
+    if isinstance(index, int):
+        return fourier() if index < len(spectral.DEGREES) else direct()
+    return jax.lax.cond(index < len(spectral.DEGREES), fourier, direct)
 
 
 def min_distance(x: Float[Array, "N d"], *, block: int | None = None) -> Float[Array, ""]:

@@ -244,7 +244,7 @@ def untile(out: Float[Array, "t c B"], n_tokens: int) -> Float[Array, "c N"]:
 # --- S¹ ------------------------------------------------------------------------------
 
 
-def _angle_rows(c: Float[Array, "..."], s: Float[Array, "..."], top: int) -> Float[Array, "r ..."]:
+def angle_rows(c: Float[Array, "..."], s: Float[Array, "..."], top: int) -> Float[Array, "r ..."]:
     """``cos kφ`` (k = 0 … top) then ``sin kφ`` (k = 1 … top) from (cos φ, sin φ), by
     complex multiplication (error ~k ε; a scan: unrolled, it compiled 20× slower)."""
 
@@ -272,10 +272,10 @@ def circle_sums(
     the numerator's coefficients (for the rounding estimate)."""
     degree = w.shape[0] - 1
     parts, real = tiles(u, tile)
-    single = _angle_rows(u[:, 0], u[:, 1], degree + 1) if parts.shape[0] == 1 else None
+    single = angle_rows(u[:, 0], u[:, 1], degree + 1) if parts.shape[0] == 1 else None
     sums = (
         over_tiles(
-            lambda p, r: jnp.sum(_angle_rows(p[:, 0], p[:, 1], degree + 1) * r[None], axis=1),
+            lambda p, r: jnp.sum(angle_rows(p[:, 0], p[:, 1], degree + 1) * r[None], axis=1),
             parts,
             real,
         )
@@ -297,7 +297,7 @@ def circle_sums(
     if single is not None:  # one tile: its rows once
         out = matmul(weighted, single[keep])
     else:
-        evaluate = lambda p: matmul(weighted, _angle_rows(p[:, 0], p[:, 1], degree + 1)[keep])  # noqa: E731
+        evaluate = lambda p: matmul(weighted, angle_rows(p[:, 0], p[:, 1], degree + 1)[keep])  # noqa: E731
         out = untile(over_tiles(evaluate, parts), u.shape[0])
     norm_d = jnp.sqrt(coef_cos[0] ** 2 + coef_sin[0] ** 2)
     norm_n = jnp.sqrt(jnp.sum(coef_cos[1:] ** 2 + coef_sin[1:] ** 2, axis=0))
@@ -418,7 +418,7 @@ def _sphere_rows(u: Float[Array, "N 3"], degree: int) -> tuple[Array, Array]:
     s = jnp.where(pole, jnp.zeros_like(rho), y / safe)
     top = degree + 1
     base = jnp.stack([z, c]), jnp.stack([rho, s])  # two complex numbers per token
-    both = _angle_rows(*base, top + 1)  # (2 top + 3, 2, N)
+    both = angle_rows(*base, top + 1)  # (2 top + 3, 2, N)
     cheb = both[: top + 2, 0]
     keep = np.concatenate([np.arange(top + 1), top + 1 + np.arange(1, top + 1)])
     angles = both[keep, 1]

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .._core import spectral
+from .._core import many_tokens, spectral
 from .._models.base import AbstractModel
 
 #: Seconds of device work between two checks for Ctrl-C (the estimator's blocks are sized
@@ -59,7 +59,9 @@ def observe_seconds(n_tokens: int, dim: int, ell_max: int) -> float:
     S¹ the clusters, the minimum distance and the mode powers need no pairs, on S² the
     mode powers need none)."""
     pairs = float(n_tokens) * float(n_tokens)
-    work = pairs * dim  # the interaction energy
+    work = pairs * dim  # the interaction energy over the pairs
+    if dim == 2 and n_tokens > many_tokens.SPECTRAL_ENERGY_TOKENS:  # its Fourier form
+        work = float(n_tokens) * 2 * (spectral.DEGREES[-1] + 1) * dim
     if dim >= 3:
         work += pairs * dim * (1 + CLUSTER_ROUNDS)
     if dim >= 4:
