@@ -456,7 +456,8 @@ def test_the_plateau_marks_say_how_many_trajectories_reached_it():
         ModesSpec(horizon=1.0, saves=11), modes_points(dims=[2], n_tokens=[64], betas=[4.0, 9.0])
     )
     fig = ad.plot.modes(ds)
-    texts = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().texts]
+    legends = [legend for ax in fig.axes if (legend := ax.get_legend()) is not None]
+    texts = [t.get_text() for legend in legends for t in legend.texts]
     n = ds.sizes["trajectory"]
     for beta, k in zip(ds["beta"].values, ds["n_plateau_reached"].values, strict=True):
         line = f"β = {beta:g}, N = 64: plateau reached {int(k)}/{n}"
@@ -559,5 +560,7 @@ def test_plateau_marks_only_where_half_reached_and_none_hides_another():
     assert marks[0].get_marker() != marks[1].get_marker()
     places = [line.get_transform().transform(line.get_xydata())[0] for line in marks]
     assert abs(places[0][0] - places[1][0]) >= 3  # display pixels apart
-    texts = [t.get_text() for t in ax.get_legend().texts]
+    legend = ax.get_legend()
+    assert legend is not None
+    texts = [t.get_text() for t in legend.texts]
     assert "β = 16, N = 64: plateau reached 1/3, under half: not marked" in texts
