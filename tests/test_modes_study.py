@@ -386,8 +386,9 @@ def test_auto_tol_at_any_dimension(dim):
 
 def test_a_long_run_is_announced_before_it_starts(monkeypatch):
     """N = 2²⁴ tokens (the issue's example, accepted with no word), in d = 4 (direct
-    attention: N² d a layer) and d = 2 (the spectral route's cost model): one warning with
-    the estimated time before anything runs; the default study, none."""
+    attention: N² d a layer) and d = 3 (the spectral route's attention, but the pairs of
+    the observables on S²): one warning with the estimated time before anything runs; the
+    default study, none (on S¹ neither attention nor the energy takes pairs)."""
     from attndyn.studies import _modes_cost
 
     def refuse_to_run(self, *args):
@@ -395,8 +396,8 @@ def test_a_long_run_is_announced_before_it_starts(monkeypatch):
 
     monkeypatch.setattr(modes_module._Run, "go", refuse_to_run)
     spec = ModesSpec(horizon=4.0, depth=10, saves=2)
-    # d = 4: 1,473 days; d = 2: 26 days, nearly all the observables' interaction energy.
-    for dim in (4, 2):
+    # d = 4: 1,473 days; d = 3: days, nearly all the observables' pair sums.
+    for dim in (4, 3):
         huge = modes_points(dims=[dim], n_tokens=[1 << 24], betas=[4.0])
         with pytest.warns(_modes_cost.CostWarning, match="estimated at [0-9.,]+ days"):
             with pytest.raises(RuntimeError, match="stopped before running"):
