@@ -356,6 +356,34 @@ def case_evolution() -> Arrays:
     return arrays_of(ds)
 
 
+@case("study.modes")
+def case_modes() -> Arrays:
+    # The modes study's per-trajectory observables and analysis: test_modes_study's shape
+    # (N = 400 on S¹, 3 tiles of 6), matrix noise on S² over two N and two σ (tiles of 8 and
+    # 8, a short last tile), and the SDE engine with scalar noise.
+    plain = studies.modes_study(
+        studies.ModesSpec(horizon=0.2, saves=3),
+        studies.ModesRun(n_trajectories=14, ell_max=6),
+        studies.modes_points(dims=[2], n_tokens=[400], betas=[9.0]),
+        progress=False,
+    )
+    noisy = studies.modes_study(
+        studies.ModesSpec(noise="matrix", horizon=0.5, saves=4, depth=20),
+        studies.ModesRun(n_trajectories=10, ell_max=4, seed=2),
+        studies.modes_points(
+            dims=[3], n_tokens=[32, 64], betas=[4.0], levels=[0, 0.5], level_name="sigma"
+        ),
+        progress=False,
+    )
+    sde = studies.modes_study(
+        studies.ModesSpec(engine="sde", noise="scalar", horizon=0.3, saves=3, dt=0.05),
+        studies.ModesRun(n_trajectories=3, ell_max=3),
+        studies.modes_points(dims=[2], n_tokens=[16], betas=[2.0], levels=[0.5], level_name="eps"),
+        progress=False,
+    )
+    return merged(plain=plain, noisy=noisy, sde=sde)
+
+
 def _cli(*args: str) -> Arrays:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out"

@@ -282,6 +282,39 @@ def test_two_processes_on_localhost_with_jax_distributed(tmp_path):
     assert not (tmp_path / "p1" / "phase_diagram.nc").exists()
 
 
+@pytest.mark.slow  # three CLI runs of the modes study, ~40 s of CPU
+def test_modes_on_two_processes_writes_the_one_process_dataset(tmp_path):
+    # attndyn modes on two processes (jax.distributed on localhost): process 0 writes a
+    # dataset whose every data variable equals the one-process run's, bit for bit; process
+    # 1 writes nothing. 16 trajectories of 256 tokens are 2 tiles of 8: one a process.
+    # The default run's smoke: test_modes_study's two-process test (the layout faked).
+    import xarray as xr
+
+    args = ["modes", "--n-tokens", "256", "--dim", "2", "--beta", "4", "--horizon", "2",
+            "--depth", "20", "--saves", "5", "--n-trajectories", "16", "--no-progress"]  # fmt: skip
+    runs = _two_processes(args, tmp_path)
+    for status, _, err in runs:
+        assert status == 0, err[-2000:]
+    subprocess.run(
+        [*_CLI, *args, "--out", str(tmp_path / "single")],
+        env=_cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=True,
+    )
+    assert not (tmp_path / "p1" / "modes.nc").exists()
+    with (
+        xr.open_dataset(tmp_path / "p0" / "modes.nc") as two,
+        xr.open_dataset(tmp_path / "single" / "modes.nc") as one,
+    ):
+        assert set(two.data_vars) == set(one.data_vars)
+        for name in one.data_vars:
+            np.testing.assert_array_equal(two[name].values, one[name].values, err_msg=name)
+        assert json.loads(two.attrs["provenance"])["process_count"] == 2
+        assert json.loads(one.attrs["provenance"])["process_count"] == 1
+
+
 @pytest.mark.slow  # two processes, ~7 s; test_two_processes_on_localhost is the smoke
 def test_a_merge_stops_every_process_alike(tmp_path):
     # Each process sees only its own trajectories: had one raised at its first merge, the

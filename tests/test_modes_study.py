@@ -89,6 +89,30 @@ def test_same_numbers_whatever_the_chunk_size_and_across_an_interruption(
         modes_study(SPEC, other, POINTS, checkpoint=checkpoint, progress=False)
 
 
+def test_two_processes_give_the_one_process_numbers(cli_run, monkeypatch):
+    """The study as each of two processes runs it (jax.distributed's layout faked: each
+    runs its block of tiles, [0, 6) and [6, 14), and the gather hands process 0 both
+    processes' rows): process 0's dataset has every number of the one-process CLI run.
+    tests/test_distributed.py runs two real processes (slow)."""
+    from attndyn._estimate import observables
+
+    own = {}
+
+    def gather(fields):
+        own[layout[0]] = [np.array(f) for f in fields]
+        return [own.get(0, own[layout[0]]), own.get(1, own[layout[0]])]
+
+    monkeypatch.setattr(observables, "gather_parts", gather)
+    run = ModesRun(n_trajectories=14, ell_max=6)
+    for layout in ((1, 2), (0, 2)):
+        monkeypatch.setattr(observables, "process_layout", lambda layout=layout: layout)
+        ds = modes_study(SPEC, run, POINTS, progress=False)
+    _same_as_the_cli_run(cli_run, ds)
+    # Each process ran its own block only (n_done: the fields' second to last).
+    assert [int(own[p][-2][0]) for p in (0, 1)] == [6, 8]
+    assert json.loads(ds.attrs["provenance"])["process_count"] == 1  # faked: jax's is 1
+
+
 @pytest.mark.parametrize("size", [1, 7])
 def test_same_numbers_whatever_the_blocks_of_layers(cli_run, monkeypatch, size):
     """The 20 layers of each tile in blocks of 1 or 7 layers (the CLI run sized them by
@@ -389,12 +413,13 @@ def test_a_long_run_is_announced_before_it_starts(monkeypatch):
     attention: N² d a layer) and d = 3 (the spectral route's attention, but the pairs of
     the observables on S²): one warning with the estimated time before anything runs; the
     default study, none (on S¹ neither attention nor the energy takes pairs)."""
+    from attndyn._estimate import study
     from attndyn.studies import _modes_cost
 
     def refuse_to_run(self, *args):
         raise RuntimeError("stopped before running")
 
-    monkeypatch.setattr(modes_module._Run, "go", refuse_to_run)
+    monkeypatch.setattr(study.Study, "run", refuse_to_run)
     spec = ModesSpec(horizon=4.0, depth=10, saves=2)
     # d = 4: 1,473 days; d = 3: days, nearly all the observables' pair sums.
     for dim in (4, 3):
@@ -418,15 +443,19 @@ def _fake(spec: ModesSpec, points, seed: int = 0) -> xr.Dataset:
     rng = np.random.default_rng(seed)
     run = ModesRun(n_trajectories=3, ell_max=5)
     times = np.linspace(0, spec.horizon, spec.saves)
-    store = modes_module._Store(len(points), 3, len(times), 5, 7)
-    shape = store.arrays["n_clusters"].shape
-    store.arrays["n_clusters"][:] = rng.integers(1, 20, shape)
-    store.arrays["largest"][:] = rng.integers(1, 64, shape)
+    fields = modes_module.observed_fields(5, 7)
+    arrays = {
+        name: np.full((len(points), 3, len(times), *f.shape), f.fill, f.dtype)
+        for name, f in fields.items()
+    }
+    shape = arrays["n_clusters"].shape
+    arrays["n_clusters"][:] = rng.integers(1, 20, shape)
+    arrays["largest"][:] = rng.integers(1, 64, shape)
     growth = np.exp(np.outer(times, np.arange(6)))[None, None] / 64
-    store.arrays["mode_power"][:] = growth * rng.uniform(0.5, 2, (*shape[:2], 1, 6))
-    store.arrays["log_energy"][:] = rng.normal(size=shape)
-    store.arrays["min_distance"][:] = rng.uniform(size=shape)
-    raw = store.to_dataset({})
+    arrays["mode_power"][:] = growth * rng.uniform(0.5, 2, (*shape[:2], 1, 6))
+    arrays["log_energy"][:] = rng.normal(size=shape)
+    arrays["min_distance"][:] = rng.uniform(size=shape)
+    raw = modes_module.raw_dataset(arrays, np.full(len(points), 3))
     ds = analyse(raw, spec, run, points, times)
     ds.attrs["provenance"] = json.dumps({"n_trajectories": 3, "engine": "discrete"})
     return attach_cf(ds, spec)

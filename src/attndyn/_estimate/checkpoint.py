@@ -201,7 +201,7 @@ def load_checkpoint(path: Path, record: dict[str, Any], block_sizes: np.ndarray)
     if "study" not in ds:
         raise damaged(path, "its variable 'study', the record of its study, is missing")
     if ds.attrs.get("signature") != signature(record):
-        raise ParameterError(_mismatch(path, _stored_record(path, ds), record))
+        raise ParameterError(mismatch(path, _stored_record(path, ds), record))
     tallies = _tallies(path, ds)
     _check_consistent(path, tallies, record, block_sizes)
     return tallies
@@ -266,7 +266,10 @@ def _check_consistent(path: Path, t: Tallies, record: dict[str, Any], block_size
         raise damaged(path, "its counts are inconsistent")
 
 
-def _mismatch(path: Path, stored: Any, current: Any) -> str:
+def mismatch(path: Path, stored: Any, current: Any, *, study: str = "a different study") -> str:
+    """Why the checkpoint at ``path`` (of record ``stored``) is not this run's
+    (``current``): its first differing entry, named (``study``: how to name a study of
+    another record)."""
     where, old, new = _first_difference(stored, current, [])
     if where == ["points"]:
         what = f"the grid has {_count(len(old), 'point')} there and {len(new)} in this run"
@@ -276,7 +279,10 @@ def _mismatch(path: Path, stored: Any, current: Any) -> str:
             # Equal values of other types (a float64 run's β against a float32 one's).
             shown = tuple(f"{s} ({v['dtype']})" for s, v in zip(shown, (old, new)))
         what = f"{_name(where, current)} is {shown[0]} there and {shown[1]} in this run"
-    return f"checkpoint {str(path)!r} belongs to a different study: {what}. " + HOW_TO_START_AFRESH
+    return f"checkpoint {str(path)!r} belongs to {study}: {what}. " + HOW_TO_START_AFRESH
+
+
+_mismatch = mismatch  # its earlier name
 
 
 def _count(n: int, noun: str) -> str:

@@ -321,11 +321,18 @@ def gather_tallies(fields: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Every process's tallies, combined exactly once (identity for a single process)."""
     if jax.process_count() == 1:
         return [np.asarray(f) for f in fields]
+    return combine_tallies(gather_parts(fields))
+
+
+def gather_parts(fields: Sequence[np.ndarray]) -> list[list[np.ndarray]]:
+    """Every process's ``fields``, by process (``[fields]`` for a single process), bit
+    for bit: every process receives the same."""
+    if jax.process_count() == 1:
+        return [[np.asarray(f) for f in fields]]
     from jax.experimental import multihost_utils
 
     gathered = [_gather_exactly(multihost_utils.process_allgather, f) for f in fields]
-    parts = [[g[p] for g in gathered] for p in range(jax.process_count())]
-    return combine_tallies(parts)
+    return [[g[p] for g in gathered] for p in range(jax.process_count())]
 
 
 def _gather_exactly(allgather, field: np.ndarray) -> np.ndarray:

@@ -1,14 +1,14 @@
-"""``estimate_probabilities``: the stages of :mod:`attndyn._estimate` put together."""
+"""``estimate_probabilities``: the stages of :mod:`attndyn._estimate` put together, on the
+loop every study shares (:class:`.study.Study`).
 
-import contextlib
-import dataclasses
-import functools
+Where the rest lives: the loop, lock, checkpoint timing and progress bar in
+:mod:`.study`; float64 reruns and merges per call in :mod:`.reruns`; the messages,
+refusals and provenance in :mod:`.reports`; held warnings in :mod:`.held_warnings`."""
+
 import os
 import sys
-import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,35 +17,26 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 from jaxtyping import PRNGKeyArray
-from tqdm.auto import tqdm
 
-from .._core.errors import (
-    NonFiniteError,
-    NumericalMergeError,
-    NumericalMergeWarning,
-    ParameterError,
-    check_bool,
-)
+from .._core.errors import NonFiniteError, ParameterError, check_bool
 from .._models.base import AbstractModel
-from .._models.merging import resolution_gap
 from . import interrupts
 from .checkpoint import load_checkpoint, signature, study_record, write_checkpoint
-from .cost import FirstTile, resuming
+from .cost import FirstTile
 from .dataset import attach_provenance, probabilities_dataset, provenance_record
-from .distributed import gather_tallies, process_block, process_layout
-from .files import Lock, LockBusy, writable_folder
+from .distributed import gather_tallies, process_layout
+from .held_warnings import deferred_warnings, release_warnings
 from .keys import Point, check_key, point_key
-from .merges import (
-    BOUND_UNIT,
-    MERGE_BOUND,
-    RERUN_TILE,
-    Resolution,
-    Trajectories,
-    resolve,
-    tallies_of,
-)
 from .nonfinite import nonfinite_message
-from .plan import Plan, PointPlan, check_options, make_plan, to_float64
+from .plan import Plan, PointPlan, check_options, make_plan
+from .reports import (
+    ESTIMATOR_FIELDS,
+    check_checkpoint_path,
+    check_metadata,
+    provenance,
+    warn_merged,
+)
+from .reruns import MergeHandling
 from .runner import (
     Blocks,
     TileResults,
@@ -55,38 +46,21 @@ from .runner import (
     round_up,
     tile_size,
 )
-from .runtime import compile_seconds
+from .study import CHECKPOINT_EVERY, Study
 from .tallies import Tallies
 
-#: Seconds between checkpoint writes within a point (one is always written after each point).
-CHECKPOINT_EVERY = 20.0
-#: The provenance fields the estimator records itself (:func:`_provenance`): ``metadata``
-#: may not name them. ``kind`` is not among them: a study names its own kind.
-ESTIMATOR_FIELDS = (
-    "key_data",
-    "n_trajectories",
-    "tol",
-    "radius",
-    "chunk_size",
-    "tiles",
-    "devices",
-    "prng_impl",
-    "route",
-    "routes",
-    "simulated",
-    "route_requested",
-    "early_absorption",
-    "process_count",
-    "dtype",
-    "compile_seconds",
-    "on_nonfinite",
-    "nonfinite_rerun",
-    "on_merged",
-    "merges",
-    "model",
-    "signature",
-    "runs",
-)
+# Names other modules and tests reach here (tests patch ``process_layout``,
+# ``gather_tallies``, ``chunk_statistics``, ``check_options`` and ``_Study``'s methods).
+__all__ = [
+    "CHECKPOINT_EVERY",
+    "ESTIMATOR_FIELDS",
+    "deferred_warnings",
+    "estimate_checked",
+    "estimate_probabilities",
+    "process_layout",
+    "provenance_record",
+    "release_warnings",
+]
 
 
 def estimate_probabilities(
@@ -259,189 +233,11 @@ def _results(
     plan: Plan, study: "_Study", tallies: Tallies, metadata: Mapping[str, Any] | None
 ) -> xr.Dataset:
     """The finished study's dataset, with its provenance (and the merge warning)."""
-    record = _provenance(plan, study, tallies, metadata)
+    record = provenance(plan, study, tallies, metadata)
     warn_merged(plan, tallies)
     points = [p.point for p in plan.points]
     ds = probabilities_dataset(tallies, points, plan.save_times, on_merged=plan.on_merged)
     return attach_provenance(ds, record)
-
-
-class _Held:
-    """Warnings held by :func:`deferred_warnings`, and where to show them."""
-
-    def __init__(self, show):
-        self.show = show
-        self.warnings: list[tuple] = []
-        self.holding = True
-
-    def release(self) -> None:
-        self.holding = False
-        held, self.warnings = self.warnings, []
-        for args in held:
-            self.show(*args)
-
-
-_held: list[_Held] = []
-
-
-@contextlib.contextmanager
-def deferred_warnings() -> Iterator[None]:
-    """Hold the warnings raised inside (building the points' models, planning, reading the
-    checkpoint) until the study starts running (:func:`release_warnings`) or the block
-    ends, and drop them if the block refuses the arguments (:class:`ParameterError`): a
-    warning (a horizon off the layer grid) followed by the error that stops the run was two
-    lines for one mistake. Nested uses share the outermost (the CLI holds a whole
-    command's)."""
-    if _held:
-        yield
-        return
-    held = _Held(warnings.showwarning)
-
-    def show(message, category, filename, lineno, file=None, line=None):
-        if held.holding:
-            held.warnings.append((message, category, filename, lineno, file, line))
-        else:
-            held.show(message, category, filename, lineno, file, line)
-
-    warnings.showwarning = show
-    _held.append(held)
-    try:
-        yield
-    except ParameterError:
-        held.warnings.clear()
-        raise
-    finally:
-        _held.remove(held)
-        warnings.showwarning = held.show
-        held.release()
-
-
-def release_warnings() -> None:
-    """Show the warnings :func:`deferred_warnings` holds, and every later one at once: the
-    arguments passed every check and the study runs."""
-    for held in _held:
-        held.release()
-
-
-def merge_message(plan: Plan, tallies: Tallies, index: int) -> str:
-    """Where and how often tokens merged at point ``index``, and the ways out."""
-    merged = tallies.n_merged[index]
-    first = int(np.argmax(merged > 0))
-    dtype = "float64" if plan.x64 else "float32"
-    ways_out = "a reduced route (route='auto', where one applies)" + (
-        "" if plan.x64 else " or x64=True (CLI: --x64)"
-    )
-    return (
-        f"tokens merged numerically in {int(merged.max())} of {int(tallies.n_valid[index])} "
-        f"trajectories at {plan.points[index].point} (first at t = "
-        f"{plan.save_times[first]:.4g}): {dtype} cannot resolve their gap, so the "
-        f"arithmetic, not the dynamics, fixes their class; {ways_out} resolves far smaller "
-        "gaps."
-    )
-
-
-def warn_merged(plan: Plan, tallies: Tallies) -> None:
-    """Tell the user where tokens merged numerically (``on_merged`` "count" or "exclude":
-    "raise" stopped at the first merge, and "auto" bounded them); ``n_merged`` says how
-    many."""
-    points = [i for i, n in enumerate(tallies.n_merged.max(axis=1)) if n > 0]
-    if not points or plan.on_merged == "auto":
-        return
-    done = "counted in their class" if plan.on_merged == "count" else "excluded"
-    warnings.warn(
-        f"at {len(points)} of {len(plan.points)} points: "
-        f"{merge_message(plan, tallies, points[0])} They are {done} (on_merged="
-        f"{plan.on_merged!r}); n_merged says how many at each point and save time.",
-        NumericalMergeWarning,
-        stacklevel=3,
-    )
-
-
-def host_trajectories(results: TileResults, saves: np.ndarray) -> Trajectories:
-    """A call's per-trajectory results on the host (with ``saves`` for its states)."""
-    _, _, _, cosines, densities, spans, merged, _ = results.tallied
-    return Trajectories(
-        np.asarray(results.classes),
-        np.asarray(results.valid),
-        np.asarray(cosines),
-        np.asarray(densities),
-        np.asarray(spans),
-        np.asarray(merged),
-        saves,
-    )
-
-
-def merged_states(saves: jax.Array, rows: np.ndarray) -> np.ndarray:
-    """The saved states of the trajectories ``rows`` on the host. A CPU's arrays are host
-    memory already; an accelerator sends only those rows, gathered in a batch padded to a
-    power of two (a handful of compiled shapes, not one per count)."""
-    if all(d.platform == "cpu" for d in saves.devices()):
-        return np.asarray(saves)[rows]
-    size = 1 << max(0, int(rows.size - 1).bit_length())
-    padded = np.resize(rows, size)
-    return np.asarray(jnp.take(saves, jnp.asarray(padded), axis=0))[: rows.size]
-
-
-def unbounded_message(plan: Plan, tallies: Tallies, index: int) -> str:
-    """Why ``on_merged="auto"`` stops at point ``index``, and what to pass instead."""
-    point = plan.points[index]
-    law = point.model.merge_law(point.dim)
-    why = (
-        f"no law of a merged pair's gap is derived for {type(point.user_model).__name__} "
-        "with these options"
-        if law is None
-        else "their gap can grow back there (e.g. the hybrid model above ε_c, where +1 "
-        "repels), so no bound on a changed class holds"
-    )
-    precision = "" if plan.x64 or not point.model.same_path_in_float64 else " in float64"
-    return (
-        f"tokens stayed merged numerically{precision} in {int(tallies.n_unbounded[index])} "
-        f"of {int(tallies.n_valid[index])} trajectories at {point.point} and {why}: the "
-        "arithmetic, not the dynamics, would fix their class. Pass on_merged='count' "
-        "(CLI: --on-merged count, with --fresh) to count them in that class, or 'exclude' "
-        "to drop them; n_merged and merge_ci report them either way."
-    )
-
-
-def check_metadata(metadata: Mapping[str, Any] | None) -> None:
-    """Refuse, before anything runs, metadata keys that the provenance records itself: they
-    would either fail after the simulation (a key passed twice) or overwrite the record of
-    what ran (the package version, the trajectory count...)."""
-    if metadata is None:
-        return
-    if not isinstance(metadata, Mapping):
-        raise ParameterError(
-            f"metadata must be a dict of extra provenance; got {type(metadata).__name__}."
-        )
-    reserved = sorted({*provenance_record(0.0), *ESTIMATOR_FIELDS})
-    taken = [k for k in metadata if k in reserved]
-    if taken:
-        raise ParameterError(
-            f"metadata names {', '.join(map(repr, taken))}, which the provenance records "
-            f"itself; use other keys than {', '.join(reserved)}."
-        )
-
-
-def check_checkpoint_path(checkpoint: str | os.PathLike) -> Path:
-    """A checkpoint path that can be written: not a folder, in an existing writable folder
-    (a mistyped folder is refused rather than created, wherever it would land)."""
-    if not isinstance(checkpoint, str | os.PathLike) or not str(checkpoint):
-        raise ParameterError(
-            f"checkpoint={checkpoint!r} must be a file path (a str or pathlib.Path, e.g. "
-            "'runs/study.nc'), or None for no checkpoint."
-        )
-    path = Path(checkpoint)
-    if path.is_dir():
-        raise ParameterError(
-            f"checkpoint={str(path)!r} is a folder; give a file path (e.g. {str(path / 'x.nc')!r})."
-        )
-    if not path.parent.exists():
-        raise ParameterError(
-            f"checkpoint={str(path)!r} is in a folder that does not exist "
-            f"({str(path.parent)!r}); create it first, or give a path in an existing folder."
-        )
-    writable_folder(path.parent, "the checkpoint's folder")
-    return path
 
 
 def point_tile(plan: Plan, point: PointPlan) -> int:
@@ -475,151 +271,60 @@ def study_devices(plan: Plan) -> list:
     return devices
 
 
-class _Study:
+class _Study(MergeHandling, Study):
     """The running state of one ``estimate_probabilities`` call: devices, tallies and the
-    checkpoint (locked while the study runs)."""
+    checkpoint (locked while the study runs); the loop is :class:`.study.Study`'s."""
 
     def __init__(self, plan: Plan, key: PRNGKeyArray, checkpoint: Path | None):
         self.plan = plan
         self.key = key
-        self.checkpoint = checkpoint
-        self.devices = study_devices(plan)
-        self.process = process_layout()
+        devices = study_devices(plan)
+        tiles = [point_tile(plan, point) for point in plan.points]
+        super().__init__(
+            n_trajectories=plan.n_trajectories,
+            tiles=tiles,
+            checkpoint=checkpoint,
+            devices=devices,
+            process=process_layout(),
+        )
         self.mesh = jax.sharding.Mesh(np.array(self.devices), ("traj",))
         self.sharding = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec("traj"))
         self.key_data = np.asarray(jax.random.key_data(key)).tolist()
         self.prng_impl = str(jax.random.key_impl(key))
         self.record = study_record(plan, self.key_data, self.prng_impl, self.process)
         self.signature = signature(self.record)
-        self.tiles = [point_tile(plan, point) for point in plan.points]
-        self.blocks = [
-            process_block(plan.n_trajectories, *self.process, tile) for tile in self.tiles
-        ]
         self.tallies = Tallies.zeros(len(plan.points), len(plan.save_times))
-        self.lock = self._lock()
-        try:
-            if checkpoint is not None and checkpoint.exists():
-                sizes = np.asarray([stop - start for start, stop in self.blocks])
-                self.tallies = load_checkpoint(checkpoint, self.record, sizes)
-        except BaseException:
-            self.close()
-            raise
-        self.seconds_before = self.tallies.seconds
-        self.runs_before = list(self.tallies.runs)
-        self.done_before = int(self.tallies.n_done.sum())
-        self.compile_before = compile_seconds()
-        self.started = time.perf_counter()
-        self.started_at = datetime.now(UTC).isoformat(timespec="seconds")
-        self.last_save = self.started
+        self.open()
         self.chunks: list[int] = []
         # Float64 models for reruns, by point, with the blocks their steps run in.
         self.models64: dict[int, tuple[AbstractModel, Blocks]] = {}
         self.first_tile = FirstTile()
-        self.bar_shown = False
         # By point, the index of the first trajectory that stayed broken (NaN, inf, a
         # broken invariant) after every rerun this run made: the error names it.
         self.first_broken: dict[int, int] = {}
 
-    def _lock(self) -> Lock | None:
-        if self.checkpoint is None:
-            return None
-        try:
-            return Lock(self.checkpoint.with_name(self.checkpoint.name + ".lock"))
-        except LockBusy as busy:
-            raise ParameterError(
-                f"checkpoint {str(self.checkpoint)!r} is in use by {busy.holder}; wait for "
-                "it to finish, or choose another checkpoint path."
-            ) from None
+    def load(self, path: Path, block_sizes: np.ndarray) -> Tallies:
+        return load_checkpoint(path, self.record, block_sizes)
 
-    def close(self) -> None:
-        if self.lock is not None:
-            self.lock.release()
+    def write(self, path: Path) -> None:
+        points = [p.point for p in self.plan.points]
+        write_checkpoint(path, self.record, self.tallies, points, self.plan.save_times)
 
-    def __enter__(self) -> "_Study":
-        return self
+    def simulate(self, *args, **kwargs) -> TileResults:
+        """One call of the chunk kernel (:func:`.runner.chunk_statistics`)."""
+        return chunk_statistics(*args, **kwargs)
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def point_done(self, index: int) -> None:
+        if self.alone:
+            self.check_nonfinite(index, self.plan.points[index])
 
-    def stamp(self) -> None:
-        """Bring the tallies' seconds and their record of runs up to now: this process's
-        run is listed once it has added trajectories, so a study resumed on another
-        machine names both machines in its provenance."""
-        elapsed = time.perf_counter() - self.started
-        self.tallies.seconds = self.seconds_before + elapsed
-        added = int(self.tallies.n_done.sum()) - self.done_before
-        this_run = {
-            "started": self.started_at,
-            "backend": jax.default_backend(),
-            "device_kind": self.devices[0].device_kind,
-            "n_devices": len(self.devices),
-            "process_count": self.process[1],
-            "trajectories": added,
-            "seconds": round(elapsed, 3),
-        }
-        self.tallies.runs = self.runs_before + ([this_run] if added else [])
-
-    def save(self) -> None:
-        if self.checkpoint is None:
-            return
-        with interrupts.deferred():  # the state stamped is the state written
-            self.stamp()
-            points = [p.point for p in self.plan.points]
-            write_checkpoint(
-                self.checkpoint, self.record, self.tallies, points, self.plan.save_times
-            )
-            self.last_save = time.perf_counter()
-
-    def run(self, progress: bool) -> None:
-        release_warnings()
-        plan = self.plan
-        bar = tqdm(
-            total=len(plan.points) * plan.n_trajectories,
-            initial=int(self.tallies.n_done.sum()),
-            unit="traj",
-            desc="attndyn",
-            file=sys.stderr,
-            disable=not progress,
-            dynamic_ncols=True,
-        )
-        if self.done_before and self.checkpoint is not None and progress:
-            bar.write(resuming(self.checkpoint, self.done_before, int(bar.total)), sys.stderr)
-        self.bar_shown = progress
-        try:
-            with interrupts.watching():
-                for index, point in enumerate(plan.points):
-                    self.run_point(index, point, bar)
-                    self.save()
-                    if self.alone:
-                        self.check_nonfinite(index, point)
-                # An interrupt Python swallowed (in a garbage-collection callback) during
-                # the last block still stops the run.
-                interrupts.check()
-        except KeyboardInterrupt:
-            # The blocks of device work are short and waited for: nothing is left running.
-            self.save()
-            raise
-        finally:
-            bar.close()
-        self.stamp()
-
-    def chunk_size(self, index: int, point: PointPlan, block: int) -> int:
-        """The plan's chunk size (or one that fits device memory), never more than the
-        block of trajectories it serves, rounded up to a multiple of the device count times
-        the point's tile (:func:`.runner.tile_size`)."""
-        plan, n_devices = self.plan, len(self.devices)
-        chunk = plan.chunk_size or default_chunk_size(
-            block, **_sizes(plan, point), n_devices=n_devices
-        )
-        return round_up(min(chunk, block), n_devices * self.tiles[index])
-
-    def run_point(self, index: int, point: PointPlan, bar) -> None:
+    def run_point(self, index: int, bar) -> None:
         """The trajectories of one point that this process has not finished yet.
 
         This process runs the indices ``[start, stop)`` of its block in order, so the
         finished ones are always ``[start, start + n_done)``: a resumed run (with any chunk
         size) continues at the first unfinished index and counts none twice."""
-        plan, tallies = self.plan, self.tallies
+        plan, tallies, point = self.plan, self.tallies, self.plan.points[index]
         start, stop = self.blocks[index]
         if stop == start:
             return
@@ -644,7 +349,7 @@ class _Study:
             for tile_start in range(first, min(first + chunk, stop), group):
                 indices = chunk_indices(tile_start, group, self.sharding)
                 self.first_tile.start()
-                results = chunk_statistics(
+                results = self.simulate(
                     point.model,
                     key,
                     indices,
@@ -665,8 +370,18 @@ class _Study:
             if self.alone:
                 self.check_merged(index)
                 self.check_nonfinite(index, point, final=False)
-            if time.perf_counter() - self.last_save > CHECKPOINT_EVERY:
+            if self.save_due():
                 self.save()
+
+    def chunk_size(self, index: int, point: PointPlan, block: int) -> int:
+        """The plan's chunk size (or one that fits device memory), never more than the
+        block of trajectories it serves, rounded up to a multiple of the device count times
+        the point's tile (:func:`.runner.tile_size`)."""
+        plan, n_devices = self.plan, len(self.devices)
+        chunk = plan.chunk_size or default_chunk_size(
+            block, **_sizes(plan, point), n_devices=n_devices
+        )
+        return round_up(min(chunk, block), n_devices * self.tiles[index])
 
     def say_cost(self, index: int, ran: int, tile_start: int, bar) -> None:
         """After the first tile of this run (its steps done), what the rest will cost
@@ -707,90 +422,6 @@ class _Study:
             self.tallies.add_chunk(index, *tallied)
             self.tallies.n_done[index] += done
         bar.update(done)
-
-    def resolve_call(
-        self, index: int, results: TileResults, key: PRNGKeyArray, first: int, stop: int
-    ) -> tuple[tuple, Resolution]:
-        """The call's tallies after rerunning its broken trajectories in float64 and, with
-        ``on_merged="auto"``, bounding, rerunning and counting its merged ones
-        (:func:`.merges.resolve`), and what that did (for the tallies)."""
-        plan, point = self.plan, self.plan.points[index]
-        tallied = results.tallied
-        saves = results.saves
-        merged = np.asarray(tallied[6])
-        auto = plan.on_merged == "auto"
-        rows = np.flatnonzero(merged.any(axis=1)) if auto else np.zeros(0, np.int64)
-        saves_host = np.zeros((merged.shape[0], *saves.shape[1:]), saves.dtype)
-        if rows.size:
-            saves_host[rows] = merged_states(saves, rows)
-        trajectories = host_trajectories(results, saves_host)
-        tile = self.tiles[index]
-        tiles = [np.arange(i, min(i + tile, merged.shape[0])) for i in range(0, len(merged), tile)]
-        rerun = None
-        if not plan.x64 and point.model.same_path_in_float64:
-            rerun = functools.partial(self.rerun_float64, index, key, first=first, stop=stop)
-        in_range = first + np.arange(merged.shape[0]) < stop
-        law = point.model.merge_law(point.dim) if auto else None
-        resolution = resolve(
-            trajectories, tiles, law=law, tol=plan.tol, rerun=rerun, in_range=in_range, bound=auto
-        )
-        return tallies_of(resolution.trajectories, in_range), resolution
-
-    def rerun_float64(
-        self, index: int, key, positions: np.ndarray, *, first: int, stop: int
-    ) -> Trajectories:
-        """The trajectories at ``positions`` of the call starting at index ``first`` of
-        point ``index``, in float64 from the same random numbers (at most
-        :data:`.merges.RERUN_TILE` of them, run as one tile on one device), its steps in
-        blocks with a check for Ctrl-C after each (the same numbers whatever the blocks)."""
-        plan, point = self.plan, self.plan.points[index]
-        indices = first + positions
-        padded = np.resize(indices, RERUN_TILE)  # repeats: their rows are dropped below
-        with jax.enable_x64(True):
-            if index not in self.models64:
-                model64 = to_float64(point.model)
-                self.models64[index] = model64, Blocks(model64.stepping()[1])
-            model64, blocks = self.models64[index]
-            results = chunk_statistics(
-                model64,
-                key,
-                jnp.asarray(padded, jnp.int32),
-                jnp.asarray(stop, jnp.int32),
-                jnp.asarray(plan.tol, jnp.float64),
-                jnp.asarray(plan.radius, jnp.float64),
-                point.n_tokens,
-                point.dim,
-                blocks=blocks,
-            )
-            rows = host_trajectories(results, np.asarray(results.saves))
-            return Trajectories(*(a[: indices.size] for a in rows))
-
-    @property
-    def alone(self) -> bool:
-        """Whether this is the only process. With several, each sees only its own
-        trajectories: a check that raised in one process alone would leave the others
-        waiting for it at the gather, so the checks wait for the totals
-        (:meth:`check_totals`), and every process raises alike."""
-        return self.process[1] == 1
-
-    def check_merged(self, index: int, tallies: Tallies | None = None) -> None:
-        """Under ``on_merged="raise"``, stop at the end of the first chunk in which tokens
-        merged, once the checkpoint holds it: a rerun with ``"exclude"`` or ``"count"``
-        resumes there (their tallies are the same). Under ``"auto"``, stop at the end of
-        the first chunk with a merge that no bound covers."""
-        tallies = self.tallies if tallies is None else tallies
-        if self.plan.on_merged == "auto" and tallies.n_unbounded[index]:
-            raise NumericalMergeError(unbounded_message(self.plan, tallies, index))
-        if self.plan.on_merged != "raise" or not tallies.n_merged[index].any():
-            return
-        self.save()
-        raise NumericalMergeError(
-            merge_message(self.plan, tallies, index) + " Pass on_merged='exclude' "
-            "(CLI: --on-merged exclude) to drop such trajectories from the estimates, or "
-            "'count' to keep them in the class the arithmetic fixed (right inside clusters "
-            "that contract, wrong where a cluster can come apart)"
-            + (": a rerun resumes from the checkpoint." if self.checkpoint else ".")
-        )
 
     def check_nonfinite(
         self, index: int, point: PointPlan, tallies: Tallies | None = None, *, final: bool = True
@@ -836,71 +467,3 @@ class _Study:
         for index, point in enumerate(self.plan.points):
             self.check_nonfinite(index, point, tallies)
             self.check_merged(index, tallies)
-
-
-def merge_provenance(plan: Plan, tallies: Tallies) -> dict[str, Any] | None:
-    """What ``on_merged="auto"`` did and assumed (``None`` under the other choices): the
-    bound it rests on, and per point the trajectories rerun in float64, the largest summed
-    bound over save times and the merge law (``None`` where the model has none)."""
-    if plan.on_merged != "auto":
-        return None
-    laws = [p.model.merge_law(p.dim) for p in plan.points]
-    return {
-        "bound": (
-            "a merged pair's gap returns to tol with probability <= 2 (delta/tol)^kappa, "
-            "kappa the least exponent of its gap's diffusion (worst over the gap's "
-            "direction) at the save times since it merged, delta the float's resolution"
-        ),
-        "assumes": (
-            "the diffusion limit of the model (finite L close to it), and an exponent "
-            "between save times no smaller than at them"
-        ),
-        "rerun_above": MERGE_BOUND,
-        "resolution_gap": {
-            "float32": resolution_gap(np.float32, 1),
-            "float64": resolution_gap(np.float64, 1),
-            "per": "coordinate",
-        },
-        "n_rerun": tallies.n_rerun.tolist(),
-        "merge_bound_max": (tallies.merge_bound.max(axis=1) / BOUND_UNIT).tolist(),
-        "laws": [None if law is None else dataclasses.asdict(law) for law in laws],
-    }
-
-
-def _provenance(
-    plan: Plan, study: _Study, tallies: Tallies, metadata: Mapping[str, Any] | None
-) -> dict[str, Any]:
-    routes = plan.routes
-    gaps = [p.model.absorption_gaps() for p in plan.points]
-    fields: dict[str, Any] = {"kind": "probabilities", **(dict(metadata) if metadata else {})}
-    return provenance_record(
-        tallies.seconds,
-        key_data=study.key_data,
-        n_trajectories=plan.n_trajectories,
-        tol=plan.tol,
-        radius=plan.radius,
-        chunk_size=max(study.chunks) if study.chunks else plan.chunk_size,
-        tiles=study.tiles,
-        devices=[str(d) for d in study.devices],
-        prng_impl=study.prng_impl,
-        route=routes[0] if len(set(routes)) == 1 else "mixed",
-        routes=routes,
-        simulated=[type(p.model).__name__ for p in plan.points],
-        route_requested=plan.route,
-        early_absorption=None
-        if plan.absorption_bound is None
-        else {"bound": plan.absorption_bound, "gaps": [list(g) if g else None for g in gaps]},
-        process_count=study.process[1],
-        dtype="float64" if plan.x64 else "float32",
-        compile_seconds=compile_seconds() - study.compile_before,
-        on_nonfinite=plan.on_nonfinite,
-        # Per point: trajectories float32 broke, rerun in float64 (those float64 ran
-        # through are counted; the others are in n_nonfinite).
-        nonfinite_rerun=tallies.n_nonfinite_rerun.tolist(),
-        on_merged=plan.on_merged,
-        merges=merge_provenance(plan, tallies),
-        model=repr(plan.points[0].user_model),
-        signature=study.signature,
-        runs=tallies.runs,
-        **fields,
-    )

@@ -18,8 +18,10 @@ from .._core.names import (
     SCHEME_NAMES,
     SDE_SOLVER_NAMES,
 )
+from .._estimate.defaults import DEFAULT_COORDINATOR_TIMEOUT
 from ..studies._names import MODES_NOISES
 from ._common import (
+    EnvironmentInt,
     attention_option,
     cache_options,
     check_engine_flags,
@@ -187,6 +189,35 @@ GRID = defaults.COMMAND_GRIDS[NAME]
 @overwrite_option()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object to stdout.")
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
+@click.option(
+    "--coordinator",
+    envvar="ATTNDYN_COORDINATOR",
+    default=None,
+    help="HOST:PORT of process 0 for a multi-host run (jax.distributed).",
+)
+@click.option(
+    "--process-count",
+    envvar="ATTNDYN_PROCESS_COUNT",
+    type=EnvironmentInt(),
+    default=None,
+    help="Processes in a multi-host run (with --coordinator; each host runs one).",
+)
+@click.option(
+    "--process-id",
+    envvar="ATTNDYN_PROCESS_ID",
+    type=EnvironmentInt(),
+    default=None,
+    help="This process's index, 0 to --process-count − 1 (0 writes the outputs).",
+)
+@click.option(
+    "--coordinator-timeout",
+    envvar="ATTNDYN_COORDINATOR_TIMEOUT",
+    type=EnvironmentInt(),
+    default=None,
+    metavar="SECONDS",
+    help="With --coordinator: how long each process waits for the coordinator and all the "
+    f"processes to join before stopping with an error [default: {DEFAULT_COORDINATOR_TIMEOUT}].",
+)
 @cache_options
 @cli_errors
 def modes(**raw: Any) -> None:
@@ -198,14 +229,19 @@ def modes(**raw: Any) -> None:
     rates); --n-tokens 512 --beta 4 --noise scalar --eps 0,0.5,1 --horizon 100 (noise and
     the plateau); --dim 32 --n-tokens 64,256,1024 --gamma 0.5:2:0.25 --horizon 5 (long
     context, β = γ log N). Writes OUT/modes.nc (CF-1.10) and OUT/modes.png.
+
+    Several hosts: --coordinator HOST:PORT --process-count P --process-id p (or
+    ATTNDYN_COORDINATOR, ATTNDYN_PROCESS_COUNT, ATTNDYN_PROCESS_ID); each process runs its
+    block of every point's trajectories and process 0 writes the outputs, the numbers of
+    one process.
     """
     from ._output import Output, result_arguments
 
     started = time.perf_counter()
     options = command_options(raw)
+    writer = _start(options)  # jax.distributed must start before other JAX work
     spec, run, points = _parse(options)
     arguments = result_arguments(options)
-    use_cache(options)
     try:
         with Output(
             options["out"],
@@ -213,22 +249,58 @@ def modes(**raw: Any) -> None:
             figures=[f"{NAME}.png"],
             arguments=arguments,
             overwrite=options["overwrite"],
+            writer=writer,
             needs=output_bytes(len(points) * options["saves"], n_figures=1),
         ) as out:
-            checkpoint = out.folder / f"{NAME}.checkpoint.nc"
-            if options["fresh"]:
-                checkpoint.unlink(missing_ok=True)
+            checkpoint = _checkpoint(out, fresh=options["fresh"])
             ds = sys.modules[__name__].modes_study(
                 spec,
                 run,
                 points,
                 checkpoint=checkpoint,
-                progress=not options["no_progress"],
+                progress=not options["no_progress"] and writer,
                 metadata={"command": command_line(), "arguments": arguments},
             )
-            _finish(ds, out, checkpoint, options, started)
+            if writer:
+                _finish(ds, out, checkpoint, options, started)
     except KeyboardInterrupt:
         _exit_interrupted()
+
+
+def _start(options: Mapping[str, Any]) -> bool:
+    """The compilation cache, and a multi-process run if asked (before any other JAX
+    work); True on the process that writes the outputs. The tiles run on one device, so
+    the CPU is not split into one device per core (phase-diagram's ``start_processes``)."""
+    import jax
+
+    from .._estimate.distributed import DistributedError, initialize_distributed
+
+    use_cache(options)
+    try:
+        initialize_distributed(
+            options["coordinator"],
+            options["process_count"],
+            options["process_id"],
+            options["coordinator_timeout"],
+            progress=True,
+        )
+    except DistributedError as error:  # a runtime failure (status 1), not bad input
+        raise click.ClickException(str(error)) from None
+    return jax.process_index() == 0
+
+
+def _checkpoint(out: Output, *, fresh: bool):
+    """Where the study keeps its finished trajectories: none in a multi-process run,
+    where each process holds only its own block and one file would mix them. Called with
+    the folder locked, so ``--fresh`` never deletes another run's checkpoint."""
+    import jax
+
+    if jax.process_count() > 1:
+        return None
+    checkpoint = out.folder / f"{NAME}.checkpoint.nc"
+    if fresh:
+        checkpoint.unlink(missing_ok=True)
+    return checkpoint
 
 
 #: What a Ctrl-C prints (the words of every command: :func:`._common.cli_errors`).
@@ -335,7 +407,8 @@ def _finish(ds, out: Output, checkpoint, options: Mapping[str, Any], started: fl
     save = functools.partial(save_png, dpi=130, metadata=png_metadata(ds, dataset.name))
     figure = out.stage(f"{NAME}.png", functools.partial(save, plot.modes(ds)))
     out.commit()
-    checkpoint.unlink(missing_ok=True)
+    if checkpoint is not None:
+        checkpoint.unlink(missing_ok=True)
     seconds = time.perf_counter() - started
     if options["as_json"]:
         emit_json(

@@ -15,8 +15,6 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from .._core import many_tokens, spectral
 from .._models.base import AbstractModel
 
@@ -174,9 +172,3 @@ class FixedBlocks(LayerBlocks):
 
     def measured(self, ran: int, seconds: float) -> None:
         del ran, seconds
-
-
-def whole_tiles(n_trajectories: int, n_done: int, tile: int) -> int:
-    """The trajectories a point still simulates: its unfinished tiles, whole."""
-    first = n_done - n_done % tile
-    return int(np.ceil(max(0, n_trajectories - first) / tile)) * tile

@@ -25,9 +25,7 @@ depend on the blocks either. A run estimated long is announced before it starts
 
 import dataclasses
 import functools
-import json
 import math
-import sys
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -38,13 +36,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import xarray as xr
-from tqdm.auto import tqdm
 
 from .._core import defaults
 from .._core.attention import ATTENTION_KINDS, Attention
 from .._core.errors import (
     INT32_MAX,
-    NonFiniteError,
     ParameterError,
     check_bool,
     check_bound,
@@ -64,9 +60,8 @@ from .._core.values import DISTRIBUTIONS, DeterministicValues, MatrixValues, Sca
 from .._estimate import interrupts
 from .._estimate.dataset import attach_provenance, provenance_record
 from .._estimate.diagnose import overflow_message, overflow_refusal
-from .._estimate.estimator import release_warnings
-from .._estimate.files import Lock, LockBusy, atomic_write
-from .._estimate.keys import point_key
+from .._estimate.observables import estimate_observables
+from .._estimate.observations import Field
 from .._estimate.plan import check_distinct
 from .._models.base import AbstractModel
 from .._models.discrete import DiscreteTransformer
@@ -437,62 +432,33 @@ def observe_tile(saves, beta, tol, ell_max: int, group: int, on_save=None):
 FIELDS = ("n_clusters", "largest", "histogram", "mode_power", "log_energy", "min_distance")
 
 
-class _Store:
-    """Per-trajectory observables of every point, filled as trajectories finish."""
-
-    def __init__(self, n_points: int, n_traj: int, n_saves: int, ell_max: int, bins: int):
-        shape = (n_points, n_traj, n_saves)
-        self.arrays = {
-            "n_clusters": np.zeros(shape, np.int32),
-            "largest": np.zeros(shape, np.int32),
-            "histogram": np.zeros((*shape, bins), np.int32),
-            "mode_power": np.full((*shape, ell_max + 1), np.nan),
-            "log_energy": np.full(shape, np.nan),
-            "min_distance": np.full(shape, np.nan),
-        }
-        self.n_done = np.zeros(n_points, np.int64)
-        self.seconds = 0.0
-
-    def add(self, index: int, start: int, observed, count: int) -> None:
-        """Store ``count`` trajectories from ``start`` (their tile's first rows)."""
-        for name, values in zip(FIELDS, observed, strict=True):
-            values = np.asarray(values)[:count]
-            target = self.arrays[name][index, start : start + count]
-            if name == "histogram":  # this point's N may have fewer size classes
-                target[..., : values.shape[-1]] = values
-            else:
-                target[...] = values
-        self.n_done[index] = start + count
-
-    def to_dataset(self, record: Mapping[str, Any]) -> xr.Dataset:
-        dims: dict[str, tuple[str, ...]] = {n: ("point", "trajectory", "time") for n in FIELDS}
-        dims["histogram"] += ("size_bin",)
-        dims["mode_power"] += ("ell",)
-        ds = xr.Dataset({name: (dims[name], array) for name, array in self.arrays.items()})
-        ds["n_done"] = ("point", self.n_done)
-        ds.attrs["record"] = _json(record)
-        ds.attrs["seconds"] = self.seconds
-        return ds
-
-    @classmethod
-    def from_dataset(cls, ds: xr.Dataset) -> "_Store":
-        n_points, n_traj, n_saves = ds["n_clusters"].shape
-        store = cls(n_points, n_traj, n_saves, ds.sizes["ell"] - 1, ds.sizes["size_bin"])
-        for name in FIELDS:
-            store.arrays[name] = np.asarray(ds[name].values, store.arrays[name].dtype)
-        store.n_done = np.asarray(ds["n_done"].values, np.int64)
-        store.seconds = float(ds.attrs.get("seconds", 0.0))
-        return store
+def observed_fields(ell_max: int, bins: int) -> dict[str, Field]:
+    """What a tile observes per trajectory and save (:data:`FIELDS`): counts as int32,
+    the rest float64 (NaN where a trajectory has not run)."""
+    nan = float("nan")
+    return {
+        "n_clusters": Field("int32"),
+        "largest": Field("int32"),
+        "histogram": Field("int32", (bins,), dims=("size_bin",)),
+        "mode_power": Field("float64", (ell_max + 1,), fill=nan, dims=("ell",)),
+        "log_energy": Field("float64", fill=nan),
+        "min_distance": Field("float64", fill=nan),
+    }
 
 
-def _json(record: Any) -> str:
-    return json.dumps(record, sort_keys=True, default=str)
+def raw_dataset(arrays: Mapping[str, np.ndarray], n_done: np.ndarray) -> xr.Dataset:
+    """The per-trajectory observables (:data:`FIELDS`, each ``(point, trajectory, time,
+    …)``) as the dataset :func:`._modes_analysis.analyse` reads."""
+    fields = observed_fields(arrays["mode_power"].shape[-1] - 1, arrays["histogram"].shape[-1])
+    ds = xr.Dataset({name: (fields[name].axes(name), arrays[name]) for name in FIELDS})
+    ds["n_done"] = ("point", np.asarray(n_done, np.int64))
+    return ds
 
 
-def _study_record(
-    spec: ModesSpec, mc: ModesRun, points, save_times, ell_max: int
-) -> dict[str, Any]:
-    """What determines the numbers: a checkpoint of any other record is refused."""
+def _study_record(spec: ModesSpec, mc: ModesRun, ell_max: int) -> dict[str, Any]:
+    """What determines the numbers besides the points, save times and key (the
+    estimator's record, :func:`attndyn._estimate.observations.observations_record`): a
+    checkpoint of any other record is refused."""
     fields = dataclasses.asdict(mc)
     del fields["chunk_size"]
     return {
@@ -500,35 +466,12 @@ def _study_record(
         "spec": dataclasses.asdict(spec),
         "run": fields,
         "ell_max": ell_max,
-        "points": [dict(p) for p in points],
-        "save_times": [float(t) for t in save_times],
-        "attndyn_version": provenance_record(0.0)["attndyn_version"],
         "dtype": _dtype_name(),
-        "prng_impl": str(jax.random.key_impl(jax.random.key(0))),
     }
 
 
 def _dtype_name() -> str:
     return str(jnp.dtype(jnp.float64 if jax.config.read("jax_enable_x64") else jnp.float32))
-
-
-def _open_checkpoint(path: Path, record: dict[str, Any]) -> _Store | None:
-    if not path.exists():
-        return None
-    try:
-        with xr.open_dataset(path) as ds:
-            ds.load()
-    except Exception:
-        raise ParameterError(
-            f"checkpoint {str(path)!r} cannot be read (damaged, or not an attndyn "
-            "checkpoint); delete it to start afresh."
-        ) from None
-    if ds.attrs.get("record") != _json(record):
-        raise ParameterError(
-            f"checkpoint {str(path)!r} belongs to another modes study (other arguments, "
-            "points, save times or version); delete it (or pass --fresh) to start afresh."
-        )
-    return _Store.from_dataset(ds)
 
 
 def modes_study(
@@ -549,11 +492,18 @@ def modes_study(
     on a 2-core CPU is announced with a warning (:mod:`._modes_cost`). ``mc.x64`` runs
     everything in float64.
 
+    The trajectories run on the estimator's loop
+    (:func:`attndyn._estimate.observables.estimate_observables`), as the phase diagram's
+    do: with several processes (``jax.distributed``, :func:`attndyn.initialize_distributed`)
+    each runs its block of every point's trajectories and every process returns the
+    dataset of one process, bit for bit.
+
     ``checkpoint``: a netCDF path; finished trajectories are written there (atomically)
-    every 20 s and after every point, and a rerun of the same study resumes from it (with
-    any chunk size); a checkpoint of another study is refused. Ctrl-C stops the run within
-    a block of layers (about half a second of work) or one save's observables, after
-    writing the checkpoint."""
+    every 20 s, after every chunk (``mc.chunk_size``; one tile by default) and after every
+    point, and a rerun of the same study resumes from it (with any chunk size); a
+    checkpoint of another study is refused. Ctrl-C stops the run within a block of layers
+    (about half a second of work) or one save's observables, after writing the
+    checkpoint."""
     if not points:
         raise ParameterError("points is empty; give at least one (d, N, beta) point.")
     with jax.enable_x64(mc.x64):
@@ -579,32 +529,32 @@ def _modes_study(spec, mc, points, checkpoint, progress, metadata) -> xr.Dataset
     models, ell_max = check_study(spec, mc, points, warn=True)
     save_times = np.asarray(models[0].save_times, np.float64)
     bins = size_bins(max(int(p["n_tokens"]) for p in points))
-    record = _study_record(spec, mc, points, save_times, ell_max)
-    started = time.perf_counter()
-    lock = None
-    store = None
-    if checkpoint is not None:
-        checkpoint = Path(checkpoint)
-        try:
-            lock = Lock(checkpoint.with_name(checkpoint.name + ".lock"))
-        except LockBusy as busy:
-            raise ParameterError(
-                f"checkpoint {str(checkpoint)!r} is in use by {busy.holder}; wait for it "
-                "to finish, or choose another checkpoint path."
-            ) from None
-    try:
-        if checkpoint is not None:
-            store = _open_checkpoint(checkpoint, record)
-        store = store or _Store(len(points), mc.n_trajectories, len(save_times), ell_max, bins)
-        before = store.seconds
-        _warn_cost(models, points, mc, store, len(save_times), ell_max)
-        run = _Run(mc, points, models, store, checkpoint, record, ell_max)
-        run.go(progress, started, before)
-    finally:
-        if lock is not None:
-            lock.release()
-    seconds = before + time.perf_counter() - started
-    raw = store.to_dataset(record)
+    tiles = [tile_size(int(p["n_tokens"])) for p in points]
+    observations = estimate_observables(
+        _Tiles(mc, points, models, ell_max),
+        points,
+        fields=observed_fields(ell_max, bins),
+        tiles=tiles,
+        key=jax.random.key(mc.seed),
+        n_trajectories=mc.n_trajectories,
+        save_times=save_times,
+        record=_study_record(spec, mc, ell_max),
+        checkpoint=checkpoint,
+        chunk_size=mc.chunk_size,
+        progress=progress,
+        name="modes",
+        nonfinite=lambda i: (
+            f"a trajectory at {dict(points[i])} became NaN or infinite. "
+            f"{overflow_message(models[i])}"
+        ),
+        on_start=functools.partial(_warn_cost, models, points, len(save_times), ell_max),
+        # Moved by shares of a tile (_Tiles): 0.0476/2, not 0.047619047619047616/2.
+        bar_options={
+            "bar_format": "{desc}: {percentage:3.0f}%|{bar}| {n:.3g}/{total_fmt} "
+            "[{elapsed}<{remaining}, {rate_fmt}]"
+        },
+    )
+    raw = raw_dataset(observations.arrays, observations.n_done)
     ds = analyse(raw, spec, mc, points, save_times)
     fields = {
         "kind": "modes",
@@ -614,7 +564,7 @@ def _modes_study(spec, mc, points, checkpoint, progress, metadata) -> xr.Dataset
         "tol": [mc.tol_for(int(p["n_tokens"]), int(p["dim"])) for p in points],
         "ell_max": ell_max,
         "dtype": _dtype_name(),
-        "tile": [tile_size(int(p["n_tokens"])) for p in points],
+        "tile": tiles,
         "implementation": [
             m.attention.implementation_for(  # type: ignore[attr-defined]
                 int(p["n_tokens"]), jnp.dtype(_dtype_name()), dim=int(p["dim"])
@@ -623,9 +573,11 @@ def _modes_study(spec, mc, points, checkpoint, progress, metadata) -> xr.Dataset
         ],
         "key_data": np.asarray(jax.random.key_data(jax.random.key(mc.seed))).tolist(),
         "devices": [str(d) for d in jax.local_devices()[:1]],
+        "process_count": jax.process_count(),
+        "runs": observations.runs,
         **(dict(metadata) if metadata else {}),
     }
-    attach_provenance(ds, provenance_record(seconds, **fields))
+    attach_provenance(ds, provenance_record(observations.seconds, **fields))
     return attach_cf(ds, spec, command=fields.get("command"))
 
 
@@ -670,14 +622,10 @@ def ell_max_for(
     return needed
 
 
-def _warn_cost(models, points, mc: ModesRun, store: "_Store", n_saves: int, ell_max: int):
+def _warn_cost(models, points, n_saves: int, ell_max: int, n_run: Sequence[int]) -> None:
     """One line before a long run (:func:`._modes_cost.cost_warning`): the work still to
-    do, finished trajectories of a resumed run left out."""
-    tiles = [tile_size(int(p["n_tokens"])) for p in points]
-    n_run = [
-        cost.whole_tiles(mc.n_trajectories, int(done), tile)
-        for done, tile in zip(store.n_done, tiles, strict=True)
-    ]
+    do (``n_run``: per point, the trajectories this process still runs, whole tiles),
+    finished trajectories of a resumed run left out."""
     dtype = np.dtype(_dtype_name())
     seconds = cost.study_seconds(
         models, points, n_run=n_run, n_saves=n_saves, ell_max=ell_max, dtype=dtype
@@ -686,89 +634,33 @@ def _warn_cost(models, points, mc: ModesRun, store: "_Store", n_saves: int, ell_
     cost.warn_cost(seconds, largest)
 
 
-class _Run:
-    """The loop over points and tiles, with its checkpoint and progress bar."""
+class _Tiles:
+    """How one tile of a modes study runs (the estimator's ``run_tile``): its layers in
+    blocks (:class:`._modes_cost.LayerBlocks`, per point), then its saves' observables;
+    the progress bar moves by each part's estimated share of the tile's time."""
 
-    def __init__(self, mc, points, models, store, checkpoint, record, ell_max):
-        self.mc, self.points, self.models, self.store = mc, points, models, store
-        self.checkpoint, self.record, self.ell_max = checkpoint, record, ell_max
-        self.last_save = time.perf_counter()
-        self.started = self.before = 0.0
-        self.bar: Any = None
+    def __init__(self, mc: ModesRun, points, models, ell_max: int):
+        self.mc, self.points, self.models, self.ell_max = mc, points, models, ell_max
+        self.blocks: dict[int, LayerBlocks] = {}
 
-    def save(self) -> None:
-        store = self.store
-        with interrupts.deferred():  # the state written is the state stamped
-            store.seconds = self.before + time.perf_counter() - self.started
-            if self.checkpoint is not None:
-                atomic_write(self.checkpoint, store.to_dataset(self.record).to_netcdf)
-            self.last_save = time.perf_counter()
-
-    def go(self, progress: bool, started: float, before: float) -> None:
-        self.started, self.before = started, before
-        release_warnings()  # every check passed: the warnings held until now are shown
-        self.bar = tqdm(
-            total=len(self.points) * self.mc.n_trajectories,
-            initial=int(self.store.n_done.sum()),
-            unit="traj",
-            desc="attndyn modes",
-            file=sys.stderr,
-            disable=not progress,
-            dynamic_ncols=True,
-            # Moved by shares of a tile (run_tile): 0.0476/2, not 0.047619047619047616/2.
-            bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.3g}/{total_fmt} "
-            "[{elapsed}<{remaining}, {rate_fmt}]",
-        )
-        try:
-            with interrupts.watching():
-                for index in range(len(self.points)):
-                    self.run_point(index)
-                    self.save()
-                interrupts.check()
-        except KeyboardInterrupt:
-            # The checkpoint holds the finished tiles; the call that was interrupted may
-            # still run (_modes_calls.work_in_flight): its tile is redone on resume.
-            self.save()
-            raise
-        finally:
-            self.bar.close()
-
-    def run_point(self, index: int) -> None:
-        mc, point, model, store = self.mc, self.points[index], self.models[index], self.store
+    def __call__(self, index: int, keys, count: int, bar) -> tuple[dict[str, Any], Any]:
+        point, model = self.points[index], self.models[index]
         n_tokens, dim = int(point["n_tokens"]), int(point["dim"])
-        tile = tile_size(n_tokens)
-        chunk = max(tile, mc.chunk_size or tile)
-        key = point_key(jax.random.key(mc.seed), point)
-        dtype = jnp.float64 if mc.x64 else jnp.float32
+        dtype = jnp.float64 if self.mc.x64 else jnp.float32
         args = (
             jnp.asarray(point["beta"], dtype),
-            jnp.asarray(mc.tol_for(n_tokens, dim), dtype),
+            jnp.asarray(self.mc.tol_for(n_tokens, dim), dtype),
         )
-        layer = cost.attention_seconds(model, n_tokens, dim, dtype)
-        blocks = LayerBlocks(cost.first_block(tile * layer))
-        first = int(store.n_done[index])
-        # Tiles start at multiples of the tile: a resumed run continues at the first
-        # unfinished tile (a finished tile is never run twice).
-        first -= first % tile
-        for start in range(first, mc.n_trajectories, tile):
-            count = min(tile, mc.n_trajectories - start)
-            indices = jnp.arange(start, start + tile, dtype=jnp.uint32)
-            keys = jax.vmap(lambda i, key=key: jax.random.fold_in(key, i))(indices)
-            observed, finite = self.run_tile(model, keys, (n_tokens, dim), count, blocks, args)
-            if not bool(np.all(finite[:count])):
-                self.save()
-                raise NonFiniteError(
-                    f"a trajectory at {dict(point)} became NaN or infinite. "
-                    f"{overflow_message(model)}"
-                )
-            with interrupts.deferred():  # stored and counted whole
-                store.add(index, start, observed, count)
-            self.bar.n = int(store.n_done.sum())  # exact, whatever the shares added
-            self.bar.refresh()
-            if time.perf_counter() - self.last_save > 20 or (start - first + tile) % chunk == 0:
-                self.save()
+        if index not in self.blocks:
+            layer = cost.attention_seconds(model, n_tokens, dim, dtype)
+            self.blocks[index] = LayerBlocks(cost.first_block(len(keys) * layer))
+        observed, finite = self.run_tile(
+            model, keys, (n_tokens, dim), count, self.blocks[index], args, bar
+        )
+        values: dict[str, Any] = dict(zip(FIELDS, observed, strict=True))
+        return values, finite
 
-    def run_tile(self, model, keys, shape: tuple[int, int], count: int, blocks, args):
+    def run_tile(self, model, keys, shape: tuple[int, int], count: int, blocks, args, bar):
         """One tile's observables and which trajectories stayed finite (``shape``: N and
         d; ``args``: β and the tolerance); the progress bar moves by the estimated share
         of the tile's time that each block of layers and each save's observables take
@@ -788,7 +680,7 @@ class _Run:
             n_tokens,
             dim,
             blocks,
-            on_block=lambda ran: self.bar.update(ran * layer * unit),
+            on_block=lambda ran: bar.update(ran * layer * unit),
         )
-        moved = lambda k: self.bar.update(k * save * unit)  # noqa: E731
+        moved = lambda k: bar.update(k * save * unit)  # noqa: E731
         return observe_tile(saves, beta, tol, self.ell_max, group, on_save=moved)
