@@ -1,7 +1,9 @@
 """Observables of many tokens (spec §7), one configuration ``X`` shaped ``(N, d)``, in blocks.
 
 Every pairwise sum here runs over blocks of rows against all tokens (``lax.map``), so the
-memory is ``block × N``, never ``N × N``; the mode powers of S¹ and S² need no pairs at all.
+memory is ``block × N``, never ``N × N``; on S¹ and S² many tokens need no pairs at all
+(the mode powers and the interaction energy from harmonics; on S¹ the clusters and the
+minimum distance by sorting in angle, on S² by grid cells and a k-d tree: :mod:`.grid`).
 
 - :func:`cluster_labels`, :func:`clusters`: the connected components of the graph joining
   tokens whose overlap is at least ``1 − tol`` (as :func:`attndyn.n_clusters`), by
@@ -20,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from . import defaults, spectral
+from . import defaults, grid, spectral
 from .blockwise import default_block
 from .errors import ParameterError, check_bound, check_choice, check_int
 from .linalg import matmul, small_sum
@@ -105,6 +107,12 @@ def cluster_labels(
     return jnp.where(finite, labels, -1)
 
 
+#: Above this many tokens on S², :func:`clusters` and :func:`min_distance` sort the tokens
+#: into grid cells on the host (:mod:`.grid`: N log N plus the token pairs of cells the
+#: cells' boxes leave undecided) instead of the N² pairs.
+GRID_TOKENS = 2048
+
+
 class Clusters(NamedTuple):
     """The clusters of one configuration (:func:`clusters`); counts are integers."""
 
@@ -146,7 +154,8 @@ def clusters(
 ) -> Clusters:
     """The number of clusters, the size of the largest, and the histogram of their sizes in
     classes ``[2^k, 2^{k+1})``, ``k = 0 … ⌊log₂ N⌋`` (:func:`cluster_labels`; on S¹ by
-    sorting the tokens by angle, N log N work: :func:`_circle_sizes`).
+    sorting the tokens by angle, N log N work: :func:`_circle_sizes`; on S² above
+    :data:`GRID_TOKENS` tokens by grid cells: :func:`.grid.cluster_sizes`).
 
     A configuration with any non-finite coordinate (NaN or ±inf) has no clusters: every
     count, the histogram's included, is −1, a sentinel no configuration gives (an all-NaN
@@ -156,6 +165,8 @@ def clusters(
     n_tokens = x.shape[0]
     if x.shape[1] == 2:
         sizes = _circle_sizes(x, tol)
+    elif x.shape[1] == 3 and n_tokens > GRID_TOKENS:
+        sizes = grid.cluster_sizes(normalize(x), tol)
     else:
         labels = cluster_labels(x, tol, block=block)
         sizes = jnp.zeros((n_tokens,), jnp.int32).at[labels].add(1)
@@ -201,7 +212,7 @@ def _powers_by_pairs(theta: Array, ell_max: int, block: int | None) -> Array:
         return jnp.stack([jnp.sum(g * weight) for g in gegenbauer(t, ell_max, dim)])
 
     sums = jnp.sum(_map_rows(f, n_tokens, block), axis=0)
-    return sums / n_tokens**2
+    return sums / float(n_tokens) ** 2
 
 
 def _powers_circle(theta: Array, ell_max: int) -> Array:
@@ -254,7 +265,7 @@ def _powers_sphere(theta: Array, ell_max: int) -> Array:
     # seconds).
     start = (jnp.zeros_like(diagonal), jnp.zeros_like(diagonal))
     _, powers = jax.lax.scan(degree, start, coefficients)
-    return powers / theta.shape[0] ** 2
+    return powers / float(theta.shape[0]) ** 2  # (an int N² ≥ 2³¹ overflowed at N = 10⁶)
 
 
 def _legendre_steps(ell_max: int) -> np.ndarray:
@@ -313,8 +324,9 @@ def mode_powers(
 # --- energy and distances -------------------------------------------------------------
 
 
-#: Above this many tokens on S¹, :func:`log_interaction_energy` sums the kernel's Fourier
-#: series over the cloud's coefficients (N·K work) instead of the N² pairs.
+#: Above this many tokens on S¹ and S², :func:`log_interaction_energy` sums the kernel's
+#: harmonic series over the cloud's coefficients (N·K work on S¹, N·K² on S²) instead of
+#: the N² pairs.
 SPECTRAL_ENERGY_TOKENS = 2048
 
 
@@ -323,19 +335,22 @@ def log_interaction_energy(
 ) -> Float[Array, ""]:
     """``log E_β`` with ``E_β = (1/(2βN²)) Σ_ij e^{β⟨θ_i, θ_j⟩}`` (β > 0), the energy that
     unnormalised attention with Q = K = V = I increases (its gradient flow on the sphere).
-    A log-sum-exp in blocks of rows: finite at any β where its logarithm is. On S¹ above
-    :data:`SPECTRAL_ENERGY_TOKENS` tokens it is the exact Fourier form instead
-    (:func:`_circle_log_energy`, no pairs) wherever its truncation bound is met. A β ≤ 0
-    (or not finite) is refused, naming it (it gave NaN, or inf at 0); a traced β is
-    checked where it is concrete."""
+    A log-sum-exp in blocks of rows: finite at any β where its logarithm is. On S¹ and S²
+    above :data:`SPECTRAL_ENERGY_TOKENS` tokens it is the exact harmonic form instead
+    (:func:`_circle_log_energy`, :func:`_sphere_log_energy`; no pairs) wherever its
+    truncation bound is met. A β ≤ 0 (or not finite) is refused, naming it (it gave NaN,
+    or inf at 0); a traced β is checked where it is concrete."""
     check_bound("beta", beta, lower=0.0, lower_open=True)
-    n_tokens = x.shape[0]
+    n_tokens, dim = x.shape
     theta = normalize(x)
     beta = jnp.asarray(beta, theta.dtype)
-    if x.shape[1] == 2 and n_tokens > SPECTRAL_ENERGY_TOKENS:
-        total = _circle_log_energy(theta, beta, lambda: _pair_log_energy(theta, beta, block))
+    pairs = lambda: _pair_log_energy(theta, beta, block)  # noqa: E731
+    if dim == 2 and n_tokens > SPECTRAL_ENERGY_TOKENS:
+        total = _circle_log_energy(theta, beta, pairs)
+    elif dim == 3 and n_tokens > SPECTRAL_ENERGY_TOKENS:
+        total = _sphere_log_energy(theta, beta, pairs)
     else:
-        total = _pair_log_energy(theta, beta, block)
+        total = pairs()
     return total - jnp.log(2 * beta) - 2 * jnp.log(jnp.asarray(n_tokens, theta.dtype))
 
 
@@ -383,10 +398,38 @@ def _circle_log_energy(theta: Float[Array, "N 2"], beta: Array, direct) -> Array
     return jax.lax.cond(index < len(spectral.DEGREES), fourier, direct)
 
 
+def _sphere_log_energy(theta: Float[Array, "N 3"], beta: Array | float, direct) -> Array:
+    """``log Σ_ij e^{β⟨θ_i, θ_j⟩}`` on S² from Funk–Hecke and the addition theorem,
+    ``e^{β(t − 1)} = Σ_ℓ w_ℓ P_ℓ(t)``, ``Σ_ij P_ℓ(⟨θ_i, θ_j⟩) = Σ_m (Σ_j S_ℓm(θ_j))²``:
+    ``β + log Σ_{ℓ ≤ K} w_ℓ p_ℓ`` (:func:`spectral.sphere_powers`; every term ≥ 0). As on
+    S¹ the dropped tail is at most N²·T_K against a sum ≥ (N/2)(1 + (N − 1)e^{−2β}), so the
+    spectral attention's degree (:func:`spectral.degree_index`) keeps it below ε/8. The cost
+    grows as K², so a traced β picks its degree at run time (``lax.switch``, one branch per
+    degree of :data:`spectral.DEGREES`); past the last, ``direct()`` (the pairs)."""
+    n_tokens = theta.shape[0]
+    index = spectral.degree_index(beta, n_tokens, 3, theta.dtype)
+    beta = jnp.asarray(beta, theta.dtype)
+
+    def at(degree: int):
+        def harmonics():
+            w = spectral.kernel_weights(beta, 3, degree, theta.dtype)
+            power = spectral.sphere_powers(theta, degree, spectral.TILE)
+            return beta + jnp.log(jnp.sum(w * power))
+
+        return harmonics
+
+    branches = [at(degree) for degree in spectral.DEGREES] + [direct]
+    if isinstance(index, int):
+        return branches[index]()
+    return jax.lax.switch(index, branches)
+
+
 def min_distance(x: Float[Array, "N d"], *, block: int | None = None) -> Float[Array, ""]:
     """``min_{i≠j} |θ_i − θ_j|`` (N ≥ 2), from the coordinates' differences (``√(2 − 2⟨θ_i,
     θ_j⟩)`` would lose every digit below √ε): in blocks of rows, or on S¹ between
-    neighbours in angle (the nearest token of each is one of its two neighbours)."""
+    neighbours in angle (the nearest token of each is one of its two neighbours), or on
+    S² above :data:`GRID_TOKENS` tokens from each token's nearest in a k-d tree
+    (:func:`.grid.min_distance`)."""
     n_tokens = x.shape[0]
     if n_tokens < 2:
         raise ParameterError("min_distance needs at least 2 tokens.")
@@ -395,6 +438,8 @@ def min_distance(x: Float[Array, "N d"], *, block: int | None = None) -> Float[A
         ring = theta[jnp.argsort(jnp.arctan2(theta[:, 1], theta[:, 0]))]
         gap = ring - jnp.roll(ring, -1, axis=0)
         return jnp.sqrt(jnp.min(small_sum(gap * gap, -1)))
+    if x.shape[1] == 3 and n_tokens > GRID_TOKENS:
+        return grid.min_distance(theta)
 
     def f(rows, real):
         gap = theta[rows][:, None, :] - theta[None, :, :]

@@ -470,6 +470,23 @@ def sphere_sums(
     return out, norm_d, norm_n
 
 
+def sphere_powers(u: Float[Array, "N 3"], degree: int, tile: int) -> Float[Array, " K1"]:
+    """``Σ_m (Σ_j S_ℓm(x_j))² = Σ_ij P_ℓ(⟨x_i, x_j⟩)`` for ℓ = 0 … degree (the addition
+    theorem), from the same coefficient sums as :func:`sphere_sums` (``F[k, t] = Σ_j
+    T_k(z_j) ε_t(x_j)``, compensated over tiles, then the exact table ``A[m, ℓ, k]``)."""
+    parts, real = tiles(u, tile)
+
+    def coefficients(p, r):
+        cheb, eps = _sphere_rows(p, degree - 1)  # T_k, k ≤ degree + 1; ε_m, m ≤ degree
+        return matmul(cheb[: degree + 1] * r[None], eps.T)
+
+    f = chunked_sum(over_tiles(coefficients, parts, real))  # (k, t): cos m ≤ K, sin m ≥ 1
+    m_of_t = np.concatenate([np.arange(degree + 1), np.arange(1, degree + 1)])
+    a = jnp.asarray(legendre_chebyshev(degree)[m_of_t], u.dtype)  # (t, ℓ, k)
+    harmonic = jnp.einsum("tlk,kt->lt", a, f, precision=jax.lax.Precision.HIGHEST)
+    return jnp.sum(harmonic * harmonic, axis=-1)
+
+
 # --- the route -----------------------------------------------------------------------
 
 #: Tokens per tile: the per-token rows of a tile (~(3K + 6) × tile numbers) stay in the
