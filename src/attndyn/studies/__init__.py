@@ -18,6 +18,12 @@ if TYPE_CHECKING:
         evolution_points as evolution_points,
         evolution_study as evolution_study,
     )
+    from .metastable import (
+        PLATEAU_FACTOR as PLATEAU_FACTOR,
+        Plateau as Plateau,
+        plateau_summary as plateau_summary,
+        plateaus as plateaus,
+    )
     from .modes import (
         ModesRun as ModesRun,
         ModesSpec as ModesSpec,
