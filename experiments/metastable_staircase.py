@@ -229,6 +229,10 @@ def point_summary(dim, n, beta, records, failed, times, cpu) -> dict:
         "agreement_after_t30": checks,
         "plateaus": summary,
         "lifetime_vs_barrier": [g for r in records for g in plateau_gaps(times, r, beta)],
+        # Every trajectory's counts and its staircase's first save, for re-analysis (e.g.
+        # another plateau factor) without rerunning.
+        "counts": c.tolist(),
+        "starts": starts,
         "median_counts": np.median(c, axis=0).tolist(),
         "quartile_counts": np.percentile(c, [25, 75], axis=0).tolist(),
     }
