@@ -142,6 +142,22 @@ def check_scalar(name: str, value: Any) -> None:
         )
 
 
+def check_swept(
+    name: str,
+    value: Any,
+    *,
+    lower: float | None = None,
+    upper: float | None = None,
+    lower_open: bool = False,
+    upper_open: bool = False,
+) -> None:
+    """A swept parameter (an array leaf of a model): one number per model
+    (:func:`check_scalar`), finite and within the bounds (:func:`check_bound`), in one
+    check."""
+    check_scalar(name, value)
+    check_bound(name, value, lower=lower, upper=upper, lower_open=lower_open, upper_open=upper_open)
+
+
 def check_bool(name: str, value: Any) -> None:
     """A flag must be a real bool: a truthy string such as ``"no"`` would switch it on."""
     if not isinstance(value, bool | np.bool_):

@@ -15,7 +15,7 @@ from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
 from . import random
 from .attention import float_leaf
-from .errors import check_bound, check_choice, check_scalar
+from .errors import check_choice, check_swept
 from .linalg import lq, matmul
 from .names import DISTRIBUTIONS as DISTRIBUTIONS
 
@@ -171,10 +171,8 @@ class MatrixValues(AbstractValues):
 
     def __check_init__(self):
         check_choice("distribution", self.distribution, DISTRIBUTIONS)
-        check_scalar("sigma", self.sigma)
-        check_bound("sigma", self.sigma, lower=0.0, lower_open=True)
-        check_scalar("drift", self.drift)
-        check_bound("drift", self.drift)  # any finite value
+        check_swept("sigma", self.sigma, lower=0.0, lower_open=True)
+        check_swept("drift", self.drift)  # any finite value
 
     def _on_span(self, n_tokens: int, dim: int) -> bool:
         return self.distribution == "gaussian" and n_tokens < dim
@@ -225,8 +223,7 @@ class ScalarValues(AbstractScalarValues):
 
     def __check_init__(self):
         check_choice("distribution", self.distribution, DISTRIBUTIONS)
-        check_scalar("eps", self.eps)
-        check_bound("eps", self.eps, lower=0.0)
+        check_swept("eps", self.eps, lower=0.0)
 
     def scale(self, *, key, depth, dtype):
         v = sample_entries(key, (), self.distribution, dtype)

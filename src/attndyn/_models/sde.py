@@ -49,7 +49,7 @@ import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._core.attention import Attention, float_leaf
-from .._core.errors import check_bound, check_scalar, check_single_key, check_start
+from .._core.errors import check_single_key, check_start, check_swept
 from .._core.linalg import matmul
 from .._core.saveat import SaveAt
 from .._core.sphere import normalize, tangent_project
@@ -203,8 +203,7 @@ class TransformerSDE(AbstractSphereSDE):
     integrator: SDEIntegrator = SDEIntegrator()
 
     def __check_init__(self):
-        check_scalar("sigma", self.sigma)
-        check_bound("sigma", self.sigma, lower=0.0, lower_open=True)
+        check_swept("sigma", self.sigma, lower=0.0, lower_open=True)
         self._check_common()
 
     @property
@@ -258,8 +257,7 @@ class HybridSDE(AbstractSphereSDE):
     integrator: SDEIntegrator = SDEIntegrator()
 
     def __check_init__(self):
-        check_scalar("eps", self.eps)
-        check_bound("eps", self.eps, lower=0.0)
+        check_swept("eps", self.eps, lower=0.0)
         self._check_common()
 
     @property

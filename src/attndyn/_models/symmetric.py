@@ -29,7 +29,7 @@ from jaxtyping import Array, Float, Key, PRNGKeyArray
 
 from .._core import defaults
 from .._core.attention import float_leaf
-from .._core.errors import ParameterError, check_bound, check_int, check_scalar
+from .._core.errors import ParameterError, check_bound, check_int, check_swept
 from .._core.saveat import SaveAt, without_saves
 from .._core.schemes import AbstractScheme
 from ..theory._symmetric import symmetric_attention
@@ -109,11 +109,9 @@ class SymmetricODE(AbstractModel):
         return self.integrator.implicit
 
     def __check_init__(self):
-        check_scalar("beta", self.beta)
-        check_bound("beta", self.beta, lower=0.0)
+        check_swept("beta", self.beta, lower=0.0)
         check_int("n_tokens", self.n_tokens, lower=2)
-        check_scalar("r0", self.r0)
-        check_bound("r0", self.r0, lower=0.0, lower_open=True)
+        check_swept("r0", self.r0, lower=0.0, lower_open=True)
 
     @property
     def save_times(self) -> np.ndarray:

@@ -31,7 +31,10 @@ import numpy as np
 
 from .._core.attention import ATTENTION_KINDS
 from .._core.errors import ParameterError, check_choice, check_int, check_real_in
-from ._phase import p_antipodal_uniform
+from ._phase import _below_exact_max, _p_uniform
+
+# The public functions check their arguments once (_check, _check_uneven) and call the
+# private kernels (_contraction_rate, _split_drift, _split_level), which trust them.
 
 
 def _check(beta: float, dim: int, sizes: tuple[int, int], attention: str, sigma: float):
@@ -144,6 +147,11 @@ def antipodal_split_drift(
     large β, so an uneven antipodal split is metastable, never absorbing. USA's grows like
     e^{2β}: inf where it exceeds float64 (β ≳ 355)."""
     _check(beta, dim, sizes, attention, sigma)
+    return _split_drift(beta, dim, sizes, attention, sigma)
+
+
+def _split_drift(beta, dim: int, sizes: tuple[int, int], attention: str, sigma) -> float:
+    """:func:`antipodal_split_drift` of checked arguments."""
     # A₁ = α θ₁, A₂ = γ θ₂ at Z = −1 (for USA divided by e^β).
     split = _split_length(-1.0, beta, sizes, attention)
     push = 0.5 * (dim - 1) * split**2
@@ -159,6 +167,11 @@ def antipodal_contraction_rate(beta: float, dim: int, *, attention: str = "softm
     Positive exactly when −1 attracts two tokens, β > β_c(d) (003 Thm 2). USA's is inf
     where cosh 2β exceeds float64 (β ≳ 355)."""
     _check(beta, dim, (1, 1), attention, 1.0)
+    return _contraction_rate(beta, dim, attention)
+
+
+def _contraction_rate(beta, dim: int, attention: str) -> float:
+    """:func:`antipodal_contraction_rate` of checked arguments."""
     if attention == "softmax":
         sech = 2 * math.exp(-beta) / (1 + math.exp(-2 * beta))  # cosh β would overflow
         return 2.0 - (dim - 1) * sech * sech  # = (cosh 2β − (d − 2))/cosh²β
@@ -178,10 +191,16 @@ def antipodal_split_level(
     A heuristic scale, not a law: the split is classified antipodal (1 + Z ≤ tol) while it
     hovers below tol, and leaves for good through rare excursions not described here.
     At large β (SA) ≈ (d − 1)(k/m − m/k)² e^{−4β}."""
+    _check(beta, dim, sizes, attention, 1.0)
+    return _split_level(beta, dim, sizes, attention)
+
+
+def _split_level(beta, dim: int, sizes: tuple[int, int], attention: str) -> float:
+    """:func:`antipodal_split_level` of checked arguments."""
     if attention == "unnormalized":
         return _usa_split_level(beta, dim, sizes)
-    rate = antipodal_contraction_rate(beta, dim, attention=attention)
-    push = antipodal_split_drift(beta, dim, sizes, attention=attention)
+    rate = _contraction_rate(beta, dim, attention)
+    push = _split_drift(beta, dim, sizes, attention, 1.0)
     if push == 0.0:
         return 0.0
     return push / rate if rate > 0 else math.inf
@@ -190,7 +209,6 @@ def antipodal_split_level(
 def _usa_split_level(beta: float, dim: int, sizes: tuple[int, int]) -> float:
     """USA's push/λ with both divided by e^{2β} (each overflows beyond β ≈ 355; their
     ratio tends to (d − 1)(k − m)²/(k + m)²)."""
-    _check(beta, dim, sizes, "unnormalized", 1.0)
     k, m = sizes
     small = math.exp(-2 * beta)
     push = 0.5 * (dim - 1) * ((k - m) * (1 + small) / (k + m)) ** 2
@@ -234,7 +252,7 @@ def _split_measures(beta, dim, sizes, attention, tol, step):
 
     In w the equation is smooth at both ends: dz = εδ dw (ε = 1 + z, δ = 1 − z), so
     d log s/dw = −2μ/(σ²Q) and m dw = 2/(Q s) dw with σ²(z) = σ²εδQ."""
-    level = min(antipodal_split_level(beta, dim, sizes, attention=attention), tol)
+    level = min(_split_level(beta, dim, sizes, attention), tol)
     # Below 10⁻¹⁰ of the level the speed measure holds a fraction ~ (10⁻¹⁰)^((d−1)/2): the
     # occupation integrals leave it out, the lifetime adds its closed-form tail.
     low = 0.5 * math.log(level * 1e-10 / 2)
@@ -250,6 +268,11 @@ def _split_measures(beta, dim, sizes, attention, tol, step):
 
 def _check_uneven(beta, dim, sizes, attention, tol):
     _check(beta, dim, sizes, attention, 1.0)
+    _check_split(beta, dim, sizes, attention, tol)
+
+
+def _check_split(beta, dim, sizes, attention, tol):
+    """The tolerance and the split (β, d, the sizes and the attention checked)."""
     check_real_in("tol", tol, lower=0.0, upper=1.0, lower_open=True, upper_open=True)
     if sizes[0] == sizes[1]:
         raise ParameterError(
@@ -257,7 +280,7 @@ def _check_uneven(beta, dim, sizes, attention, tol):
             "start (it stays there for ever); give two different cluster sizes."
         )
     # The grid starts 10⁻¹⁰ below the split's level (∝ e^{−4β}): it must be a normal float64.
-    if not antipodal_split_level(beta, dim, sizes, attention=attention) > _SMALLEST_LEVEL:
+    if not _split_level(beta, dim, sizes, attention) > _SMALLEST_LEVEL:
         raise ParameterError(
             f"beta={beta}: the split's level 1 + Z ≈ push/λ is below float64's range here "
             f"(under {_SMALLEST_LEVEL:g}); give a smaller beta (softmax: below about 165, "
@@ -357,7 +380,7 @@ def p_antipodal_pair_three_tokens(
     check_real_in("sigma", sigma, lower=0.0, lower_open=True)
     survival = 1.0
     if beta <= _SPLIT_FOREVER_BETA:
-        _check_uneven(beta, dim, (2, 1), "softmax", tol)
+        _check_split(beta, dim, (2, 1), "softmax", tol)
         lifetime, hover = _split_life(beta, dim, (2, 1), "softmax", tol)
         survival = hover * math.exp(-horizon * sigma**2 / lifetime)
-    return 1.5 * p_antipodal_uniform(beta, dim) * survival
+    return 1.5 * _p_uniform(_below_exact_max(beta), dim) * survival

@@ -49,7 +49,15 @@ def _check(
 
 def hybrid_coefficients(beta: float, eps: float, attention: str = "unnormalized"):
     """(K, κ) of the closed-form scale density above."""
-    beta, eps = _check(beta, eps, attention)
+    return _coefficients(*_check(beta, eps, attention), attention)
+
+
+# The public functions check β, ε and the attention once (_check) and call these private
+# kernels, which trust them: the quadratures below evaluate them without checking again.
+
+
+def _coefficients(beta: float, eps: float, attention: str) -> tuple[float, float]:
+    """:func:`hybrid_coefficients` of checked arguments."""
     inverse = 1 / eps / eps  # 1/ε², 0 where ε² overflows (ε ≳ 1e154): no OverflowError
     if attention == "unnormalized":
         return 2 * inverse - math.exp(beta), 0.0
@@ -59,13 +67,18 @@ def hybrid_coefficients(beta: float, eps: float, attention: str = "unnormalized"
 def hybrid_end_rates(beta: float, eps: float, attention: str = "unnormalized"):
     """(λ₊, λ₋): the scale measure decays like e^{−λ₊u} as u = artanh Z → +∞ and like
     e^{λ₋u} as u → −∞; an end attracts iff its rate is positive."""
-    k, kappa = hybrid_coefficients(beta, eps, attention)
+    return _end_rates(*_check(beta, eps, attention), attention)
+
+
+def _end_rates(beta: float, eps: float, attention: str) -> tuple[float, float]:
+    """:func:`hybrid_end_rates` of checked arguments."""
+    k, kappa = _coefficients(beta, eps, attention)
     return k * math.exp(-beta) + kappa, -(k * math.exp(beta) + kappa)
 
 
 def hybrid_attracts(beta: float, eps: float, attention: str = "unnormalized"):
     """(+1 attracts, −1 attracts) for two tokens under hybrid noise."""
-    plus, minus = hybrid_end_rates(beta, eps, attention)
+    plus, minus = _end_rates(*_check(beta, eps, attention), attention)
     return plus > 0, minus > 0
 
 
@@ -149,14 +162,13 @@ def _p_antipodal(
     beta: float, eps: float, attention: str, *, lower: float = -np.inf, weight=None
 ) -> float:
     """∫_{tanh lower}^1 s(z) weight(z) dz / ∫_{−1}^1 s(z) dz (in u = artanh z), or the
-    limiting 0 / 1 when an end does not attract."""
-    plus, minus = hybrid_attracts(beta, eps, attention)
-    if not minus:
+    limiting 0 / 1 when an end does not attract (β, ε and the attention checked)."""
+    lam_plus, lam_minus = _end_rates(beta, eps, attention)
+    if not lam_minus > 0:
         return 0.0
-    if not plus:
+    if not lam_plus > 0:
         return 1.0
-    k, kappa = hybrid_coefficients(beta, eps, attention)
-    lam_plus, lam_minus = hybrid_end_rates(beta, eps, attention)
+    k, kappa = _coefficients(beta, eps, attention)
 
     def log_measure(u):
         return _log_measure(u, k, kappa, beta)
@@ -179,6 +191,7 @@ def p_antipodal_hybrid_given_overlap(
 ) -> float:
     """P(antipodal at t = ∞ | Z₀ = z) for two tokens under hybrid noise (0 or 1 for USA)."""
     z = check_real_in("z", z, lower=-1.0, upper=1.0, lower_open=True, upper_open=True)
+    beta, eps = _check(beta, eps, attention)
     return _p_antipodal(beta, eps, attention, lower=math.atanh(z))
 
 
@@ -190,6 +203,7 @@ def p_antipodal_hybrid_uniform(
     By Fubini, E[∫_{Z₀}^1 s] = ∫ s(x) P(Z₀ ≤ x) dx: one weighted integral.
     """
     check_int("dim", dim, lower=2)
+    beta, eps = _check(beta, eps, attention)
     return _p_antipodal(beta, eps, attention, weight=lambda v: float(overlap_cdf(v, dim)))
 
 

@@ -78,7 +78,11 @@ def simplex_critical_gamma(rho: float | int) -> float:
 def long_context_regime(gamma: float | int, rho: float | int) -> str:
     """``"subcritical"``, ``"critical"`` or ``"supercritical"``: γ below, at or above
     γ* = 1/(1 − ρ) (at: within 8 ulps of γ(1 − ρ) = 1)."""
-    gamma, rho = _gamma(gamma), _rho(rho)
+    return _regime(_gamma(gamma), _rho(rho))
+
+
+def _regime(gamma: float, rho: float) -> str:
+    """:func:`long_context_regime` of a checked γ and ρ."""
     excess = gamma * (1.0 - rho) - 1.0
     if abs(excess) <= _AT_THRESHOLD:
         return "critical"
@@ -92,10 +96,13 @@ def simplex_self_weight(gamma: float | int, rho: float | int, n_tokens: int | No
     (arXiv:2510.05554: uniform attention below γ*, the identity above)."""
     gamma, rho, n = _gamma(gamma), _rho(rho), _n_tokens(n_tokens)
     if n is None:
-        return {"subcritical": 0.0, "critical": 0.5, "supercritical": 1.0}[
-            long_context_regime(gamma, rho)
-        ]
+        return _limit_self_weight(gamma, rho)
     return _self_weight(gamma, rho, n)
+
+
+def _limit_self_weight(gamma: float, rho: float) -> float:
+    """:func:`simplex_self_weight`'s n → ∞ limit of a checked γ and ρ."""
+    return {"subcritical": 0.0, "critical": 0.5, "supercritical": 1.0}[_regime(gamma, rho)]
 
 
 def _self_weight(gamma: float, rho: float, n: int) -> float:
@@ -133,7 +140,7 @@ def simplex_output_overlap(
                 "rho=0 has no n → ∞ limit of this form (Theorem 2.1 takes rho in (0, 1)); "
                 "give n_tokens for the exact value at n."
             )
-        a = simplex_self_weight(gamma, rho)
+        a = _limit_self_weight(gamma, rho)
         return common / (common + (1.0 - rho) * (a + c) ** 2)
     a = _self_weight(gamma, rho, n)
     b = (1.0 - a) / (n - 1)

@@ -24,7 +24,11 @@ from .._core.norms import AbstractNorm, as_norm
 
 def effective_dim(dim: int, norm: "AbstractNorm | str" = "rms") -> int:
     """The dimension of the RMS model whose two-token law is that of tokens in R^``dim``
-    under ``norm``: d for RMS, d − 1 for centred LayerNorm (at least 2 either way)."""
+    under ``norm``: d for RMS, d − 1 for centred LayerNorm (at least 2 either way).
+
+    The public functions below check their arguments here and in :func:`_validate`, once,
+    and then call the private kernels (``_reachable``, ``_p_uniform``, ...), which trust
+    them: a curve of 60 β or a quadrature's hundreds of nodes check nothing again."""
     norm = as_norm(norm)
     if norm.affine:
         raise ParameterError(
@@ -46,7 +50,11 @@ def beta_critical(dim: int, norm: "AbstractNorm | str" = "rms") -> float:
     For d = 2 both ±1 attract at every β, and β_c(2) is returned as 0. For d = 3 it is 0.
     With ``norm="layernorm"``: ½ arccosh(d − 3), the RMS threshold of d − 1 dimensions.
     """
-    dim = effective_dim(dim, norm)
+    return _critical(effective_dim(dim, norm))
+
+
+def _critical(dim: int) -> float:
+    """:func:`beta_critical` of an effective d ≥ 2 (checked)."""
     if dim <= 3:
         return 0.0
     return 0.5 * math.acosh(dim - 2)
@@ -219,13 +227,24 @@ ONE_BETA = "Call the function once per β (p_antipodal_curve takes an array of �
 
 def _validate(beta: float, dim: int) -> float:
     """β as a float (one real number ≥ 0; refused by name otherwise), and d ≥ 2."""
-    beta = check_real_in("beta", beta, lower=0.0, array_hint=ONE_BETA)
+    beta = _checked_beta(beta)
     check_int("dim", dim, lower=2)
     return beta
 
 
-def _validate_quadrature(beta: float, dim: int) -> float:
-    beta = _validate(beta, dim)
+def _checked_beta(beta: float) -> float:
+    """β as a float: one real number ≥ 0, refused by name otherwise (d is checked by
+    :func:`effective_dim`)."""
+    return check_real_in("beta", beta, lower=0.0, array_hint=ONE_BETA)
+
+
+def _quadrature_beta(beta: float) -> float:
+    """β as a float in [0, EXACT_BETA_MAX], where the quadrature is computed."""
+    return _below_exact_max(_checked_beta(beta))
+
+
+def _below_exact_max(beta: float) -> float:
+    """A checked β, refused above EXACT_BETA_MAX (where the quadrature stops)."""
     if beta > EXACT_BETA_MAX:
         raise ParameterError(
             f"beta={beta!r} is above {EXACT_BETA_MAX:g}, the largest β for which the exact "
@@ -239,7 +258,11 @@ def antipodal_reachable(beta: float, dim: int, norm: "AbstractNorm | str" = "rms
     """Whether ∫ s converges at −1, i.e. d − 2 < cosh 2β: P(antipodal) > 0 iff it does
     (d − 3 < cosh 2β with ``norm="layernorm"``)."""
     dim = effective_dim(dim, norm)
-    beta = _validate(beta, dim)
+    return _reachable(_checked_beta(beta), dim)
+
+
+def _reachable(beta: float, dim: int) -> bool:
+    """:func:`antipodal_reachable` of a checked β and effective d."""
     return dim - 2 < _cosh(2 * beta)
 
 
@@ -297,9 +320,9 @@ def p_antipodal_given_overlap(
     arccos(z)/π. With ``norm="layernorm"`` z is the overlap of the centred tokens.
     """
     dim = effective_dim(dim, norm)
-    beta = _validate_quadrature(beta, dim)
+    beta = _quadrature_beta(beta)
     z = check_real_in("z", z, lower=-1.0, upper=1.0)
-    if not antipodal_reachable(beta, dim):
+    if not _reachable(beta, dim):
         return 0.0
     total = _weighted_integral(lambda v: 1.0, beta, dim)
     return _weighted_integral(lambda v: 1.0, beta, dim, lower=z) / total
@@ -332,16 +355,22 @@ def p_antipodal_uniform(beta: float, dim: int, norm: "AbstractNorm | str" = "rms
     uniform law on the unit sphere of the hyperplane, and the answer is the RMS one at d − 1.
     """
     dim = effective_dim(dim, norm)
-    beta = _validate_quadrature(beta, dim)
-    if not antipodal_reachable(beta, dim):
+    return _p_uniform(_quadrature_beta(beta), dim)
+
+
+def _p_uniform(beta: float, dim: int) -> float:
+    """:func:`p_antipodal_uniform` of a checked β and effective d."""
+    if not _reachable(beta, dim):
         return 0.0
     total = _weighted_integral(lambda v: 1.0, beta, dim)
     return _weighted_integral(lambda v: float(overlap_cdf(v, dim)), beta, dim) / total
 
 
 def p_antipodal_curve(betas, dim: int, norm: "AbstractNorm | str" = "rms") -> np.ndarray:
-    """:func:`p_antipodal_uniform` over an array of β."""
+    """:func:`p_antipodal_uniform` over an array of β (d and the norm checked once, each β
+    once)."""
     values = np.asarray(betas)
     if values.dtype.kind not in "iuf":  # '4' would be read as 4.0 by float()
         raise ParameterError(f"betas={betas!r:.40} must be real numbers β >= 0.")
-    return np.array([p_antipodal_uniform(float(b), dim, norm) for b in values.ravel()])
+    dim = effective_dim(dim, norm)
+    return np.array([_p_uniform(_quadrature_beta(float(b)), dim) for b in values.ravel()])
