@@ -52,18 +52,22 @@ def _title_text(fig) -> str:
 
 @pytest.mark.parametrize("draw", [plot.phase_diagram, plot.beta_n, plot.evolution])
 def test_titles_state_sample_size_depth_and_horizon(draw):
-    fig = draw(_dataset(model="DiscreteTransformer(depth=50, ...)"))
+    fig = draw(_dataset(depth=50))
     text = _title_text(fig).replace("\n", " ")
     assert "1,234 trajectories a point" in text
     assert "L = 50" in text and "T = 5" in text
 
 
 def test_depth_left_at_its_default_is_still_stated():
-    # equinox's repr leaves out fields at their default (DiscreteTransformer: depth=100).
-    model = repr(ad.DiscreteTransformer(ad.Attention(1.0), saveat=ad.SaveAt(5.0)))
-    assert "depth" not in model
-    text = _title_text(plot.beta_n(_dataset(model=model)))
+    # equinox's repr leaves out fields at their default (DiscreteTransformer: depth=100):
+    # the figures read the model's fields (AbstractModel.provenance), never its repr.
+    model = ad.DiscreteTransformer(ad.Attention(1.0), saveat=ad.SaveAt(5.0))
+    assert "depth" not in repr(model)
+    assert model.provenance() == {"depth": 100}
+    text = _title_text(plot.beta_n(_dataset(model=repr(model), **model.provenance())))
     assert "L = 100" in text
+    # A repr alone names no L: nothing is parsed out of it.
+    assert "L = " not in _title_text(plot.beta_n(_dataset(model="DiscreteTransformer(depth=50)")))
 
 
 def test_titles_fit_the_figure():

@@ -14,7 +14,7 @@ class, only from these abstract ones.
 import abc
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 
 import equinox as eqx
 import jax
@@ -25,6 +25,10 @@ from jaxtyping import Array, Float, Key, PRNGKeyArray, PyTree
 from .._core.errors import ParameterError, check_choice, check_start
 
 if TYPE_CHECKING:
+    from .._core.attention import Attention
+    from .._core.schemes import AbstractScheme
+    from .._core.values import AbstractValues
+    from .._core.weights import RandomWeights
     from .merging import MergeLaw
 
 States = Float[Array, "batch n_saves N k"]
@@ -181,6 +185,12 @@ class AbstractModel(eqx.Module):
         as a result. The default: unknown (not checked)."""
         return False
 
+    def provenance(self) -> dict[str, Any]:
+        """The model's fields that a dataset records beside its description, for its
+        readers and figures (a layer map's grid: ``depth`` or ``step``), so that nothing
+        is parsed out of a repr. The default: none."""
+        return {}
+
     def overflow_causes(self, dtype: np.dtype) -> list[str]:
         """Parameters at which the model's own formulas overflow ``dtype``, beyond what the
         estimator finds in its components (unnormalised :class:`Attention`, scalars whose
@@ -205,6 +215,47 @@ class AbstractTrajectoryModel(AbstractModel):
         # Compiled whole where a user calls it outside jit (inside the estimator's program
         # the call is inlined).
         return jax.vmap(lambda x, k: self.trajectory(x, key=k))(x0, keys)
+
+
+@runtime_checkable  # the tests' run-time type checks (beartype) ask isinstance of it
+class LayerMaps(Protocol):
+    """The reduced routes' view of the model they stand for
+    (:class:`attndyn.DiscreteTransformer`): its parts (attention, value operator, scheme,
+    frozen weights), its layer grid and saves, and the model methods a route delegates to.
+
+    A protocol, so that ``_models/reduced`` needs no import of ``_models/discrete.py``
+    (which imports the routes to build them): the dependency runs one way, type-only
+    imports included (tests/test_architecture.py)."""
+
+    @property
+    def attention(self) -> "Attention": ...
+    @property
+    def values(self) -> "AbstractValues": ...
+    @property
+    def scheme(self) -> "AbstractScheme": ...
+    @property
+    def weights(self) -> "RandomWeights | None": ...
+    @property
+    def layers_per_unit(self) -> int | float:
+        """L = 1/η, the layers per unit time."""
+        ...
+
+    @property
+    def save_layers(self) -> np.ndarray:
+        """The layer index of each save."""
+        ...
+
+    @property
+    def save_times(self) -> np.ndarray: ...
+    def merge_law(self, dim: int) -> "MergeLaw | None": ...
+    def attention_scale_free(self) -> bool: ...
+    def keeps_unit_rows(self) -> bool: ...
+    def stepping(self) -> tuple[int, int]: ...
+    def begin(self, x0: Float[Array, "batch N d"], keys: Key[Array, " batch"]) -> PyTree: ...
+    def advance(
+        self, state: PyTree, keys: Key[Array, " batch"], start: Array, stop: Array
+    ) -> PyTree: ...
+    def finish(self, state: PyTree) -> States: ...
 
 
 ROUTES = ("auto", "full", "reduced")

@@ -2,7 +2,7 @@
 
 import math
 import warnings
-from typing import ClassVar, final
+from typing import Any, ClassVar, final
 
 import equinox as eqx
 import jax
@@ -132,6 +132,10 @@ class DiscreteTransformer(AbstractTrajectoryModel):
         if self.step is not None:
             return 1.0 / self.step
         return DEFAULT_DEPTH if self.depth is None else self.depth
+
+    def provenance(self) -> dict[str, Any]:
+        # L where the model steps by 1/L (depth=None: the default L), else the real step.
+        return {"depth": self.layers_per_unit} if self.step is None else {"step": self.step}
 
     @property
     def step_size(self) -> float:

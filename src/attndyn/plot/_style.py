@@ -13,7 +13,6 @@
 """
 
 import json
-import re
 import textwrap
 from collections.abc import Sequence
 from typing import Any
@@ -21,8 +20,6 @@ from typing import Any
 import matplotlib
 import numpy as np
 import xarray as xr
-
-from .._models.discrete import DEFAULT_DEPTH, DiscreteTransformer
 
 #: Okabe & Ito (2008), "Color Universal Design", in the order used for categories:
 #: blue, vermillion, bluish green, reddish purple, orange, sky blue, black, yellow.
@@ -126,12 +123,13 @@ def _values_words(values: Any, *, sde: bool) -> str:
 
 def sample_line(ds: xr.Dataset) -> str:
     """``2,000 trajectories a point, L = 50, T = 60`` from a results dataset's provenance
-    (the parts it records)."""
+    fields (the parts it records; L is its ``depth`` field, which a study's spec and a
+    model's :meth:`~attndyn.AbstractModel.provenance` write, never read out of a repr)."""
     record = provenance_record(ds)
     parts = []
     if "n_trajectories" in record:
         parts.append(f"{int(record['n_trajectories']):,} trajectories a point")
-    depth = record.get("depth") or _depth_from_repr(record.get("model", ""))
+    depth = record.get("depth")
     engine = record.get("engine")
     if engine == "sde":
         parts.append(f"SDE, {record.get('solver', 'euler')}, dt = {record.get('dt')}")
@@ -139,16 +137,6 @@ def sample_line(ds: xr.Dataset) -> str:
         parts.append(f"L = {depth}")
     parts.append(f"T = {float(ds['time'].values[-1]):g}")
     return ", ".join(parts)
-
-
-def _depth_from_repr(model: str) -> int | None:
-    """L of a layer-map model from its repr (equinox leaves out fields at their default)."""
-    match = re.search(r"\bdepth=(\d+)", model)
-    if match:
-        return int(match.group(1))
-    if model.startswith(f"{DiscreteTransformer.__name__}(") and not re.search(r"\bstep=", model):
-        return DEFAULT_DEPTH  # depth=None means the default L
-    return None
 
 
 def wrap(text: str, width_inches: float, fontsize: float = 9.0) -> str:

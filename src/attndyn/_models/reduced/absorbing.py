@@ -11,7 +11,7 @@ class later changes with probability at most the bound asked for. It is what
 (two tokens under Post-LN, :func:`.absorption.absorption_applies`).
 """
 
-from typing import TYPE_CHECKING, ClassVar, final
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, final, runtime_checkable
 
 import equinox as eqx
 import jax
@@ -19,11 +19,33 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Key
 
-from ..base import AbstractModel, States, advance_saves, simulate_in_blocks
+from ..base import AbstractModel, LayerMaps, States, advance_saves, simulate_in_blocks
 from .frame import pair_gaps
 
 if TYPE_CHECKING:
-    from .route import AbstractFrameRoute
+    from ..merging import MergeLaw
+
+
+@runtime_checkable  # the tests' run-time type checks (beartype) ask isinstance of it
+class FrameRun(Protocol):
+    """What early absorption asks of the route it wraps (a
+    :class:`.route.AbstractFrameRoute`, whose ``with_absorption`` builds it): the route's
+    model and saves, its blocked simulation and its layers ``[start, stop)`` of a batch. A
+    protocol, so that this module needs no import of :mod:`.route`, which imports it."""
+
+    @property
+    def model(self) -> LayerMaps: ...
+    @property
+    def save_times(self) -> np.ndarray: ...
+    def merge_law(self, dim: int) -> "MergeLaw | None": ...
+    def attention_scale_free(self) -> bool: ...
+    def keeps_unit_rows(self) -> bool: ...
+    def stepping(self) -> tuple[int, int]: ...
+    def begin(self, x0: Float[Array, "batch N d"], keys: Key[Array, " batch"]) -> Any: ...
+    def finish(self, state: Any) -> States: ...
+    def run(
+        self, c: Float[Array, "batch N N"], start: Array, stop: Array, keys: Key[Array, " batch"]
+    ) -> Float[Array, "batch N N"]: ...
 
 
 @final
@@ -34,7 +56,7 @@ class AbsorbingRoute(AbstractModel):
     absorbed state. ``absorb_tile`` live trajectories run side by side (one compiled
     shape); the order in which they run changes no number."""
 
-    route: "AbstractFrameRoute"
+    route: FrameRun
     absorb_gap: Float[Array, "2"]
     absorb_every: int = eqx.field(static=True, default=50)
     absorb_tile: int = eqx.field(static=True, default=512)

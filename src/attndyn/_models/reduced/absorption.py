@@ -36,15 +36,11 @@ within δ of ±1 instead of creeping closer: a change of at most δ per trajecto
 """
 
 import math
-from typing import TYPE_CHECKING
 
 import jax
 
-from ..._core.errors import check_bound, check_int
-from ...theory._phase import _exponents, beta_critical
-
-if TYPE_CHECKING:
-    from ..discrete import DiscreteTransformer
+from ...theory._phase import _critical, _exponents
+from ..base import LayerMaps
 
 #: Smallest δ used: the relative-precision chain resolves gaps far below it in float32.
 MIN_GAP = 1e-60
@@ -71,11 +67,11 @@ def absorption_gaps(beta: float, dim: int, tol: float, bound: float) -> tuple[fl
 
     Either is 0 when that end cannot be made safe within float32 resolution (or is not an
     absorbing end at all: −1 for β ≤ β_c(d)).
+
+    Nothing is checked again here: β and d come from a model (its ``__check_init__``),
+    ``tol`` and ``bound`` from the estimator's options (``check_options``), each checked
+    where it entered.
     """
-    check_bound("beta", beta, lower=0.0)
-    check_int("dim", dim, lower=2)
-    check_bound("tol", tol, lower=0.0, upper=1.0, lower_open=True, upper_open=True)
-    check_bound("early_absorption bound", bound, lower=0.0, upper=1.0, lower_open=True)
     gaps = []
     for kappa in absorption_exponents(beta, dim):
         if kappa <= 0 or (kappa < 1e-3):
@@ -83,7 +79,7 @@ def absorption_gaps(beta: float, dim: int, tol: float, bound: float) -> tuple[fl
             continue
         delta = tol * (bound / SAFETY) ** (1 / kappa)
         gaps.append(delta if delta >= MIN_GAP else 0.0)
-    if dim > 3 and beta <= beta_critical(dim):
+    if dim > 3 and beta <= _critical(dim):
         gaps[1] = 0.0
     return gaps[0], gaps[1]
 
@@ -97,7 +93,7 @@ def escape_bound(beta: float, dim: int, tol: float, gap_plus: float, gap_minus: 
     return min(worst, 1.0)
 
 
-def absorption_applies(model: "DiscreteTransformer", n_tokens: int) -> str | None:
+def absorption_applies(model: LayerMaps, n_tokens: int) -> str | None:
     """Why early absorption is not quantified for the reduced form of ``model``, or ``None``
     when it is."""
     if n_tokens != 2:

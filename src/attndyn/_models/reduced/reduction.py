@@ -6,22 +6,17 @@ interface only (imported for annotations), so that ``discrete`` imports them and
 here imports ``discrete``: no import cycle.
 """
 
-from typing import TYPE_CHECKING
-
 import equinox as eqx
 
 from ..._core.norms import RMSNorm
-from ..base import Reduction
+from ..base import LayerMaps, Reduction
 from .chain import TwoTokenChain
 from .frame import fits_frame
 from .frame_route import ReducedTransformer
 from .span import SpanTransformer
 
-if TYPE_CHECKING:
-    from ..discrete import DiscreteTransformer
 
-
-def reduction_blocker(model: "DiscreteTransformer", n_tokens: int, dim: int) -> str | None:
+def reduction_blocker(model: LayerMaps, n_tokens: int, dim: int) -> str | None:
     """Why no reduced route applies to ``model`` at (N, d), or ``None`` if one does."""
     norm = model.scheme.norm
     if not (norm.rotation_invariant or centred_post_ln(model)):
@@ -51,7 +46,7 @@ def reduction_blocker(model: "DiscreteTransformer", n_tokens: int, dim: int) -> 
     return None
 
 
-def centred_post_ln(model: "DiscreteTransformer") -> bool:
+def centred_post_ln(model: LayerMaps) -> bool:
     """Post-LN with a centred LayerNorm without gain or bias: *(derived, spec §0)* in law
     for Gaussian value matrices (exactly for multiples of I) the RMS model in d − 1
     dimensions, the tokens being unit vectors of the mean-zero hyperplane."""
@@ -59,7 +54,7 @@ def centred_post_ln(model: "DiscreteTransformer") -> bool:
     return model.scheme.post_ln_map and norm.codimension == 1 and not norm.affine
 
 
-def reduce_discrete(model: "DiscreteTransformer", n_tokens: int, dim: int) -> Reduction:
+def reduce_discrete(model: LayerMaps, n_tokens: int, dim: int) -> Reduction:
     """The reduced form of ``model`` at (N, d), or why it has none: the span route for
     values that are multiples of I (:class:`.span.SpanTransformer`); for Gaussian value
     matrices the two-token chain for N = 2 under Post-LN (:class:`.chain.TwoTokenChain`),

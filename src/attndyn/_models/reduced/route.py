@@ -15,7 +15,7 @@ things, :meth:`AbstractFrameRoute.layer` (one layer of one trajectory) and
 """
 
 import abc
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -25,13 +25,10 @@ from jaxtyping import Array, Float, Key, PRNGKeyArray
 
 from ..._core.errors import ParameterError, check_single_key, check_start
 from ..._core.norms import AbstractNorm, RMSNorm
-from ..base import AbstractModel, States, advance_saves, begin_saves, simulate_in_blocks
+from ..base import AbstractModel, LayerMaps, States, advance_saves, begin_saves, simulate_in_blocks
 from .absorbing import AbsorbingRoute
 from .absorption import absorb_tile, absorption_applies, absorption_gaps
 from .frame import check_fits_frame, lq, start_frame
-
-if TYPE_CHECKING:
-    from ..discrete import DiscreteTransformer
 
 
 class AbstractFrameRoute(AbstractModel):
@@ -44,7 +41,7 @@ class AbstractFrameRoute(AbstractModel):
     the full model (fewer), so trajectories agree in law, not path by path.
     """
 
-    model: "DiscreteTransformer"
+    model: LayerMaps
     n_tokens: int = eqx.field(static=True)
     dim: int = eqx.field(static=True)
     #: The norm of the model the route stands for, which maps its starts in R^d to the

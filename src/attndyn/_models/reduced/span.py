@@ -15,7 +15,7 @@ down to float32's smallest normal numbers: two tokens never merge numerically, w
 float32 coordinates merge once they agree to ~10⁻⁷ (the numerical coalescence of issue 10).
 """
 
-from typing import TYPE_CHECKING, ClassVar, final
+from typing import ClassVar, final
 
 import equinox as eqx
 import jax
@@ -27,7 +27,7 @@ from ..._core.errors import ParameterError
 from ..._core.norms import AbstractNorm, RMSNorm
 from ..._core.random import fold_in
 from ..._core.values import AbstractScalarValues
-from ..base import AbstractModel, States, advance_saves, begin_saves, simulate_in_blocks
+from ..base import AbstractModel, LayerMaps, States, advance_saves, begin_saves, simulate_in_blocks
 from .frame import (
     check_fits_frame,
     held_sine,
@@ -37,9 +37,6 @@ from .frame import (
     two_token_frame,
 )
 
-if TYPE_CHECKING:
-    from ..discrete import DiscreteTransformer
-
 
 @final
 class SpanTransformer(AbstractModel):
@@ -47,7 +44,7 @@ class SpanTransformer(AbstractModel):
     N × N coordinates of the tokens' span (see the module docstring). Built by
     ``model.reduction(n_tokens, dim)``."""
 
-    model: "DiscreteTransformer"
+    model: LayerMaps
     n_tokens: int = eqx.field(static=True)
     dim: int = eqx.field(static=True)
     #: The norm of the model the route stands for (see ``ReducedTransformer.start``).
