@@ -1,23 +1,39 @@
 """Public names loaded on first use (PEP 562), so that ``attndyn --help`` starts without
-importing JAX.
+importing JAX: the one lazy-loading mechanism of the package (``attndyn``,
+``attndyn.studies``, ``attndyn.theory``, ``attndyn.plot``).
 
-A package lists its public names once, as ``from .module import name as name`` lines in an
-``if TYPE_CHECKING:`` block (what type checkers and documentation tools read);
-:func:`attach` reads that block from the package's source and returns the module's
-``__getattr__`` and ``__dir__``: the first access to a name imports its module.
+A module lists its lazy names once, as ``from .module import name as name`` lines in an
+``if TYPE_CHECKING:`` block: what type checkers, go-to-definition and the documentation
+(griffe) read, as ordinary imports. :func:`attach` reads the same block from the module's
+source and returns its ``__getattr__`` and ``__dir__``: the first access to a name imports
+its module; ``__all__`` is the block's public names. A name is added by adding its line,
+and nothing else lists it.
+
+A module that uses a lazy name in its own functions reads it as an attribute of the module
+(a plain global lookup does not reach ``__getattr__``), e.g. a command of the CLI::
+
+    if TYPE_CHECKING:
+        from ..studies.phase import phase_points as phase_points
+
+    __getattr__, __dir__ = attach(__name__, __file__, globals())
+
+    def command():
+        from . import _phase as run  # this module: its lazy names, typed
+
+        run.phase_points(...)  # imported now; a test can still replace it
 """
 
 import ast
 import importlib
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 
 def exports(init_file: str) -> dict[str, tuple[str, str | None]]:
     """``name → (relative module, attribute or None for a submodule)`` of every import in
     the ``if TYPE_CHECKING:`` blocks of ``init_file``."""
-    tree = ast.parse(Path(init_file).read_text())
+    with open(init_file, encoding="utf-8") as source:  # not pathlib: 3 ms of import
+        tree = ast.parse(source.read())
     found: dict[str, tuple[str, str | None]] = {}
     for node in tree.body:
         if not (isinstance(node, ast.If) and _is_type_checking(node.test)):

@@ -1,3 +1,4 @@
+# ruff: noqa: F401 - the renamed re-exports below (see the comment there)
 """Figures of attndyn's results datasets (matplotlib, without pyplot).
 
 ``import attndyn`` does not load this package (nor matplotlib); ``attndyn.plot`` does, on
@@ -27,27 +28,29 @@ Colours are colour-blind safe: the Okabe–Ito palette (:data:`OKABE_ITO`,
 whose five default β took two greens along viridis).
 """
 
-from ._density import plot_pair_density as pair_density
-from ._modes import plot_modes as modes
-from ._phase import plot_phase_diagram as phase_diagram
-from ._schemes import plot_schemes as schemes
-from ._sde import (
-    plot_beta_eps as beta_eps,
-    plot_beta_n as beta_n,
-    plot_evolution as evolution,
-)
-from ._style import OKABE_ITO, OUTCOME_COLORS, category_colors, ordered_colors
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "OKABE_ITO",
-    "OUTCOME_COLORS",
-    "beta_eps",
-    "beta_n",
-    "category_colors",
-    "evolution",
-    "modes",
-    "ordered_colors",
-    "pair_density",
-    "phase_diagram",
-    "schemes",
-]
+from .._lazy import attach as _attach
+
+# The public names, each loaded on first use (attndyn._lazy, as for attndyn itself): the
+# figure modules, and matplotlib with them, are imported when a figure is asked for. The
+# figures are renamed (plot_phase_diagram as phase_diagram), which ruff reads as unused
+# imports: _attach lists them in __all__ at run time.
+if TYPE_CHECKING:
+    from ._density import plot_pair_density as pair_density
+    from ._modes import plot_modes as modes
+    from ._phase import plot_phase_diagram as phase_diagram
+    from ._schemes import plot_schemes as schemes
+    from ._sde import (
+        plot_beta_eps as beta_eps,
+        plot_beta_n as beta_n,
+        plot_evolution as evolution,
+    )
+    from ._style import (
+        OKABE_ITO as OKABE_ITO,
+        OUTCOME_COLORS as OUTCOME_COLORS,
+        category_colors as category_colors,
+        ordered_colors as ordered_colors,
+    )
+
+__getattr__, __dir__ = _attach(__name__, __file__, globals())

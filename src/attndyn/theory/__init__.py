@@ -48,97 +48,63 @@ exponents of the two-token diffusion (``attndyn.theory._phase``).
   n → ∞ limits, tokens of pairwise overlap ρ).
 """
 
-from ._clusters import (
-    antipodal_contraction_rate as antipodal_contraction_rate,
-    antipodal_split_drift as antipodal_split_drift,
-    antipodal_split_hover_fraction as antipodal_split_hover_fraction,
-    antipodal_split_level as antipodal_split_level,
-    antipodal_split_lifetime as antipodal_split_lifetime,
-    p_antipodal_pair_three_tokens as p_antipodal_pair_three_tokens,
-    two_cluster_overlap_coefficients as two_cluster_overlap_coefficients,
-)
-from ._hybrid import (
-    depth_for_step as depth_for_step,
-    hybrid_attracts as hybrid_attracts,
-    hybrid_end_rates as hybrid_end_rates,
-    hybrid_layer_step as hybrid_layer_step,
-    p_antipodal_hybrid_given_overlap as p_antipodal_hybrid_given_overlap,
-    p_antipodal_hybrid_uniform as p_antipodal_hybrid_uniform,
-    sa_hybrid_boundaries as sa_hybrid_boundaries,
-)
-from ._long_context import (
-    long_context_regime as long_context_regime,
-    simplex_critical_gamma as simplex_critical_gamma,
-    simplex_output_overlap as simplex_output_overlap,
-    simplex_self_weight as simplex_self_weight,
-)
-from ._modes import (
-    critical_gamma as critical_gamma,
-    funk_hecke_exponential as funk_hecke_exponential,
-    funk_hecke_quadrature as funk_hecke_quadrature,
-    log_funk_hecke_exponential as log_funk_hecke_exponential,
-    mode_growth_rate as mode_growth_rate,
-    most_unstable_degree as most_unstable_degree,
-    self_attention_weight as self_attention_weight,
-)
-from ._phase import (
-    EXACT_BETA_MAX as EXACT_BETA_MAX,
-    antipodal_reachable as antipodal_reachable,
-    beta_critical as beta_critical,
-    effective_dim as effective_dim,
-    eps_critical as eps_critical,
-    overlap_start_cdf as overlap_start_cdf,
-    p_antipodal_curve as p_antipodal_curve,
-    p_antipodal_given_overlap as p_antipodal_given_overlap,
-    p_antipodal_uniform as p_antipodal_uniform,
-    scale_density as scale_density,
-)
-from ._symmetric import (
-    RateKind as RateKind,
-    RateTheory as RateTheory,
-    initial_slope as initial_slope,
-    terminal_rate_theory as terminal_rate_theory,
-)
+from typing import TYPE_CHECKING
 
-#: The public names (``from attndyn.theory import *``).
-__all__ = [
-    "EXACT_BETA_MAX",
-    "RateKind",
-    "RateTheory",
-    "antipodal_contraction_rate",
-    "antipodal_reachable",
-    "antipodal_split_drift",
-    "antipodal_split_hover_fraction",
-    "antipodal_split_level",
-    "antipodal_split_lifetime",
-    "beta_critical",
-    "critical_gamma",
-    "depth_for_step",
-    "effective_dim",
-    "eps_critical",
-    "funk_hecke_exponential",
-    "funk_hecke_quadrature",
-    "hybrid_attracts",
-    "hybrid_end_rates",
-    "hybrid_layer_step",
-    "initial_slope",
-    "log_funk_hecke_exponential",
-    "long_context_regime",
-    "mode_growth_rate",
-    "most_unstable_degree",
-    "overlap_start_cdf",
-    "p_antipodal_curve",
-    "p_antipodal_given_overlap",
-    "p_antipodal_hybrid_given_overlap",
-    "p_antipodal_hybrid_uniform",
-    "p_antipodal_pair_three_tokens",
-    "p_antipodal_uniform",
-    "sa_hybrid_boundaries",
-    "scale_density",
-    "self_attention_weight",
-    "simplex_critical_gamma",
-    "simplex_output_overlap",
-    "simplex_self_weight",
-    "terminal_rate_theory",
-    "two_cluster_overlap_coefficients",
-]
+from .._lazy import attach as _attach
+
+# The public names, each loaded on first use (attndyn._lazy, as for attndyn itself):
+# ``from attndyn.theory import beta_critical`` imports the two-token module alone.
+if TYPE_CHECKING:
+    from ._clusters import (
+        antipodal_contraction_rate as antipodal_contraction_rate,
+        antipodal_split_drift as antipodal_split_drift,
+        antipodal_split_hover_fraction as antipodal_split_hover_fraction,
+        antipodal_split_level as antipodal_split_level,
+        antipodal_split_lifetime as antipodal_split_lifetime,
+        p_antipodal_pair_three_tokens as p_antipodal_pair_three_tokens,
+        two_cluster_overlap_coefficients as two_cluster_overlap_coefficients,
+    )
+    from ._hybrid import (
+        depth_for_step as depth_for_step,
+        hybrid_attracts as hybrid_attracts,
+        hybrid_end_rates as hybrid_end_rates,
+        hybrid_layer_step as hybrid_layer_step,
+        p_antipodal_hybrid_given_overlap as p_antipodal_hybrid_given_overlap,
+        p_antipodal_hybrid_uniform as p_antipodal_hybrid_uniform,
+        sa_hybrid_boundaries as sa_hybrid_boundaries,
+    )
+    from ._long_context import (
+        long_context_regime as long_context_regime,
+        simplex_critical_gamma as simplex_critical_gamma,
+        simplex_output_overlap as simplex_output_overlap,
+        simplex_self_weight as simplex_self_weight,
+    )
+    from ._modes import (
+        critical_gamma as critical_gamma,
+        funk_hecke_exponential as funk_hecke_exponential,
+        funk_hecke_quadrature as funk_hecke_quadrature,
+        log_funk_hecke_exponential as log_funk_hecke_exponential,
+        mode_growth_rate as mode_growth_rate,
+        most_unstable_degree as most_unstable_degree,
+        self_attention_weight as self_attention_weight,
+    )
+    from ._phase import (
+        EXACT_BETA_MAX as EXACT_BETA_MAX,
+        antipodal_reachable as antipodal_reachable,
+        beta_critical as beta_critical,
+        effective_dim as effective_dim,
+        eps_critical as eps_critical,
+        overlap_start_cdf as overlap_start_cdf,
+        p_antipodal_curve as p_antipodal_curve,
+        p_antipodal_given_overlap as p_antipodal_given_overlap,
+        p_antipodal_uniform as p_antipodal_uniform,
+        scale_density as scale_density,
+    )
+    from ._symmetric import (
+        RateKind as RateKind,
+        RateTheory as RateTheory,
+        initial_slope as initial_slope,
+        terminal_rate_theory as terminal_rate_theory,
+    )
+
+__getattr__, __dir__ = _attach(__name__, __file__, globals())
