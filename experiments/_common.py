@@ -63,7 +63,7 @@ def run(points, *, n_trajectories, seed, saveat=None, x64=False, checkpoint=None
     started = time.perf_counter()
 
     def model_fn(model="full", **p):
-        noise = {"full": "full", "hybrid": "hybrid", "deterministic": "none"}[model]
+        noise = {"full": "matrix", "hybrid": "scalar", "deterministic": "none"}[model]
         return ad.studies.phase_model(noise=noise, saveat=saveat, **model_kwargs, **p)
 
     ds = ad.estimate_probabilities(

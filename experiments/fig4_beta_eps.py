@@ -102,7 +102,7 @@ def main():
         eps=[round(float(e), 4) for e in epss],
     )
     spec = ad.studies.ModelSpec(
-        noise="hybrid", engine=args.engine, attention=args.attention, depth=100, horizon=horizon
+        noise="scalar", engine=args.engine, attention=args.attention, depth=100, horizon=horizon
     )
     mc = ad.studies.MonteCarlo(n_trajectories=n, seed=args.seed)
     started = time.perf_counter()

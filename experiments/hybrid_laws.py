@@ -31,7 +31,7 @@ ROUTES = [
 
 def estimate(options: dict, n: int, seed: int):
     spec = ad.studies.ModelSpec(
-        noise="hybrid", attention="unnormalized", horizon=50.0, **{"depth": 100, **options}
+        noise="scalar", attention="unnormalized", horizon=50.0, **{"depth": 100, **options}
     )
     points = [{"dim": 3, "n_tokens": 2, "eps": eps, "beta": beta} for beta, eps in CELLS]
     with warnings.catch_warnings():

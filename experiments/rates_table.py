@@ -20,8 +20,8 @@ ds = attndyn.studies.schemes_study(
     beta=args.beta,
     horizon=30.0,
     alphas=[float(a) for a in args.alpha.split(",")],
-    rw_layers=1,
-    rw_runs=1,
+    rw_n_layers=1,
+    rw_n_trajectories=1,
 )
 summary = attndyn.studies.schemes_summary(ds)
 print(

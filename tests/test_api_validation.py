@@ -355,10 +355,10 @@ def test_phase_study_refuses_an_unknown_kind(no_simulation):
 @pytest.mark.parametrize(
     ("kind", "noise", "needed"),
     [
-        ("beta-d", "hybrid", "full"),  # ran eq. 7 and attached eq. 4's exact curve
-        ("beta-d", "none", "full"),
-        ("beta-n", "hybrid", "full"),
-        ("beta-eps", "full", "hybrid"),
+        ("beta-d", "scalar", "matrix"),  # ran eq. 7 and attached eq. 4's exact curve
+        ("beta-d", "none", "matrix"),
+        ("beta-n", "scalar", "matrix"),
+        ("beta-eps", "matrix", "scalar"),
     ],
 )
 def test_phase_study_refuses_a_noise_that_does_not_fit_the_kind(no_simulation, kind, noise, needed):
@@ -371,7 +371,7 @@ def test_phase_study_refuses_a_noise_that_does_not_fit_the_kind(no_simulation, k
 
 def test_phase_study_refuses_points_without_the_keys_of_the_kind(no_simulation):
     # beta-eps points without eps failed with a raw JAX ValueError while building the model.
-    spec = ModelSpec(noise="hybrid", depth=2, horizon=1.0)
+    spec = ModelSpec(noise="scalar", depth=2, horizon=1.0)
     with pytest.raises(ad.ParameterError, match="gives exactly the keys dim, n_tokens, eps, beta"):
         phase_diagram_study("beta-eps", spec, MonteCarlo(), POINTS)
     extra = [{**POINTS[0], "eps": 0.5}]  # eps would be ignored by the full-noise model

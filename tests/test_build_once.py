@@ -7,6 +7,7 @@ import jax
 import pytest
 
 from attndyn.studies import phase
+from attndyn.studies.spec import StudyModel
 
 POINTS = phase.phase_points("beta-d", betas=[0.5, 1.5], dims=[3], n_tokens=[2])
 CASES = {
@@ -33,14 +34,14 @@ CASES = {
 def test_a_study_builds_each_points_model_once(case, monkeypatch):
     spec, mc = CASES[case]
     builds = collections.Counter()
-    build = phase.phase_model
+    build = StudyModel.model
 
-    def counted(**p):
+    def counted(self, **p):
         builds[(p["dim"], p["n_tokens"], p["beta"])] += 1
-        return build(**p)
+        return build(self, **p)
 
-    # ModelSpec.model_fn binds the module's phase_model when the study asks for it.
-    monkeypatch.setattr(phase, "phase_model", counted)
+    # Every point's model is built by its StudyModel (ModelSpec.model_fn is its method).
+    monkeypatch.setattr(StudyModel, "model", counted)
     ds = phase.phase_diagram_study("beta-d", spec, mc, POINTS, progress=False)
     assert builds == {(p["dim"], p["n_tokens"], p["beta"]): 1 for p in POINTS}
     # The route each case is meant to exercise did run (provenance records it).
@@ -54,17 +55,17 @@ def test_an_evolution_study_builds_each_points_model_once(monkeypatch):
     from attndyn.studies import evolution
 
     builds = collections.Counter()
-    build = evolution.phase_model
+    build = StudyModel.model
 
-    def counted(**p):
-        builds[(p["noise"], p["beta"])] += 1
-        return build(**p)
+    def counted(self, **p):
+        builds[(self.noise.name, p["beta"])] += 1
+        return build(self, **p)
 
-    monkeypatch.setattr(evolution, "phase_model", counted)
+    monkeypatch.setattr(StudyModel, "model", counted)
     points = evolution.evolution_points(["full"], betas=[0.5, 1.5], dims=[3], n_tokens=[2], eps=[])
     spec = phase.ModelSpec(depth=2, horizon=1.0)
     evolution.evolution_study(spec, phase.MonteCarlo(n_trajectories=4), points, saves=2)
-    assert builds == {("full", 0.5): 1, ("full", 1.5): 1}
+    assert builds == {("matrix", 0.5): 1, ("matrix", 1.5): 1}
 
 
 def test_a_studys_options_are_checked_once_where_they_enter(monkeypatch):

@@ -15,7 +15,7 @@ SMALL += ["--depth", "10", "--horizon", "4", "--saves", "5", "--no-progress"]
 def test_evolution_round_trip(tmp_path):
     result = CliRunner().invoke(
         main,
-        ["evolution", *SMALL, "--model", "full,deterministic", "--out", str(tmp_path), "--json"],
+        ["evolution", *SMALL, "--noise", "matrix,none", "--out", str(tmp_path), "--json"],
     )
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
@@ -48,13 +48,21 @@ def test_evolution_round_trip(tmp_path):
 @pytest.mark.parametrize(
     ("args", "match"),
     [
-        (["--model", "stochastic"], "model"),
-        (["--eps", "-0.5", "--model", "hybrid"], "eps"),
+        (["--noise", "stochastic"], "--noise='stochastic' is not allowed"),
+        (["--eps", "-0.5", "--noise", "scalar"], "eps"),
         (["--engine", "sde", "--dt", "10"], "dt"),
         (["--saves", "0"], "saves"),
         # One save was t = 0 alone, after simulating the whole horizon (audit).
         (["--saves", "1"], "saves"),
-        (["--model", "full,full"], "--model lists full more than once"),
+        (["--noise", "matrix,matrix"], "--noise lists matrix more than once"),
+        # 0.4's --model, for one release: its names only, and never beside another --noise.
+        (["--model", "stochastic"], "--model='stochastic' must be one of full, hybrid"),
+        (
+            ["--model", "full,deterministic", "--noise", "matrix"],
+            "--model full,deterministic is --noise matrix,none, not matrix; give --noise only",
+        ),
+        # The noises are named one way on the command line (0.4's full is --model's).
+        (["--noise", "full"], "--noise='full' is not allowed"),
         # The discrete engine refuses SDE flags, naming the flag (the message lacked an f).
         (["--dt", "0.5"], "(drop --dt, or add --engine sde)"),
     ],
@@ -64,6 +72,29 @@ def test_evolution_bad_input(tmp_path, args, match):
     assert result.exit_code != 0
     assert match in result.output
     assert not (tmp_path / "evolution.nc").exists()
+
+
+def test_the_old_model_flag_reads_as_the_noise_with_a_note(tmp_path, monkeypatch):
+    # `--model full,hybrid,deterministic` (0.4) is `--noise matrix,scalar,none`: the same
+    # points (so the same random numbers), a note naming the new flag, and the arguments
+    # recorded in today's names.
+    from attndyn.cli import _evolution
+
+    seen = []
+
+    def study(spec, mc, points, **kwargs):
+        seen.append(points)
+        raise ad.ParameterError("stopped by the test")
+
+    monkeypatch.setattr(_evolution, "evolution_study", study, raising=False)
+    for flags in (["--model", "full,hybrid,deterministic"], ["--noise", "matrix,scalar,none"]):
+        result = CliRunner().invoke(main, ["evolution", *SMALL, *flags, "--out", str(tmp_path)])
+        assert result.exit_code == 2 and "stopped by the test" in result.output
+        noted = "note: --model is deprecated, use --noise" in result.output
+        assert noted == (flags[0] == "--model")
+    old, new = seen
+    assert repr(old) == repr(new)  # repr: the points' NaN ε equals itself there
+    assert [p["model"] for p in new] == ["full", "hybrid", "deterministic"]
 
 
 def test_evolution_last_line_names_every_file(tmp_path):
@@ -90,7 +121,7 @@ def test_evolution_runs_the_scheme_it_is_given(tmp_path, monkeypatch):
         raise ad.ParameterError("stopped by the test")
 
     monkeypatch.setattr(_evolution, "evolution_study", study, raising=False)
-    args = ["--scheme", "ngpt", "--alpha", "2", "--model", "full,deterministic"]
+    args = ["--scheme", "ngpt", "--alpha", "2", "--noise", "matrix,none"]
     result = CliRunner().invoke(main, ["evolution", *SMALL, *args, "--out", str(tmp_path)])
     assert result.exit_code == 2 and "stopped by the test" in result.output
     (spec,) = specs

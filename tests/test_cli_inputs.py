@@ -129,15 +129,15 @@ def test_an_empty_path_is_refused(tmp_path, monkeypatch, no_study, args):
             [*PHASE, "--kind", "beta-eps", "--eps", "0.5", "--sigma", "2"],
             ["--sigma", "--kind beta-eps", "drop --sigma"],
         ),
-        ([*EVOLUTION, "--model", "deterministic", "--sigma", "2"], ["--sigma", "--model"]),
-        ([*EVOLUTION, "--model", "hybrid", "--sigma", "2"], ["--sigma", "add full to --model"]),
+        ([*EVOLUTION, "--noise", "none", "--sigma", "2"], ["--sigma", "--noise"]),
+        ([*EVOLUTION, "--noise", "scalar", "--sigma", "2"], ["--sigma", "add matrix to --noise"]),
         (
-            [*EVOLUTION, "--model", "deterministic", "--values", "uniform"],
-            ["--values", "--model deterministic", "drop --values"],
+            [*EVOLUTION, "--noise", "none", "--values", "uniform"],
+            ["--values", "--noise none", "drop --values"],
         ),
         (
-            [*EVOLUTION, "--model", "full,deterministic", "--eps", "0.5"],
-            ["--eps", "--model full,deterministic", "add hybrid to --model"],
+            [*EVOLUTION, "--noise", "matrix,none", "--eps", "0.5"],
+            ["--eps", "--noise matrix,none", "add scalar to --noise"],
         ),
         ([*EVOLUTION, "--engine", "sde", "--depth", "5"], ["--depth", "--engine sde"]),
     ],
@@ -153,9 +153,9 @@ def test_an_option_the_run_ignores_is_refused(tmp_path, no_study, args, needles)
         [*PHASE, "--kind", "beta-eps", "--eps", "0.5", "--values", "uniform"],
         [*PHASE, "--step", "0.25"],
         [*PHASE, "--sigma", "2", "--depth", "5"],
-        [*EVOLUTION, "--model", "full,deterministic", "--sigma", "2", "--values", "uniform"],
-        [*EVOLUTION, "--model", "hybrid,deterministic", "--eps", "0.5", "--values", "uniform"],
-        [*EVOLUTION, "--model", "deterministic", "--engine", "sde", "--dt", "0.5"],
+        [*EVOLUTION, "--noise", "matrix,none", "--sigma", "2", "--values", "uniform"],
+        [*EVOLUTION, "--noise", "scalar,none", "--eps", "0.5", "--values", "uniform"],
+        [*EVOLUTION, "--noise", "none", "--engine", "sde", "--dt", "0.5"],
     ],
 )
 def test_options_that_apply_are_accepted(tmp_path, no_study, args):
@@ -234,13 +234,13 @@ def test_other_jax_runtime_errors_are_one_line(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--layers", "0"], "--layers=0 must be an integer in [1, 2147483647]"),
-        (["--runs", "0"], "--runs=0 must be an integer in [1, 2147483647]"),
-        (["--runs", str(2**31)], "--runs=2147483648 must be an integer"),
+        (["--rw-n-layers", "0"], "--rw-n-layers=0 must be an integer in [1, 2147483647]"),
+        (["--rw-n-trajectories", "0"], "--rw-n-trajectories=0 must be an integer in [1, "),
+        (["--rw-n-trajectories", str(2**31)], "--rw-n-trajectories=2147483648 must be an"),
     ],
 )
 def test_schemes_names_its_random_weight_options(tmp_path, no_study, args, needle):
-    # The study's names rw_layers= and rw_runs= reached the user (audit).
+    # The study's names rw_n_layers= and rw_n_trajectories= reached the user (audit).
     line = _refused(["schemes", *args], tmp_path, needle)
     assert "rw_" not in line
 

@@ -20,9 +20,9 @@ SMALL = [
     "8",
     "--alpha",
     "1,2",
-    "--layers",
+    "--rw-n-layers",
     "4",
-    "--runs",
+    "--rw-n-trajectories",
     "2",
 ]
 

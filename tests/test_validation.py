@@ -107,7 +107,7 @@ EVOLUTION += ["--depth", "2", "--horizon", "1", "--saves", "2", "--no-progress"]
     ("args", "needle"),
     [
         (["--saves", "1000000000"], "saves=1000000000 must be an integer in [2, 100000]"),
-        (["--eps", "nan", "--model", "hybrid"], "every number must be finite"),
+        (["--eps", "nan", "--noise", "scalar"], "every number must be finite"),
         (["--engine", "sde", "--dt", "1e-12", "--horizon", "1e4"], "horizon/dt"),
         (["--n-tokens", "99999999"], "n_tokens=99999999 must be an integer in [1, 65536]"),
     ],
@@ -122,7 +122,10 @@ def test_evolution_refuses_up_front(tmp_path, args, needle):
         (["--seed", str(2**32)], "seed=4294967296"),
         (["--beta", "nan"], "beta=nan must be finite"),
         (["--dim", "100000"], "dim=100000 must be an integer in [2, 16384]"),
-        (["--layers", str(2**40)], "--layers=1099511627776 must be an integer in [1, 2147483647]"),
+        (
+            ["--rw-n-layers", str(2**40)],
+            "--rw-n-layers=1099511627776 must be an integer in [1, 2147483647]",
+        ),
     ],
 )
 def test_schemes_refuses_up_front(tmp_path, args, needle):

@@ -82,8 +82,9 @@ def test_the_schemes_command_and_study_share_their_defaults():
         assert study[name].default == defaults.STUDY_DEFAULTS[name]["schemes"]
     assert _default(_schemes.schemes, "alpha") == "1,0.5,2,4"
     assert tuple(study["alphas"].default) == defaults.SCHEMES_ALPHAS
-    assert _default(_schemes.schemes, "layers") == study["rw_layers"].default
-    assert _default(_schemes.schemes, "runs") == study["rw_runs"].default
+    for name in ("rw_n_layers", "rw_n_trajectories"):  # one name each: API and CLI
+        assert _default(_schemes.schemes, name) == study[name].default
+        assert study[name].default == defaults.RANDOM_WEIGHTS[name]
     for name in ("tau", "r0", "seed"):
         assert _default(_schemes.schemes, name) == study[name].default
     assert float(ad.MixLN().tau) == study["tau"].default == defaults.TAU

@@ -49,9 +49,9 @@ SCHEME: Final = "post-ln"
 IMPLEMENTATION: Final = "auto"
 #: The largest degree ℓ of the mode powers P_ℓ.
 ELL_MAX: Final = 16
-#: The value noise (phase diagrams and evolution: full, hybrid or none; modes: none,
-#: scalar or matrix). No noise is ``"none"`` everywhere.
-NOISE: Final = "full"
+#: The value noise added to the attention flow: none, scalar (ε) or matrix (σ), in every
+#: study (0.4's phase diagrams and evolution said full and hybrid for matrix and scalar).
+NOISE: Final = "matrix"
 #: What the estimator does with a trajectory that overflowed (NaN or inf): stop
 #: (``"raise"``) or drop it from the probabilities, counted (``"exclude"``).
 ON_NONFINITE: Final = "raise"
@@ -126,10 +126,15 @@ def _grid_defaults(name: str, schemes: str | None = None) -> str:
 
 HORIZON: Final = STUDY_DEFAULTS["horizon"]
 #: The schemes study's nGPT steps α (part b; the first is the rate table's) and its
-#: random-weight stacks (part c: d, n, layers and runs, small enough for a 2-core CPU;
+#: random-weight stacks (part c: d, n, layers and trajectories, small enough for a 2-core CPU;
 #: ``--full-size`` runs seed 004's d = 512, n = 256).
 SCHEMES_ALPHAS: Final = (1.0, 0.5, 2.0, 4.0)
-RANDOM_WEIGHTS: Final = {"rw_dim": 64, "rw_n_tokens": 32, "rw_layers": 48, "rw_runs": 8}
+RANDOM_WEIGHTS: Final = {
+    "rw_dim": 64,
+    "rw_n_tokens": 32,
+    "rw_n_layers": 48,
+    "rw_n_trajectories": 8,
+}
 
 
 def horizon_of(study: str) -> float:
@@ -266,8 +271,9 @@ PARAMETERS: Final = (
     Parameter(
         "noise",
         "",
-        "the value noise: full, hybrid or none (modes: none, scalar, matrix); the flag is "
-        "the modes command's (phase-diagram: --kind, evolution: --model)",
+        "the value noise added to the attention flow: none, scalar (ε) or matrix (σ); "
+        "0.4's full and hybrid still read as matrix and scalar (deprecated); phase-diagram "
+        "sets it by --kind",
         "",
         f"{NOISE} (modes: {STUDY_DEFAULTS['noise']['modes']})",
         "studies",

@@ -1,6 +1,6 @@
-"""The names users pass as strings to the core (attention kinds, value laws, norms,
-schemes, SDE solvers), in a module that imports nothing: the command line declares its
-options with them without importing JAX."""
+"""The names users pass as strings to the core and the studies (attention kinds, value
+laws, norms, schemes, SDE solvers, value noises), in a module that imports nothing: the
+command line declares its options with them without importing JAX."""
 
 #: Attention normalizations: softmax (SA) or unnormalised (USA).
 ATTENTION_KINDS = ("softmax", "unnormalized")
@@ -17,3 +17,10 @@ IMPLEMENTATIONS = ("auto", "dense", "blockwise", "library", "spectral")
 #: The SDE solvers offered by name (the CLI's ``--solver``, the studies' ``solver=``); each
 #: name stands for one diffrax solver object (:func:`attndyn._models.integrators.sde_solver`).
 SDE_SOLVER_NAMES = ("euler", "heun", "spark")
+#: The value noise added to the attention flow V = I/L, in every study and command
+#: (``noise=``, ``--noise``): none; scalar, V_n = (1/L + ε v_n/√L)·I (seed 003 eq. 7, its
+#: SDE eq. 8); matrix, V_n = drift·I/L + σ M_n/√L (eq. 4, its SDE eq. 6).
+NOISE_NAMES = ("none", "scalar", "matrix")
+#: The evolution study's models (a point's ``model`` coordinate, on which its random
+#: numbers depend, and 0.5's ``--model``) and the noise each runs.
+EVOLUTION_MODELS = {"full": "matrix", "hybrid": "scalar", "deterministic": "none"}

@@ -11,19 +11,37 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
 
-#: Every keyword renamed in 0.5, old → new (the API's keywords and the CLI's flags alike).
-RENAMED: dict[str, str] = {
-    "tokens": "n_tokens",
-    "trajectories": "n_trajectories",
-    "save_at": "saveat",
-    "rw_tokens": "rw_n_tokens",
-}
-#: The command line's options renamed in 0.5 (by their Python names): old → (new, how an
+from .names import EVOLUTION_MODELS
+
+#: 0.4's names of the value noises (phase diagrams, evolution), read as today's with a
+#: deprecation warning (:func:`attndyn.studies.spec.noise_name`).
+RENAMED_NOISES: dict[str, str] = {"full": "matrix", "hybrid": "scalar"}
+
+
+def _noises_of_models(text: str) -> str:
+    """0.4's ``--model`` list (evolution's model names) as a ``--noise`` list."""
+    listed = [part.strip() for part in str(text).split(",") if part.strip()]
+    for name in listed:
+        if name not in EVOLUTION_MODELS:
+            from .errors import ParameterError  # imports JAX: only when needed
+
+            raise ParameterError(
+                f"--model={name!r} must be one of {', '.join(EVOLUTION_MODELS)} (deprecated: "
+                "use --noise none, scalar or matrix)."
+            )
+    return ",".join(EVOLUTION_MODELS[name] for name in listed)
+
+
+#: The command line's options renamed in 0.5 (by their Python names, as 0.4's recorded
+#: arguments name them): old → (new, how an
 #: old value reads in the new option). Each old flag stays, hidden, for one release.
 DEPRECATED_FLAGS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "tokens": ("n_tokens", lambda value: value),
     "trajectories": ("n_trajectories", lambda value: value),
     "exclude_nonfinite": ("on_nonfinite", lambda flag: "exclude" if flag else "raise"),
+    "models": ("noise", _noises_of_models),
+    "layers": ("rw_n_layers", lambda value: value),
+    "runs": ("rw_n_trajectories", lambda value: value),
 }
 #: The release that removes the old spellings.
 REMOVED_IN = "0.6"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import json
 import os
@@ -215,9 +214,10 @@ def _apply(func: Callable, options: list[Callable]) -> Callable:
     return func
 
 
-def deprecated_option(old: str, new: str, **attrs: Any) -> Callable:
+def deprecated_option(old: str, new: str, dest: str | None = None, **attrs: Any) -> Callable:
     """A hidden option ``old``, 0.4's spelling of ``new``: it still works for one release,
-    with a one-line note on stderr (:func:`command_options` moves its value)."""
+    with a one-line note on stderr (:func:`command_options` moves its value; ``dest``: its
+    Python name where 0.4's was not the flag's, as 0.4's records name it)."""
 
     def note(context: click.Context, param: click.Parameter, value: Any) -> Any:
         if value is not None and context.get_parameter_source(str(param.name)) not in (
@@ -231,7 +231,8 @@ def deprecated_option(old: str, new: str, **attrs: Any) -> Callable:
         return value
 
     attrs.setdefault("default", None)
-    return click.option(old, hidden=True, callback=note, **attrs)
+    decls = [old] if dest is None else [old, dest]
+    return click.option(*decls, hidden=True, callback=note, **attrs)
 
 
 def command_options(raw: dict[str, Any]) -> Mapping[str, Any]:
@@ -247,11 +248,27 @@ def command_options(raw: dict[str, Any]) -> Mapping[str, Any]:
         value = raw.get(old)
         if value is None:
             continue
-        if given(new):
-            flag, new_flag = "--" + old.replace("_", "-"), "--" + new.replace("_", "-")
-            raise ParameterError(f"give {new_flag} only ({flag} is its deprecated name).")
-        options[new] = convert(value)
+        value = convert(value)
+        # Both spellings with one meaning: the note said which to keep; two meanings: refused.
+        if given(new) and value != options.get(new):
+            flag, new_flag = _flag(old), _flag(new)
+            meaning = (
+                ""
+                if isinstance(value, bool) or value == raw[old]
+                else f"{flag} {raw[old]} is {new_flag} {value}, not {options.get(new)}; "
+            )
+            raise ParameterError(f"{meaning}give {new_flag} only ({flag} is its deprecated name).")
+        options[new] = value
     return MappingProxyType(options)
+
+
+def _flag(name: str) -> str:
+    """The command-line spelling of option ``name`` (its Python name) in this command."""
+    context = click.get_current_context(silent=True)
+    for param in context.command.params if context else ():
+        if param.name == name and param.opts:
+            return param.opts[0]
+    return "--" + name.replace("_", "-")
 
 
 def study_options(func: Callable) -> Callable:
@@ -665,12 +682,14 @@ def refuse_unused(
     if not problems:
         return
     from .._core.errors import ParameterError
-    from ..studies.evolution import NOISE_OF
+    from ..studies.evolution import point_model, study_models
 
+    models = study_models(spec, [p["model"] for p in points if "model" in p])
     for point in points:
-        p = dict(point)
-        noise = NOISE_OF[p.pop("model")] if "model" in p else spec.noise
-        dataclasses.replace(spec, noise=noise).model_fn()(**p)
+        if "model" in point:
+            point_model(models, point)
+        else:
+            spec.model.model(**point)
     raise ParameterError(problems[0])
 
 

@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from .._core import defaults
+from .._core.names import NOISE_NAMES
 from ._common import (
     attention_option,
     check_engine_flags,
@@ -49,12 +50,14 @@ GRID = defaults.COMMAND_GRIDS["evolution"]
 
 @click.command("evolution")
 @click.option(
-    "--model",
-    "models",
-    default="full",
+    "--noise",
+    default=defaults.NOISE,
     show_default=True,
-    help="Comma list of full, hybrid, deterministic (Fig. 9: full,deterministic).",
+    help="The value noise, a comma list of matrix (σ: seed 003 eq. 4, its SDE eq. 6), "
+    "scalar (ε: eq. 7 / eq. 8) and none (the attention flow, Lemma 2); each is a model of "
+    "the dataset, full, hybrid and deterministic (Fig. 9: matrix,none).",
 )
+@deprecated_option("--model", "--noise", "models")
 @click.option(
     "--beta", default=GRID["beta"], show_default=True, help="β values: a:b:step or a,b,c."
 )
@@ -67,7 +70,7 @@ GRID = defaults.COMMAND_GRIDS["evolution"]
     "--eps",
     default=GRID["eps"],
     show_default=True,
-    help="Hybrid noise ε ≥ 0 (list; --model hybrid only).",
+    help="Scalar noise ε ≥ 0 (list; --noise scalar only).",
 )
 @attention_option("Attention kind.")
 @click.option(
@@ -98,8 +101,9 @@ def evolution(**raw: Any) -> None:
     time, with Wilson 95 % error bars (seed 003 Figs. 7-9).
 
     Fig. 7: --beta 5 --dim 4 --n-tokens 50 --horizon 50. Fig. 8: --n-tokens 2 --dim 4,6,8,10
-    --beta 0.25,1,3 --horizon 50 (and 100). Fig. 9: --model full,deterministic --beta 0.5
-    --horizon 15, and --beta 4.5 --horizon 30. Writes OUT/evolution.nc,
+    --beta 0.25,1,3 --horizon 50 (and 100). Fig. 9: --noise matrix,none --beta 0.5
+    --horizon 15, and --beta 4.5 --horizon 30. (--model full,hybrid,deterministic, 0.4's
+    spelling of --noise matrix,scalar,none, still works until 0.6.) Writes OUT/evolution.nc,
     OUT/evolution.png and OUT/evolution_pair_density.png (the (t, β) heatmap of the
     fraction of pairs with cosine > 0.999). The --json series also give, at every time, the
     mean pair density and span dimension (Gram eigenvalues > 1e-3) with standard errors.
@@ -112,11 +116,15 @@ def evolution(**raw: Any) -> None:
     options = command_options(raw)
     writer = start_processes(options)  # jax.distributed must start before other JAX work
     run = sys.modules[__name__]  # the study's names, loaded now (see __getattr__)
+    from .._core.errors import check_choice, check_int
+
     check_engine_flags(options)
     check_scheme_flags(options)
-    models = names("--model", options["models"])
+    noises = names("--noise", options["noise"])
+    for noise in noises:
+        check_choice("--noise", noise, NOISE_NAMES)
     points = run.evolution_points(
-        models,
+        noises=noises,
         betas=floats("beta", options["beta"]),
         dims=ints("dim", options["dim"]),
         n_tokens=ints("n-tokens", options["n_tokens"]),
@@ -124,13 +132,12 @@ def evolution(**raw: Any) -> None:
     )
     # Checked here as the study checks it, before the output folder (and the space the
     # saves need) is looked at.
-    from .._core.errors import check_int
     from ..studies.evolution import MAX_SAVES
 
     check_int("saves", options["saves"], lower=2, upper=MAX_SAVES)
-    spec = model_spec(options, noise="full", attention=options["attention"])
+    spec = model_spec(options, noise="matrix", attention=options["attention"])
     mc = monte_carlo(options)
-    refuse_unused([*depth_conflicts(options), *model_conflicts(models)], spec, points)
+    refuse_unused([*depth_conflicts(options), *noise_conflicts(noises)], spec, points)
     with study_output(
         options,
         "evolution",
@@ -168,25 +175,24 @@ def evolution(**raw: Any) -> None:
             )
 
 
-def model_conflicts(models: list[str]) -> list[str]:
-    """Messages for noise options given that no model in --model uses: σ scales the
-    value noise of full only, ε is the noise of hybrid only, and deterministic values
-    have no law."""
-    listed = ",".join(models)
+def noise_conflicts(noises: list[str]) -> list[str]:
+    """Messages for noise options given that no noise in --noise uses: σ scales the
+    matrix noise only, ε is the scalar noise only, and no noise has no law."""
+    listed = ",".join(noises)
     problems = []
-    if "full" not in models and given("sigma"):
+    if "matrix" not in noises and given("sigma"):
         problems.append(
-            f"--sigma scales the value noise of --model full, and --model {listed} has no "
-            "full model (drop --sigma, or add full to --model)."
+            f"--sigma scales the matrix value noise, and --noise {listed} has none (drop "
+            "--sigma, or add matrix to --noise)."
         )
-    if "hybrid" not in models and given("eps"):
+    if "scalar" not in noises and given("eps"):
         problems.append(
-            f"--eps is the noise of --model hybrid, and --model {listed} has no hybrid "
-            "model (drop --eps, or add hybrid to --model)."
+            f"--eps is the size of the scalar value noise, and --noise {listed} has none "
+            "(drop --eps, or add scalar to --noise)."
         )
-    if set(models) <= {"deterministic"} and given("values"):
+    if set(noises) <= {"none"} and given("values"):
         problems.append(
-            "--values sets the law of the value noise, and --model deterministic has none "
-            "(drop --values, or add full or hybrid to --model)."
+            "--values sets the law of the value noise, and --noise none has none (drop "
+            "--values, or add matrix or scalar to --noise)."
         )
     return problems

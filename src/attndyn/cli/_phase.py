@@ -7,14 +7,10 @@ from typing import Any
 
 import click
 
+from .._core import defaults
 from .._core.defaults import COMMAND_GRIDS
 from .._core.names import ATTENTION_KINDS
-from ..studies._names import (
-    DEFAULT_ATTENTION,
-    DEFAULT_DEPTH,
-    DEFAULT_HORIZON,
-    KINDS,
-)
+from ..studies._names import DEFAULT_ATTENTION, KINDS, NOISE_OF_KIND
 from ._common import (
     check_engine_flags,
     check_scheme_flags,
@@ -81,14 +77,14 @@ __getattr__ = lazy_names(
 @deprecated_option("--tokens", "--n-tokens")
 @click.option(
     "--depth",
-    default=DEFAULT_DEPTH,
+    default=defaults.DEPTH,
     show_default=True,
     type=int,
     help="L: layers per unit time (discrete engine; not with --step).",
 )
 @click.option(
     "--horizon",
-    default=DEFAULT_HORIZON,
+    default=defaults.horizon_of("phase-diagram"),
     show_default=True,
     type=float,
     help="T: time horizon (L·T layers).",
@@ -170,9 +166,7 @@ def phase_diagram(**raw: Any) -> None:
         "eps": options["eps"] if kind == "beta-eps" else None,
     }
     options = MappingProxyType(in_effect)
-    spec = model_spec(
-        options, noise="hybrid" if kind == "beta-eps" else "full", attention=attention
-    )
+    spec = model_spec(options, noise=NOISE_OF_KIND[kind], attention=attention)
     mc = monte_carlo(options)
     refuse_unused([*depth_conflicts(options), *kind_conflicts(kind)], spec, points)
     # One save time (T) a point.

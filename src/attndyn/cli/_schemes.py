@@ -113,19 +113,21 @@ FIGURES = ("gamma", "ngpt_alpha", "random_weights", "rates")
     "not apply to this part).",
 )
 @click.option(
-    "--layers",
-    default=defaults.RANDOM_WEIGHTS["rw_layers"],
+    "--rw-n-layers",
+    default=_RW["rw_n_layers"],
     show_default=True,
     type=int,
-    help="Random-weight stack depth (part c).",
+    help="Layers of the random-weight stacks (part c).",
 )
+@deprecated_option("--layers", "--rw-n-layers", type=int)
 @click.option(
-    "--runs",
-    default=defaults.RANDOM_WEIGHTS["rw_runs"],
+    "--rw-n-trajectories",
+    default=_RW["rw_n_trajectories"],
     show_default=True,
     type=int,
-    help="Independent random-weight runs (part c).",
+    help="Independent trajectories through random weights (part c).",
 )
+@deprecated_option("--runs", "--rw-n-trajectories", type=int)
 @click.option(
     "--out",
     default="attndyn-results",
@@ -162,10 +164,9 @@ def schemes(**raw: Any) -> None:
 
     scheme_names = names("--schemes", options["scheme_list"])
     alphas = floats("alpha", options["alpha"])
-    # Checked here as the study checks them, so that the message names the options (the
-    # study's are rw_layers and rw_runs).
-    for name in ("layers", "runs"):
-        check_int(f"--{name}", options[name], lower=1, upper=INT32_MAX)
+    # Checked here as the study checks them, so that the message names the options.
+    for name in ("rw_n_layers", "rw_n_trajectories"):
+        check_int("--" + name.replace("_", "-"), options[name], lower=1, upper=INT32_MAX)
     use_cache(options)  # before any JAX work (the closed-form checks below compile some)
     # What the study would find only mid-run (a terminal-rate fit that cannot start by
     # t = 1e7, a start radius float32 cannot hold), refused in closed form before the
@@ -177,7 +178,7 @@ def schemes(**raw: Any) -> None:
         prefix="--",
         **{k: options[k] for k in ("n_tokens", "dim", "beta", "tau", "r0")},
     )
-    rw: dict[str, Any] = {"rw_layers": options["layers"], "rw_runs": options["runs"]}
+    rw: dict[str, Any] = {k: options[k] for k in ("rw_n_layers", "rw_n_trajectories")}
     if options["full_size"]:
         rw.update(rw_dim=512, rw_n_tokens=256)
     arguments = result_arguments(options)

@@ -55,6 +55,14 @@ if TYPE_CHECKING:
         schemes_summary as schemes_summary,
         terminal_fit as terminal_fit,
     )
+    from .spec import (
+        SDE as SDE,
+        Discrete as Discrete,
+        MatrixNoise as MatrixNoise,
+        NoNoise as NoNoise,
+        ScalarNoise as ScalarNoise,
+        StudyModel as StudyModel,
+    )
     from .summary import json_points as json_points, series as series
 
 __getattr__, __dir__ = _attach(__name__, __file__, globals())

@@ -3,13 +3,13 @@ declares its options with them without importing JAX. The defaults are
 :mod:`attndyn._core.defaults`'s (the one place that holds each)."""
 
 from .._core import defaults
+from .._core.names import NOISE_NAMES
 
 #: The phase diagrams of seed 003: (β, d) Fig. 3, (β, ε) Fig. 4, (β, N) Fig. 6.
 KINDS = ("beta-d", "beta-eps", "beta-n")
-#: The main job's model (``attndyn phase-diagram`` with no options): L = 100, T = 100; its
-#: grid is ``defaults.COMMAND_GRIDS["phase-diagram"]``.
-DEFAULT_DEPTH = defaults.DEPTH
-DEFAULT_HORIZON = defaults.horizon_of("phase-diagram")
+#: The value noise each kind is defined for: the exact curves of ``beta-d`` and
+#: ``beta-eps`` hold for these models only.
+NOISE_OF_KIND = {"beta-d": "matrix", "beta-eps": "scalar", "beta-n": "matrix"}
 #: The discrete layer maps or their L → ∞ SDE.
 ENGINES = ("discrete", "sde")
 #: The attention each kind uses unless said otherwise. Fig. 4 tests Prop. 1, which holds
@@ -17,5 +17,6 @@ ENGINES = ("discrete", "sde")
 DEFAULT_ATTENTION = {
     kind: defaults.STUDY_DEFAULTS["attention"].get(kind, defaults.ATTENTION) for kind in KINDS
 }
-#: The noise of ``attndyn modes``: none, scalar (seed 003's ε) or matrix (σ).
-MODES_NOISES = ("none", "scalar", "matrix")
+#: The modes command's name of :data:`attndyn._core.names.NOISE_NAMES` (cli/_modes.py
+#: imports it under this name; the same tuple).
+MODES_NOISES = NOISE_NAMES

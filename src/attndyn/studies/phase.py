@@ -6,8 +6,8 @@ seed and route) and call :func:`phase_diagram_study` or
 :func:`attndyn.studies.evolution_study`; a script can do the same.
 """
 
+import copy
 import dataclasses
-import functools
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -19,9 +19,7 @@ import numpy as np
 import xarray as xr
 
 from .._core import defaults
-from .._core.attention import ATTENTION_KINDS, Attention
 from .._core.errors import (
-    INT32_MAX,
     ParameterError,
     check_bool,
     check_bound,
@@ -30,12 +28,9 @@ from .._core.errors import (
     check_seed,
     check_sequence,
 )
-from .._core.norms import NORM_NAMES
 from .._core.renamed import renamed, translate
 from .._core.saveat import SaveAt
-from .._core.schemes import SCHEME_NAMES, PostLN, scheme_from_name
 from .._core.sphere import uniform_sphere
-from .._core.values import DISTRIBUTIONS, MatrixValues, ScalarValues
 from .._estimate.estimator import estimate_checked
 from .._estimate.metadata import describe, index_points
 from .._estimate.plan import (
@@ -47,9 +42,6 @@ from .._estimate.plan import (
     grid,
 )
 from .._models.base import ROUTES, AbstractModel
-from .._models.discrete import DiscreteTransformer
-from .._models.integrators import SDE_SOLVERS, SDEIntegrator, sde_solver
-from .._models.sde import HybridSDE, TransformerSDE
 from ..theory import (
     EXACT_BETA_MAX,
     depth_for_step,
@@ -62,45 +54,18 @@ from ..theory import (
 from ..theory._hybrid import STEP_WARNING
 from ._names import (
     DEFAULT_ATTENTION as DEFAULT_ATTENTION,
-    DEFAULT_DEPTH as DEFAULT_DEPTH,
-    DEFAULT_HORIZON as DEFAULT_HORIZON,
     ENGINES as ENGINES,
     KINDS as KINDS,
+    NOISE_OF_KIND as NOISE_OF_KIND,
 )
+from .spec import NOISE_CLASSES, AbstractNoise, StudyModel, engine_of, noise_name
 
-#: The value noise each kind is defined for (as the CLI pairs them): the exact curves of
-#: ``beta-d`` and ``beta-eps`` hold for these models only.
-NOISE_OF_KIND = {"beta-d": "full", "beta-eps": "hybrid", "beta-n": "full"}
 #: The keys every point of a kind gives (:func:`phase_points`).
 POINT_KEYS = {
     "beta-d": ("dim", "n_tokens", "beta"),
     "beta-eps": ("dim", "n_tokens", "eps", "beta"),
     "beta-n": ("dim", "n_tokens", "beta"),
 }
-NOISES = ("full", "hybrid", "none")
-EQUATIONS = {
-    ("full", "discrete"): "seed 003 eq. 4 (Post-LN, full value noise)",
-    ("full", "sde"): "seed 003 eq. 6 (Transformer SDE)",
-    ("hybrid", "discrete"): "seed 003 eq. 7 (Post-LN, scalar value noise)",
-    ("hybrid", "sde"): "seed 003 eq. 8 (hybrid SDE)",
-    ("none", "discrete"): "seed 003 eq. 7 with ε = 0 (Post-LN, deterministic values)",
-    ("none", "sde"): "seed 003 Lemma 2 (the attention ODE, fixed steps)",
-}
-#: The value noise of each ``noise``, as the equation of another scheme names it.
-NOISE_WORDS = {
-    "full": "full value noise (V_n of seed 003 eq. 4)",
-    "hybrid": "scalar value noise (V_n of seed 003 eq. 7)",
-    "none": "deterministic values (V_n = I/L)",
-}
-
-
-def model_equation(noise: str, engine: str, scheme: str = defaults.SCHEME) -> str:
-    """The equation a study's points run, as its provenance records it: seed 003's for
-    Post-LN (:data:`EQUATIONS`); for another scheme (discrete engine only), seed 004's
-    layer map of that scheme with seed 003's value operator."""
-    if scheme == "post-ln":
-        return EQUATIONS[(noise, engine)]
-    return f"seed 004 Table 1 ({scheme} layer maps) with {NOISE_WORDS[noise]}"
 
 
 @renamed(tokens="n_tokens", save_at="saveat")
@@ -126,12 +91,14 @@ def phase_model(
     tau: float = defaults.TAU,
     alpha: float = defaults.ALPHA,
 ) -> AbstractModel:
-    """The model of one phase-diagram point.
+    """The model of one phase-diagram point: :class:`ModelSpec`'s fields, and the point's
+    β, d, N and ε.
 
-    ``noise="full"``: Post-LN with full value noise (003 eq. 4) or its SDE (eq. 6);
-    ``noise="hybrid"``: scalar value noise ε (eq. 7) or its SDE (eq. 8);
+    ``noise="matrix"``: Post-LN with full value noise (003 eq. 4) or its SDE (eq. 6);
+    ``noise="scalar"``: scalar value noise ε (eq. 7) or its SDE (eq. 8);
     ``noise="none"``: deterministic values (ε = 0 of eq. 7; the ODE of Lemma 2 for the SDE
-    engine, solved by the same fixed-step solver).
+    engine, solved by the same fixed-step solver). 0.4's ``"full"`` and ``"hybrid"`` still
+    read as ``"matrix"`` and ``"scalar"``, with a deprecation warning.
 
     ``values`` is the law of the value noise: by default Gaussian matrix entries (eq. 4, as
     in the paper's experiments) and Rademacher scalars v_n (eq. 7 assumes them bounded).
@@ -143,58 +110,40 @@ def phase_model(
     Post-LN, the model of seed 003 and of its theory; discrete engine only), with Mix-LN's
     switch ``tau`` and nGPT's step ``alpha``.
     """
-    del n_tokens
-    check_choice("scheme", scheme, SCHEME_NAMES)
-    if horizon is None:
-        horizon = defaults.horizon_of("phase-diagram")
-    check_choice("norm", norm, NORM_NAMES)
-    if norm != "rms" and not (isinstance(dim, int) and dim >= 3):
-        raise ParameterError(
-            f"dim={dim!r} must be an integer >= 3 with norm={norm!r} (CLI: --norm {norm}): it "
-            "puts the tokens on the unit sphere of the mean-zero hyperplane, of dimension "
-            "d − 2; give a larger dim or norm='rms'."
-        )
-    att = Attention(beta, kind=attention)  # type: ignore[arg-type]
-    when = SaveAt(horizon, saveat)
-    if engine == "discrete":
-        if noise == "full":
-            vals = MatrixValues(sigma, distribution=values or "gaussian")
-        elif noise == "hybrid":
-            vals = ScalarValues(eps, distribution=values or "rademacher")
-        else:
-            vals = ScalarValues(0.0)
-        layer_map = _layer_map(scheme, norm=norm, tau=tau, alpha=alpha, step=step)
-        if step is not None:
-            return DiscreteTransformer(att, vals, layer_map, saveat=when, step=step)
-        return DiscreteTransformer(att, vals, layer_map, depth=depth, saveat=when)
-    if scheme != "post-ln":
-        raise ParameterError(
-            f"scheme={scheme!r} has no sde engine: the SDEs (seed 003 eq. 6 / eq. 8) are the "
-            "depth limit of Post-LN; use engine='discrete' or scheme='post-ln'."
-        )
-    if norm != "rms":
-        raise ParameterError(
-            f"norm={norm!r} is defined for the discrete engine; its SDE limit is the RMS SDE "
-            "in d − 1 dimensions (use engine='sde' with dim − 1)."
-        )
-    integrator = SDEIntegrator(sde_solver(solver), dt)
-    if noise == "full":
-        return TransformerSDE(att, sigma=sigma, saveat=when, integrator=integrator)
-    return HybridSDE(att, eps=eps if noise == "hybrid" else 0.0, saveat=when, integrator=integrator)
-
-
-def _layer_map(scheme: str, *, norm: str, tau: float, alpha: float, step: float | None):
-    """The scheme object of a discrete point: Post-LN as 0.4 built it (the same object, so
-    the same compiled program and checkpoint signature), another scheme by name."""
-    if scheme == "post-ln":
-        return PostLN() if norm == "rms" and step is None else PostLN(norm=norm)
-    return scheme_from_name(scheme, tau=tau, alpha=alpha, norm=norm)
+    spec = ModelSpec(
+        noise=noise,
+        engine=engine,
+        attention=attention,
+        values=values,
+        sigma=sigma,
+        depth=depth,
+        horizon=horizon,
+        solver=solver,
+        dt=dt,
+        saveat=saveat,
+        norm=norm,
+        step=step,
+        scheme=scheme,
+        tau=tau,
+        alpha=alpha,
+    )
+    study = spec.for_study("phase-diagram").model
+    return study.model(beta=beta, dim=dim, n_tokens=n_tokens, eps=eps)
 
 
 @renamed(save_at="saveat")
 @dataclasses.dataclass(frozen=True)
 class ModelSpec:
     """Which model every point of a study runs (its point supplies β, d, N and ε).
+
+    The flat constructor, by name, of a :class:`attndyn.studies.spec.StudyModel` (an
+    engine object, :class:`~attndyn.studies.spec.Discrete` or
+    :class:`~attndyn.studies.spec.SDE`, and a noise object; :attr:`model`), kept as 0.5
+    had it: it is API. Each field is checked once, by the object it enters.
+
+    ``noise``: ``"matrix"`` (σ, seed 003 eq. 4 / eq. 6), ``"scalar"`` (ε from the points,
+    eq. 7 / eq. 8) or ``"none"``; 0.4's ``"full"`` and ``"hybrid"`` are read as
+    ``"matrix"`` and ``"scalar"`` with a deprecation warning (removed in 0.6).
 
     Every default is :mod:`attndyn._core.defaults`'s. ``horizon=None`` is the study's own
     (the phase diagram's T = 100, evolution's T = 50: ``defaults.HORIZON``). ``saveat``:
@@ -220,14 +169,35 @@ class ModelSpec:
     scheme: str = defaults.SCHEME
     tau: float = defaults.TAU
     alpha: float = defaults.ALPHA
+    #: The model the fields describe (built, and so checked, once).
+    model: StudyModel = dataclasses.field(init=False, repr=False, compare=False)
+    #: The three noises with this spec's σ and value law, by name (evolution's models).
+    noises: Mapping[str, AbstractNoise] = dataclasses.field(init=False, repr=False, compare=False)
 
     def study_horizon(self, study: str) -> float:
         """The horizon T, ``study``'s default where ``horizon=None``."""
         return defaults.horizon_of(study) if self.horizon is None else self.horizon
 
     def for_study(self, study: str) -> "ModelSpec":
-        """This spec with ``horizon=None`` read as ``study``'s default horizon."""
-        return dataclasses.replace(self, horizon=self.study_horizon(study))
+        """This spec with ``horizon=None`` read as ``study``'s default horizon (the fields
+        are not checked again: only T's own checks run)."""
+        if self.horizon is not None:
+            return self
+        new = copy.copy(self)
+        horizon = self.study_horizon(study)
+        object.__setattr__(new, "horizon", horizon)
+        object.__setattr__(new, "model", self.model.with_horizon(horizon))
+        return new
+
+    def with_saveat(self, saveat: tuple[float, ...]) -> "ModelSpec":
+        """This spec (its horizon set: :meth:`for_study`) with the save times ``saveat``:
+        only what depends on them is checked again."""
+        if self.horizon is None:
+            raise ParameterError("with_saveat needs the horizon: call for_study first.")
+        new = copy.copy(self)
+        object.__setattr__(new, "saveat", saveat)
+        object.__setattr__(new, "model", self.model.with_horizon(self.horizon, saveat))
+        return new
 
     def __post_init__(self):
         if isinstance(self.saveat, SaveAt):
@@ -239,100 +209,36 @@ class ModelSpec:
             horizon = self.saveat.horizon if self.horizon is None else self.horizon
             object.__setattr__(self, "horizon", horizon)
             object.__setattr__(self, "saveat", None if self.saveat.ts is None else self.saveat.ts)
-        check_choice("noise", self.noise, NOISES)
-        check_choice("engine", self.engine, ENGINES)
-        check_choice("norm", self.norm, NORM_NAMES)
-        if self.norm != "rms" and self.engine != "discrete":
-            raise ParameterError(
-                f"norm={self.norm!r} is defined for the discrete engine; its SDE limit is "
-                "the RMS SDE in d − 1 dimensions (use the sde engine with dim − 1)."
-            )
-        if self.step is not None:
-            check_bound("step", self.step, lower=0.0, lower_open=True)
-            if self.engine != "discrete":
-                raise ParameterError(
-                    "step is the layer step of the discrete engine; the sde engine takes dt."
-                )
-        check_choice("attention", self.attention, ATTENTION_KINDS)
-        self._check_scheme()
-        if self.values is not None:
-            check_choice("values", self.values, DISTRIBUTIONS)
-        check_bound("sigma", self.sigma, lower=0.0, lower_open=True)
-        check_int("depth", self.depth, lower=1, upper=INT32_MAX)
-        if self.horizon is not None:
-            check_bound("horizon", self.horizon, lower=0.0, lower_open=True)
-        if self.engine == "discrete":
-            for name, default in (("solver", defaults.SOLVER), ("dt", defaults.DT)):
-                if getattr(self, name) != default:
-                    raise ParameterError(
-                        f"{name}={getattr(self, name)!r} applies to engine='sde' only; the "
-                        "discrete engine steps by 1/depth."
-                    )
-        if self.engine == "sde":
-            check_choice("solver", self.solver, SDE_SOLVERS)
-            check_bound("dt", self.dt, lower=0.0, lower_open=True)
-            if self.horizon is not None and self.dt > self.horizon:
-                raise ParameterError(
-                    f"dt={self.dt} is larger than the horizon={self.horizon}; the step must "
-                    "lie in (0, horizon]."
-                )
-
-    def _check_scheme(self) -> None:
-        """The scheme, and its own number only where it has one (τ for Mix-LN, α for nGPT:
-        another scheme would ignore it); the SDE engine is Post-LN's limit only."""
-        check_choice("scheme", self.scheme, SCHEME_NAMES)
-        if self.scheme != "post-ln" and self.engine != "discrete":
-            raise ParameterError(
-                f"scheme={self.scheme!r} has no sde engine: the SDEs (seed 003 eq. 6 / eq. 8) "
-                "are the depth limit of Post-LN; use engine='discrete' or scheme='post-ln'."
-            )
-        for name, owner, default, lower_open in (
-            ("tau", "mix-ln", defaults.TAU, False),
-            ("alpha", "ngpt", defaults.ALPHA, True),
-        ):
-            value = getattr(self, name)
-            check_bound(name, value, lower=0.0, lower_open=lower_open)
-            if self.scheme != owner and value != default:
-                raise ParameterError(
-                    f"{name}={value!r} applies to scheme={owner!r} only; scheme="
-                    f"{self.scheme!r} has no {name} (leave it at {default:g})."
-                )
+        object.__setattr__(self, "noise", noise_name(self.noise, stacklevel=5))
+        engine = engine_of(
+            self.engine, depth=self.depth, step=self.step, solver=self.solver, dt=self.dt
+        )
+        noises = {
+            name: cls.of_fields(sigma=self.sigma, law=self.values)
+            for name, cls in NOISE_CLASSES.items()
+        }
+        model = StudyModel(
+            engine=engine,
+            noise=noises[self.noise],
+            attention=self.attention,
+            scheme=self.scheme,
+            norm=self.norm,
+            horizon=self.horizon,
+            saveat=self.saveat,  # type: ignore[arg-type]
+            tau=self.tau,
+            alpha=self.alpha,
+        )
+        object.__setattr__(self, "noises", noises)
+        object.__setattr__(self, "model", model)
 
     def model_fn(self) -> Callable[..., AbstractModel]:
-        """``model_fn(**point)`` for the estimator."""
-        fields = dataclasses.asdict(self)
-        return functools.partial(phase_model, **fields)
+        """``model_fn(**point)`` for the estimator (the spec's horizon must be set:
+        :meth:`for_study`)."""
+        return self.model.model
 
     def metadata(self) -> dict[str, Any]:
-        """Provenance of the model choice."""
-        record: dict[str, Any] = {
-            "model_equation": model_equation(self.noise, self.engine, self.scheme),
-            "engine": self.engine,
-            # The scheme as a field (figures read it: the exact curves are Post-LN's).
-            "scheme": self.scheme,
-            "attention": self.attention,
-            # The SDEs have no value law (their noise is a Brownian motion): none recorded.
-            "values": None
-            if self.engine == "sde"
-            else self.values or {"full": "gaussian", "hybrid": "rademacher"}.get(self.noise),
-            "horizon": self.horizon,
-            "norm": self.norm,
-        }
-        if self.scheme == "mix-ln":
-            record["tau"] = self.tau
-        if self.scheme == "ngpt":
-            record["alpha"] = self.alpha
-        if self.noise == "full":
-            record["sigma"] = self.sigma
-        if self.engine == "discrete" and self.step is not None:
-            record["step"] = self.step
-        elif self.engine == "discrete":
-            record["depth"] = self.depth
-        else:
-            record.update(
-                solver=self.solver, dt=self.dt, sphere_scheme="projection after each step"
-            )
-        return record
+        """Provenance of the model choice (:meth:`StudyModel.metadata`)."""
+        return self.model.metadata()
 
 
 #: The estimator's arguments as :class:`MonteCarlo` names them (in its refusals).
@@ -471,14 +377,15 @@ def phase_diagram_study(
     such theory), for ``beta-n`` the three-token reading of
     :func:`three_token_curve`, and the SDE solver's measured drift off the sphere
     (``engine="sde"``). ``kind`` requires
-    ``spec.noise`` (beta-d and beta-n: ``"full"``, beta-eps: ``"hybrid"``, as the CLI pairs
-    them; another is refused) and fixes the keys of every point (:func:`phase_points`)."""
+    ``spec.noise`` (beta-d and beta-n: ``"matrix"``, beta-eps: ``"scalar"``, as the CLI
+    pairs them; another is refused) and fixes the keys of every point
+    (:func:`phase_points`)."""
     spec = spec.for_study("phase-diagram")
     points = check_study(kind, spec, points)
     # Every point's model, built once (and so validated) before anything runs; the
     # estimator and the drift measurement take these.
     model_fn = BuiltModels(spec.model_fn(), points, x64=mc.x64)
-    eq7 = spec.noise == "hybrid" and spec.engine == "discrete" and spec.scheme == "post-ln"
+    eq7 = spec.model.has_layer_step
     if eq7:
         warn_hybrid_step(points, spec)
     # Exact references first: a failure there must not waste the simulation. They are
@@ -500,7 +407,7 @@ def phase_diagram_study(
         add_exact_curve(ds, exact, hybrid=kind == "beta-eps", norm=spec.norm)
     if three is not None:
         add_three_token_curve(ds, three, horizon=spec.study_horizon("phase-diagram"))
-    if spec.engine == "sde":
+    if spec.model.engine.leaves_sphere:
         add_sphere_drift(ds, drift_models(model_fn, mc), points, seed=mc.seed)
     if eq7:
         add_layer_step(ds, points, spec)
@@ -522,7 +429,7 @@ TITLES = {
 def layer_steps(points: Sequence[Mapping[str, Any]], spec: ModelSpec) -> np.ndarray:
     """003 eq. 7's layer step per point (:func:`attndyn.theory.hybrid_layer_step`) for the
     hybrid points (those with ε > 0; NaN for the others)."""
-    depth = spec.depth if spec.step is None else 1 / spec.step
+    depth = _layers_per_unit(spec)
     return np.asarray(
         [
             hybrid_layer_step(p["beta"], p["eps"], depth, spec.attention)
@@ -531,6 +438,14 @@ def layer_steps(points: Sequence[Mapping[str, Any]], spec: ModelSpec) -> np.ndar
             for p in points
         ]
     )
+
+
+def _layers_per_unit(spec: ModelSpec) -> float:
+    """L of a spec whose engine has layers (eq. 7's layer step is theirs)."""
+    layers = spec.model.engine.layers_per_unit()
+    if layers is None:
+        raise ParameterError("the layer step of seed 003 eq. 7 needs the discrete engine.")
+    return layers
 
 
 def add_layer_step(ds: xr.Dataset, points: Sequence[Mapping[str, Any]], spec: ModelSpec) -> None:
@@ -581,7 +496,7 @@ def warn_hybrid_step(points: Sequence[Mapping[str, Any]], spec: ModelSpec) -> No
     """Warn once when 003 eq. 7's layer step exceeds 0.1 somewhere on the grid (there the
     discrete model at this depth is far from the SDE limit, and its answer depends on the
     law of v_n), naming the depth that would bring every point under it."""
-    depth = spec.depth if spec.step is None else 1 / spec.step
+    depth = _layers_per_unit(spec)
     steps = [
         (hybrid_layer_step(p["beta"], p["eps"], depth, spec.attention), p)
         for p in points
@@ -664,7 +579,7 @@ def three_token_curve(
     with the paper-scale data (within 0.017), not a proof. NaN where it was not derived:
     N ≠ 3, unnormalised attention, LayerNorm tokens, non-Gaussian values, d < 3, a scheme
     other than Post-LN."""
-    gaussian = spec.engine == "sde" or (spec.values or "gaussian") == "gaussian"
+    gaussian = spec.model.engine.gaussian(spec.model.noise)
     applies = spec.attention == "softmax" and spec.norm == "rms" and gaussian
     applies = applies and spec.scheme == "post-ln"
     return np.asarray(

@@ -195,7 +195,7 @@ MAX_SIZE = 2**14
 
 def _check_arguments(
     schemes, *, n_tokens, dim, beta, horizon, alphas, tau, r0, seed, rw_dim, rw_n_tokens, rw_beta,
-    rw_layers, rw_runs,
+    rw_n_layers, rw_n_trajectories,
 ):  # fmt: skip
     """Every argument of :func:`schemes_study`, then :func:`check_schemes_start`."""
     check_sequence("schemes", schemes)
@@ -220,8 +220,8 @@ def _check_arguments(
         check_real("alpha", alpha)
     check_bound("alpha", np.asarray(alphas), lower=0.0, lower_open=True)
     check_unique("alphas", alphas)  # one nGPT curve per α: a repeat is a duplicate coordinate
-    check_int("rw_layers", rw_layers, lower=1, upper=INT32_MAX)
-    check_int("rw_runs", rw_runs, lower=1, upper=INT32_MAX)
+    check_int("rw_n_layers", rw_n_layers, lower=1, upper=INT32_MAX)
+    check_int("rw_n_trajectories", rw_n_trajectories, lower=1, upper=INT32_MAX)
     check_int("rw_dim", rw_dim, lower=2, upper=MAX_SIZE)
     check_int("rw_n_tokens", rw_n_tokens, lower=2, upper=MAX_SIZE)
     if rw_beta is not None:
@@ -519,16 +519,18 @@ def _ngpt_part(alphas, *, beta, n_tokens, r0, horizon, ts) -> np.ndarray:
     return ngpt
 
 
-def _random_weights_part(objs, stages, *, seed, rw_n_tokens, rw_dim, rw_beta, rw_layers, rw_runs):
+def _random_weights_part(
+    objs, stages, *, seed, rw_n_tokens, rw_dim, rw_beta, rw_n_layers, rw_n_trajectories
+):
     """Part (c): (scheme, run, layer) mean cosines of random-weight stacks."""
-    keys = jax.random.split(jax.random.key(seed), rw_runs)
+    keys = jax.random.split(jax.random.key(seed), rw_n_trajectories)
     rw = []
     for scheme in objs:
         stages.begin(f"{scheme.name}: random weights")
         run = eqx.filter_jit(
             jax.vmap(
                 lambda k, s=scheme: random_weights_cosine(
-                    s, n_tokens=rw_n_tokens, dim=rw_dim, beta=rw_beta, n_layers=rw_layers, key=k
+                    s, n_tokens=rw_n_tokens, dim=rw_dim, beta=rw_beta, n_layers=rw_n_layers, key=k
                 )
             )
         )
@@ -561,7 +563,7 @@ _SCHEME_VARIABLES = (
 )
 
 
-def _dataset(parts, ngpt, rw, *, names, ts, alphas, rw_layers, rw_runs) -> xr.Dataset:
+def _dataset(parts, ngpt, rw, *, names, ts, alphas, rw_n_layers, rw_n_trajectories) -> xr.Dataset:
     rate_t, rate_log_gap = _padded_curves([p["curve"] for p in parts])
     data = {
         "gamma_reduced": (("scheme", "time"), np.stack([p["gamma_reduced"] for p in parts])),
@@ -580,13 +582,18 @@ def _dataset(parts, ngpt, rw, *, names, ts, alphas, rw_layers, rw_runs) -> xr.Da
             "scheme": names,
             "time": ts,
             "alpha": np.asarray(alphas, dtype=np.float64),
-            "layer": np.arange(rw_layers + 1),
-            "run": np.arange(rw_runs),
+            "layer": np.arange(rw_n_layers + 1),
+            "run": np.arange(rw_n_trajectories),
         },
     )
 
 
-@renamed(tokens="n_tokens", rw_tokens="rw_n_tokens")
+@renamed(
+    tokens="n_tokens",
+    rw_tokens="rw_n_tokens",
+    rw_layers="rw_n_layers",
+    rw_runs="rw_n_trajectories",
+)
 def schemes_study(
     *,
     schemes: Sequence[str] = SCHEME_NAMES,
@@ -601,8 +608,8 @@ def schemes_study(
     rw_dim: int = defaults.RANDOM_WEIGHTS["rw_dim"],
     rw_n_tokens: int = defaults.RANDOM_WEIGHTS["rw_n_tokens"],
     rw_beta: float | None = None,
-    rw_layers: int = defaults.RANDOM_WEIGHTS["rw_layers"],
-    rw_runs: int = defaults.RANDOM_WEIGHTS["rw_runs"],
+    rw_n_layers: int = defaults.RANDOM_WEIGHTS["rw_n_layers"],
+    rw_n_trajectories: int = defaults.RANDOM_WEIGHTS["rw_n_trajectories"],
     progress: bool = True,
 ) -> xr.Dataset:
     """All four parts as one dataset (see the module docstring); ``alphas[0]`` is nGPT's α.
@@ -613,7 +620,7 @@ def schemes_study(
     _check_arguments(
         schemes, n_tokens=n_tokens, dim=dim, beta=beta, horizon=horizon, alphas=alphas, tau=tau,
         r0=r0, seed=seed, rw_dim=rw_dim, rw_n_tokens=rw_n_tokens, rw_beta=rw_beta,
-        rw_layers=rw_layers, rw_runs=rw_runs,
+        rw_n_layers=rw_n_layers, rw_n_trajectories=rw_n_trajectories,
     )  # fmt: skip
     x0 = symmetric_start(n_tokens, dim, r0)
     rw_beta = math.sqrt(rw_dim) if rw_beta is None else rw_beta
@@ -628,20 +635,28 @@ def schemes_study(
         ngpt = _ngpt_part(alphas, **kw)
         rw = _random_weights_part(
             objs, stages, seed=seed, rw_n_tokens=rw_n_tokens, rw_dim=rw_dim, rw_beta=rw_beta,
-            rw_layers=rw_layers, rw_runs=rw_runs,
+            rw_n_layers=rw_n_layers, rw_n_trajectories=rw_n_trajectories,
         )  # fmt: skip
     finally:
         stages.close()
     names = [s.name for s in objs]
     ds = _dataset(
-        parts, ngpt, rw, names=names, ts=ts, alphas=alphas, rw_layers=rw_layers, rw_runs=rw_runs
+        parts,
+        ngpt,
+        rw,
+        names=names,
+        ts=ts,
+        alphas=alphas,
+        rw_n_layers=rw_n_layers,
+        rw_n_trajectories=rw_n_trajectories,
     )
     params = {
         "beta": beta, "n": n_tokens, "d": dim, "r0": r0, "alpha": alpha,
         "alphas": list(map(float, alphas)), "tau": tau, "horizon": horizon,
         "schemes": list(names),
         "random_weights": {
-            "d": rw_dim, "n": rw_n_tokens, "beta": rw_beta, "layers": rw_layers, "runs": rw_runs,
+            "d": rw_dim, "n": rw_n_tokens, "beta": rw_beta, "layers": rw_n_layers,
+            "runs": rw_n_trajectories,
         },
     }  # fmt: skip
     return _with_provenance(ds, params, seed=seed, seconds=time.perf_counter() - started)
