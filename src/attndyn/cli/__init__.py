@@ -5,10 +5,11 @@ import sys
 import click
 
 from .._version import __version__
-from ._common import cacheable_solves, one_line_warnings
+from ._errors import one_line_warnings
 from ._evolution import evolution
 from ._modes import modes
 from ._phase import phase_diagram
+from ._runtime import cacheable_solves
 from ._schemes import schemes
 
 
@@ -16,7 +17,7 @@ class _OneLineErrors(click.Group):
     """A group whose errors are one line on stderr: ``Error: …`` naming the parameter and
     the allowed values (status 2 for bad input, 1 for a failed run), where click prints a
     usage block, a hint and a blank line around it. Warnings are one line too
-    (``warning: …``; :func:`._common.one_line_warnings`)."""
+    (``warning: …``; :func:`._errors.one_line_warnings`)."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         cacheable_solves()
