@@ -181,13 +181,14 @@ class _ObservablesStudy(Study):
             indices = jnp.arange(tile_start, tile_start + tile, dtype=jnp.uint32)
             keys = jax.vmap(lambda i, key=key: jax.random.fold_in(key, i))(indices)
             values, finite = self.run_tile(index, keys, count, bar)
+            if self.alone and not np.all(np.asarray(finite)[:count]):
+                # Stopped here, the tile left out: a rerun runs it again, and stops again.
+                self.save()
+                raise NonFiniteError(self.nonfinite_message(index))
             with interrupts.deferred():  # stored and counted whole
                 self.tallies.add(index, tile_start, values, count, finite)
             bar.n = int(self.tallies.n_done.sum())  # exact, whatever the tile moved it by
             bar.refresh()
-            if self.alone and self.tallies.n_nonfinite[index]:
-                self.save()
-                raise NonFiniteError(self.nonfinite_message(index))
             if self.save_due() or (tile_start + count - first) % chunk == 0:
                 self.save()
 
@@ -222,7 +223,7 @@ class _ObservablesStudy(Study):
 
     def check_totals(self, observations: Observations) -> None:
         """With several processes, every process stops alike where a trajectory turned
-        NaN or infinite (a process alone stopped as it went)."""
+        NaN or infinite (a process alone stopped as it went, and stored none)."""
         for index, bad in enumerate(observations.n_nonfinite):
             if bad:
                 raise NonFiniteError(self.nonfinite_message(index))
