@@ -8,7 +8,9 @@ All cheap: models are built, never run.
 import collections
 import re
 import warnings
+from typing import Any
 
+import equinox as eqx
 import pytest
 
 import attndyn as ad
@@ -16,6 +18,7 @@ from attndyn import studies
 from attndyn._models.sde import HybridSDE, TransformerSDE
 from attndyn.studies import spec as spec_module
 from attndyn.studies.spec import (
+    NOISE_CLASSES,
     SDE,
     Discrete,
     MatrixNoise,
@@ -158,9 +161,15 @@ def test_the_modes_noises_build_through_the_spec():
     # What ModesSpec builds today (studies/modes.py), built from the spec's objects: the
     # level from the point, the flow without a draw, σ = 0 as the flow, the matrix noise
     # with the flow's drift, and its missing SDE refused.
-    flow = StudyModel(noise=NoNoise(as_scalar=False), horizon=1.0).model(**POINT)
+    noises = {name: cls.added_to_flow(law=None) for name, cls in NOISE_CLASSES.items()}
+    assert noises == {
+        "none": NoNoise(as_scalar=False),
+        "scalar": ScalarNoise(),
+        "matrix": MatrixNoise(sigma=None, drift=1.0),
+    }
+    flow = StudyModel(noise=noises["none"], horizon=1.0).model(**POINT)
     assert isinstance(_discrete(flow).values, ad.DeterministicValues)
-    drifted = StudyModel(noise=MatrixNoise(sigma=None, drift=1.0), horizon=1.0)
+    drifted = StudyModel(noise=noises["matrix"], horizon=1.0)
     assert isinstance(_discrete(drifted.model(**POINT, sigma=0.0)).values, ad.DeterministicValues)
     values = _discrete(drifted.model(**POINT, sigma=0.5)).values
     assert repr(values) == repr(ad.MatrixValues(0.5, drift=1.0))
@@ -177,3 +186,30 @@ def test_the_modes_noises_build_through_the_spec():
 def _discrete(model) -> ad.DiscreteTransformer:
     assert isinstance(model, ad.DiscreteTransformer)
     return model
+
+
+@pytest.mark.parametrize(
+    ("noise", "engine", "level"),
+    [
+        ("none", "discrete", 0.0),
+        ("scalar", "discrete", 0.3),
+        ("matrix", "discrete", 0.5),
+        ("matrix", "discrete", 0.0),
+        ("none", "sde", 0.0),
+        ("scalar", "sde", 0.3),
+    ],
+)
+def test_the_spec_builds_the_modes_studys_models(noise, engine, level):
+    # The route for ModesSpec onto the spec: its engine by name, its noise added to the
+    # flow, its level under the noise's point key. The same model, leaf for leaf.
+    options: dict[str, Any] = {"dt": 0.1} if engine == "sde" else {"depth": 20}
+    modes = studies.ModesSpec(noise=noise, engine=engine, horizon=1.0, saves=3, **options)
+    study = StudyModel(
+        engine=spec_module.engine_of(engine, **options),
+        noise=NOISE_CLASSES[noise].added_to_flow(law=None),
+        horizon=1.0,
+        saveat=modes.saveat,
+    )
+    key = study.noise.point_level()
+    built = study.model(**POINT, **({key: level} if key else {}))
+    assert bool(eqx.tree_equal(built, modes.model(**POINT, level=level)))

@@ -85,6 +85,12 @@ class AbstractNoise(abc.ABC):
     def of_fields(cls, *, sigma: float, law: str | None) -> "AbstractNoise":
         """This noise from :class:`ModelSpec`'s flat fields (σ, the value law)."""
 
+    @classmethod
+    @abc.abstractmethod
+    def added_to_flow(cls, *, law: str | None) -> "AbstractNoise":
+        """This noise added to the attention flow V = I/L, its level (ε or σ) each
+        point's: the noise of the modes study (spec §7)."""
+
     def values_law(self) -> str | None:
         """The law of the random values of the discrete engine (``None``: no draw)."""
         return None
@@ -128,6 +134,11 @@ class NoNoise(AbstractNoise):
         del sigma, law
         return cls()
 
+    @classmethod
+    def added_to_flow(cls, *, law) -> "NoNoise":
+        del law
+        return cls(as_scalar=False)
+
     def values(self, *, eps=None, sigma=None) -> AbstractValues:
         del eps, sigma
         return ScalarValues(0.0) if self.as_scalar else DeterministicValues()
@@ -160,6 +171,10 @@ class ScalarNoise(AbstractNoise):
     @classmethod
     def of_fields(cls, *, sigma, law) -> "ScalarNoise":
         del sigma  # ε is the points'
+        return cls(law=law)
+
+    @classmethod
+    def added_to_flow(cls, *, law) -> "ScalarNoise":
         return cls(law=law)
 
     def point_level(self) -> str | None:
@@ -209,6 +224,10 @@ class MatrixNoise(AbstractNoise):
     @classmethod
     def of_fields(cls, *, sigma, law) -> "MatrixNoise":
         return cls(sigma=sigma, law=law)
+
+    @classmethod
+    def added_to_flow(cls, *, law) -> "MatrixNoise":
+        return cls(sigma=None, law=law, drift=1.0)
 
     def point_level(self) -> str | None:
         return "sigma" if self.sigma is None else None
