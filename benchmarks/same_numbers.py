@@ -10,11 +10,12 @@ the CLI twice): the reduced two-token chain (with and without early absorption),
 reduced frame route (N = 3 < d), the span route (scalar values), the full route (N ≥ d, in
 float32 and float64), multi-head attention, the SDE engine (full and hybrid noise; Euler,
 Heun and SPaRK), the two-token overlap SDE route, the normalized-attention ODE (every
-scheme, Mix-LN included, adaptive and constant-step), the symmetric ODE, the schemes study
-and the evolution study. Each case gives named arrays (a dataset's data variables and
-coordinates, or a solution's fields); ``--record`` writes, per case and array, its dtype,
-shape and the SHA-256 of its bytes, plus its values printed in full (``repr`` of each
-float, exact) where it is small, or a few of them and its sum, min and max where not.
+scheme, Mix-LN included, adaptive and constant-step), the symmetric ODE, the schemes study,
+the evolution study and the modes study (no noise, matrix noise, the SDE engine). Each
+case gives named arrays (a dataset's data variables and coordinates, or a solution's
+fields); ``--record`` writes, per case and array, its dtype, shape and the SHA-256 of its
+bytes, plus its values printed in full (``repr`` of each float, exact) where it is small,
+or a few of them and its sum, min and max where not.
 
 ``--compare`` reruns the cases and prints, per case, what differs: an array whose bytes
 changed (with the largest absolute and relative change where its values were stored), one
@@ -28,8 +29,9 @@ not compared. The exit status is 0 when every array is bit-identical (renames al
 
 A rename of an API argument (``n_tokens=`` → ``n_tokens=``) needs the call in this script to
 follow it, where the old spelling stops working: every call is in one ``case_*`` function.
-The whole run costs about 2.5 minutes of CPU (two CLI processes included; 144 s measured
-on 2026-11-27), about 1 minute more with ``--all``.
+The whole run costs about 2.5 minutes of CPU (two CLI processes included; 138 s measured
+on 2026-11-29 with the modes case, 19 s of it, on a shared 2-core machine), about 1 minute
+more with ``--all``.
 """
 
 import argparse

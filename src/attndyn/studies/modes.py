@@ -9,10 +9,17 @@ trajectory and their means with standard errors across trajectories, beside the 
 the uniform state (:func:`attndyn.theory.mode_growth_rate`), the growth rates fitted over
 each point's linear window and the plateau statistics (:mod:`._modes_analysis`).
 
+The trajectories run on the estimator's loop, as the phase diagram's do
+(:func:`attndyn._estimate.observables.estimate_observables`: tiles, checkpoint and resume,
+lock, several processes, progress bar, Ctrl-C); this module says how one tile runs
+(:class:`_Tiles`) and what it observes (:func:`observed_fields`).
+
 Randomness: trajectory i of a point starts from, and draws its noise from,
 ``fold_in(fold_in(key(seed), point_id), i)`` (:mod:`attndyn._estimate.keys`); every call
-runs a fixed number of trajectories (a tile that depends on N only), so the numbers never
-depend on the chunk size (a chunk is a number of tiles between checkpoints).
+runs a fixed number of trajectories (a tile that depends on N only), and each
+trajectory's observables are kept in its own row, so the numbers never depend on the
+chunk size (a chunk is a number of tiles between checkpoints), a resume or the number of
+processes.
 
 Ctrl-C. A tile's layers run in blocks of compiled calls (:class:`._modes_cost.LayerBlocks`:
 about half a second each, the first sized from an estimate of a layer's cost), then its
