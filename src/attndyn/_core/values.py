@@ -15,7 +15,7 @@ from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
 from . import random
 from .attention import float_leaf
-from .errors import check_choice, check_swept
+from .errors import ParameterError, check_choice, check_swept
 from .linalg import lq, matmul
 from .names import DISTRIBUTIONS as DISTRIBUTIONS
 
@@ -37,8 +37,10 @@ def sample_entries(
     - ``uniform``: uniform on [−√3, √3];
     - ``rademacher``: ±1 with probability ½ each;
     - ``truncnormal``: N(0, 1) conditioned on [−2, 2], divided by its standard deviation.
+
+    ``distribution`` is a value operator's, which its ``__check_init__`` checked: it is not
+    checked again at every draw (each layer map traced).
     """
-    check_choice("distribution", distribution, DISTRIBUTIONS)
     if distribution == "gaussian":
         return random.normal(key, shape, dtype)
     if distribution == "uniform":
@@ -46,9 +48,11 @@ def sample_entries(
         return random.uniform(key, shape, dtype, minval=-s, maxval=s)
     if distribution == "rademacher":
         return random.rademacher(key, shape, dtype)
-    # Drawn in float32 whatever ``dtype`` (see attndyn._core.random: x64 keeps the path).
-    z = jax.random.truncated_normal(key, -TRUNCATION, TRUNCATION, shape, random.DRAW_DTYPE)
-    return (z / _TRUNCNORMAL_STD).astype(dtype)
+    if distribution == "truncnormal":
+        # Drawn in float32 whatever ``dtype`` (see attndyn._core.random: x64 keeps the path).
+        z = jax.random.truncated_normal(key, -TRUNCATION, TRUNCATION, shape, random.DRAW_DTYPE)
+        return (z / _TRUNCNORMAL_STD).astype(dtype)
+    raise ParameterError(f"distribution={distribution!r}; choose one of {DISTRIBUTIONS}.")
 
 
 class AbstractValues(eqx.Module):
