@@ -109,9 +109,10 @@ def test_velocity_equals_quadrature_of_the_density(kind):
     np.testing.assert_allclose(flow.velocity(c, theta), expected, rtol=1e-12)
     grid = mf.grid_size(K)
     with jax.enable_x64(True):
-        _, on_grid = mf._grid_fields(jax.numpy.asarray(c), *flow._arguments())
+        basis, beta_, softmax, tables = flow._arguments()
+        _, _, on_grid, _ = mf._fields(basis, jax.numpy.asarray(c), beta_, softmax, tables)
     at = 2 * np.pi * np.arange(grid) / grid
-    np.testing.assert_allclose(np.asarray(on_grid), flow.velocity(c, at), rtol=1e-11, atol=1e-13)
+    np.testing.assert_allclose(np.asarray(on_grid)[0], flow.velocity(c, at), rtol=1e-11, atol=1e-13)
 
 
 @pytest.mark.parametrize("kind", ["softmax", "unnormalized"])
@@ -166,7 +167,7 @@ def test_tokens_start_has_attndyns_mode_powers():
         ({"beta": float("nan")}, "beta"),
         ({"beta": [1.0, 2.0]}, "beta"),
         ({"beta": 8.0, "kind": "linear"}, "kind"),
-        ({"beta": 8.0, "dim": 3}, "dim"),
+        ({"beta": 8.0, "dim": 4}, "dim"),
         ({"beta": 8.0, "n_modes": 10}, "n_modes"),
         ({"beta": 8.0, "n_modes": 10_000}, "n_modes"),
         ({"beta": 800.0, "kind": "unnormalized"}, "beta"),
