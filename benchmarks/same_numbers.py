@@ -341,8 +341,8 @@ def case_schemes() -> Arrays:
         alphas=(1.0,),
         rw_dim=8,
         rw_n_tokens=4,
-        rw_layers=6,
-        rw_runs=2,
+        rw_n_layers=6,
+        rw_n_trajectories=2,
         progress=False,
     )
     return arrays_of(ds)

@@ -60,10 +60,9 @@ from .._core.errors import (
 from .._core.many_tokens import many_token_observables, size_bins
 from .._core.norms import NORM_NAMES
 from .._core.renamed import old_attribute, renamed
-from .._core.saveat import SaveAt
-from .._core.schemes import SCHEME_NAMES, scheme_from_name
+from .._core.schemes import SCHEME_NAMES
 from .._core.sphere import uniform_sphere
-from .._core.values import DISTRIBUTIONS, DeterministicValues, MatrixValues, ScalarValues
+from .._core.values import DISTRIBUTIONS
 from .._estimate import interrupts
 from .._estimate.dataset import attach_provenance, provenance_record
 from .._estimate.diagnose import overflow_message, overflow_refusal
@@ -71,14 +70,13 @@ from .._estimate.observables import estimate_observables
 from .._estimate.observations import Field
 from .._estimate.plan import check_distinct
 from .._models.base import AbstractModel
-from .._models.discrete import DiscreteTransformer
-from .._models.integrators import SDE_SOLVERS, SDEIntegrator, sde_solver
-from .._models.sde import HybridSDE
+from .._models.integrators import SDE_SOLVERS
 from . import _modes_cost as cost
 from ._modes_analysis import analyse, attach_cf, modes_summary, theory_ell_star
 from ._modes_calls import async_jit, run_call
 from ._modes_cost import LayerBlocks
 from ._names import ENGINES as STUDY_ENGINES, MODES_NOISES
+from .spec import NOISE_CLASSES, StudyModel, engine_of
 
 __all__ = ["ModesRun", "ModesSpec", "auto_tol", "modes_points", "modes_study", "modes_summary"]
 
@@ -190,54 +188,55 @@ class ModesSpec:
         return tuple(np.linspace(0.0, self.horizon, self.saves).tolist())
 
     def model(self, *, beta: float, dim: int, n_tokens: int, level: float = 0.0) -> AbstractModel:
-        """The model of one point: β, d, N and the noise level (ε or σ)."""
-        del n_tokens
+        """The model of one point: β, d, N and the noise level (ε or σ), built by the
+        study spec (:class:`.spec.StudyModel`, :meth:`study_model`)."""
         check_int("dim", dim, lower=2)
-        if self.norm != "rms" and dim < 3:
-            # The message phase-diagram gives (studies.phase.phase_model).
-            raise ParameterError(
-                f"dim={dim!r} must be an integer >= 3 with norm={self.norm!r} (CLI: --norm "
-                f"{self.norm}): it puts the tokens on the unit sphere of the mean-zero "
-                "hyperplane, of dimension d − 2; give a larger dim or norm='rms'."
+        key = self.level_name
+        built = self.study_model()
+        return built.model(beta=beta, dim=dim, n_tokens=n_tokens, **({key: level} if key else {}))
+
+    def study_model(self) -> StudyModel:
+        """This spec as the studies' model spec: its engine by name, its noise added to
+        the flow V = I/L (:meth:`.spec.AbstractNoise.added_to_flow`), each point's level
+        under the noise's point key. Built once."""
+        built = self.__dict__.get("_study_model")
+        if built is None:
+            engine = engine_of(
+                self.engine, depth=self.depth, step=self.step, solver=self.solver, dt=self.dt
             )
-        att = Attention(beta, kind=self.attention, implementation=self.implementation)  # type: ignore[arg-type]
-        saveat = SaveAt(self.horizon, self.saveat)
-        if self.engine == "sde":
-            integrator = SDEIntegrator(sde_solver(self.solver), self.dt)
-            return HybridSDE(att, eps=level, saveat=saveat, integrator=integrator)
-        if self.noise == "none" or (self.noise == "matrix" and level == 0):
-            # σ = 0 is the flow itself (MatrixValues needs σ > 0).
-            values = DeterministicValues()
-        elif self.noise == "scalar":
-            values = ScalarValues(level, distribution=self.values or "rademacher")
-        else:
-            values = MatrixValues(level, distribution=self.values or "gaussian", drift=1.0)
-        scheme = scheme_from_name(self.scheme, norm=self.norm)
-        if self.step is not None:
-            return DiscreteTransformer(att, values, scheme, saveat=saveat, step=self.step)
-        return DiscreteTransformer(att, values, scheme, depth=self.depth, saveat=saveat)
+            built = StudyModel(
+                engine=engine,
+                noise=NOISE_CLASSES[self.noise].added_to_flow(law=self.values),
+                attention=self.attention,
+                scheme=self.scheme,
+                norm=self.norm,
+                horizon=self.horizon,
+                saveat=self.saveat,
+                implementation=self.implementation,
+            )
+            object.__setattr__(self, "_study_model", built)
+        return built
 
     @property
     def level_name(self) -> str | None:
         """The point key of the noise level: ``eps`` (scalar), ``sigma`` (matrix), none."""
-        return {"none": None, "scalar": "eps", "matrix": "sigma"}[self.noise]
+        return NOISE_CLASSES[self.noise].added_to_flow(law=None).point_level()
 
     def metadata(self) -> dict[str, Any]:
         record = dataclasses.asdict(self)
-        record["values"] = (
-            None
-            if self.noise == "none" or self.engine == "sde"
-            else (self.values or {"scalar": "rademacher", "matrix": "gaussian"}[self.noise])
-        )
+        built = self.study_model()
+        record["values"] = built.engine.value_law(built.noise)
         record["model_equation"] = (
             "seed 003 eq. 8 (hybrid SDE; eps = 0: the attention flow)"
-            if self.engine == "sde"
-            else f"{self.scheme} layer maps, V_n = I/L"
-            + {"none": "", "scalar": " + eps v_n/sqrt(L) I", "matrix": " + sigma M_n/sqrt(L)"}[
-                self.noise
-            ]
+            if not built.engine.has_layers
+            else f"{self.scheme} layer maps, V_n = I/L" + FLOW_TERMS[self.noise]
         )
         return record
+
+
+#: What each noise adds to the flow V_n = I/L, as the provenance's ``model_equation``
+#: writes it.
+FLOW_TERMS = {"none": "", "scalar": " + eps v_n/sqrt(L) I", "matrix": " + sigma M_n/sqrt(L)"}
 
 
 @renamed(trajectories="n_trajectories")
