@@ -168,6 +168,30 @@ def _lazy_mechanism(tree: ast.Module) -> str | None:
     return found
 
 
+def test_lazy_names_of_a_plain_module(tmp_path, monkeypatch):
+    # attach serves a command module as it serves a package (the CLI's pattern in _lazy's
+    # docstring): its relative imports resolve from the module's package.
+    package = tmp_path / "lazy_pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "other.py").write_text("def f():\n    return 1\n")
+    (package / "sub" / "command.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from attndyn._lazy import attach\n"
+        "if TYPE_CHECKING:\n"
+        "    from ..other import f as f\n"
+        "__getattr__, __dir__ = attach(__name__, __file__, globals())\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    command = importlib.import_module("lazy_pkg.sub.command")
+    assert "lazy_pkg.other" not in sys.modules  # not before first use
+    assert command.f is importlib.import_module("lazy_pkg.other").f
+    assert command.__all__ == ["f"]
+    for name in [n for n in sys.modules if n.startswith("lazy_pkg")]:
+        monkeypatch.delitem(sys.modules, name)
+
+
 def test_one_lazy_loading_mechanism():
     kinds = {name: _lazy_mechanism(_tree(path)) for name, path in MODULES.items()}
     lazy = {name for name, kind in kinds.items() if kind == "attach"}

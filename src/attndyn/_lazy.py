@@ -58,17 +58,21 @@ def _is_type_checking(test: ast.expr) -> bool:
 def attach(
     package: str, init_file: str, namespace: dict[str, Any]
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """``(__getattr__, __dir__)`` of ``package`` (its ``__init__`` at ``init_file``, its
-    globals ``namespace``): a name is imported on first access and then kept in the
-    namespace, so later accesses cost nothing. Sets the package's ``__all__`` to its
-    public names (``from attndyn import *`` and ``dir(attndyn)`` list only those)."""
+    """``(__getattr__, __dir__)`` of the module ``package`` (a package's ``__init__`` or a
+    plain module, its source at ``init_file``, its globals ``namespace``): a name is
+    imported on first access and then kept in the namespace, so later accesses cost
+    nothing. Sets the module's ``__all__`` to its public names (``from attndyn import *``
+    and ``dir(attndyn)`` list only those)."""
     table = exports(init_file)
+    # Relative imports resolve from the module's package: itself for an __init__, its
+    # parent for a plain module (what Python sets as __package__).
+    anchor = namespace.get("__package__") or package
 
     def __getattr__(name: str) -> Any:
         if name not in table:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         module_name, attribute = table[name]
-        module = importlib.import_module(module_name, package)
+        module = importlib.import_module(module_name, anchor)
         value = module if attribute is None else getattr(module, attribute)
         namespace[name] = value
         return value
