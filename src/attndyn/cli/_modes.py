@@ -43,6 +43,7 @@ from ._common import (
     png_metadata,
     save_png,
     say,
+    study_checkpoint,
     use_cache,
 )
 
@@ -252,7 +253,7 @@ def modes(**raw: Any) -> None:
             writer=writer,
             needs=output_bytes(len(points) * options["saves"], n_figures=1),
         ) as out:
-            checkpoint = _checkpoint(out, fresh=options["fresh"])
+            checkpoint = study_checkpoint(out, NAME, fresh=options["fresh"])
             ds = sys.modules[__name__].modes_study(
                 spec,
                 run,
@@ -287,20 +288,6 @@ def _start(options: Mapping[str, Any]) -> bool:
     except DistributedError as error:  # a runtime failure (status 1), not bad input
         raise click.ClickException(str(error)) from None
     return jax.process_index() == 0
-
-
-def _checkpoint(out: Output, *, fresh: bool):
-    """Where the study keeps its finished trajectories: none in a multi-process run,
-    where each process holds only its own block and one file would mix them. Called with
-    the folder locked, so ``--fresh`` never deletes another run's checkpoint."""
-    import jax
-
-    if jax.process_count() > 1:
-        return None
-    checkpoint = out.folder / f"{NAME}.checkpoint.nc"
-    if fresh:
-        checkpoint.unlink(missing_ok=True)
-    return checkpoint
 
 
 #: What a Ctrl-C prints (the words of every command: :func:`._common.cli_errors`).
