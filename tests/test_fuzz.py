@@ -98,7 +98,7 @@ COMMON = {
     "attention": list(ATTENTION_KINDS),
 }
 PHASE = {**COMMON, "kind": ["beta-d", "beta-eps", "beta-n"]}
-EVOLUTION = {**COMMON, "model": ["full", "hybrid", "deterministic", "full,hybrid"]}
+EVOLUTION = {**COMMON, "noise": ["matrix", "scalar", "none", "matrix,scalar"]}
 EVOLUTION["saves"] = ["1", "2", "3"]
 SCHEMES = {
     "schemes": ["post-ln", "pre-ln,ngpt", "mix-ln"],
@@ -110,15 +110,16 @@ SCHEMES = {
     "tau": ["0", "0.5"],
     "r0": ["0.5", "1"],
     "seed": ["0", "3"],
-    "layers": ["1", "2"],
-    "runs": ["1", "2"],
+    "rw-n-layers": ["1", "2"],
+    "rw-n-trajectories": ["1", "2"],
 }
 
 
 def _names(command) -> set[str]:
     """Words by which an error may name a parameter of ``command``."""
     names = {"n_trajectories", "chunk_size", "depth·horizon", "horizon/dt", "process_id"}
-    names |= {"rw_layers", "rw_runs", "n_tokens", "attention kind", "scheme", "key", "--out"}
+    names |= {"rw_n_layers", "rw_n_trajectories", "n_tokens", "attention kind", "scheme", "key"}
+    names |= {"--out"}
     for param in command.params:
         if param.name:
             names |= {param.name, param.name.replace("_", "-")}

@@ -14,8 +14,8 @@ from attndyn.cli import main
 from attndyn.cli._schemes import FIGURES
 
 PHASE = "--beta 0.5,2 --dim 4 --n-trajectories 40 --depth 5 --horizon 4 --no-progress"
-SCHEMES = "--schemes post-ln --n-tokens 4 --dim 5 --beta 1 --horizon 8 --alpha 1,2 --layers 4 "
-SCHEMES += "--runs 2 --no-progress"
+SCHEMES = "--schemes post-ln --n-tokens 4 --dim 5 --beta 1 --horizon 8 --alpha 1,2 --rw-n-layers 4 "
+SCHEMES += "--rw-n-trajectories 2 --no-progress"
 
 
 def _run(command: str, out, monkeypatch) -> None:

@@ -24,7 +24,8 @@ from attndyn.cli import _schemes, main
 from attndyn.studies import schemes
 from attndyn.theory._symmetric import time_to_gap
 
-SMALL = ["--n-tokens", "4", "--dim", "5", "--layers", "2", "--runs", "1", "--no-progress"]
+SMALL = ["--n-tokens", "4", "--dim", "5", "--rw-n-layers", "2", "--rw-n-trajectories", "1"]
+SMALL += ["--no-progress"]
 
 
 class Reached(Exception):
@@ -116,7 +117,8 @@ def _refused(tmp_path, monkeypatch, args) -> str:
 
 def test_the_reported_command_is_refused_up_front(tmp_path, monkeypatch):
     # The audit's command: 10 s of computing, then "pre-ln: 1 − γ never reaches 1e-2".
-    line = _refused(tmp_path, monkeypatch, ["--beta", "12", "--runs", "4", "--layers", "20"])
+    args = ["--beta", "12", "--rw-n-trajectories", "4", "--rw-n-layers", "20"]
+    line = _refused(tmp_path, monkeypatch, args)
     assert "pre-ln, mix-ln and peri-ln at --beta=12, --n-tokens=32, --r0=1, --tau=0.5" in line
     assert "after t = 1e7; allowed: --beta ≤ 6.26, or leaving pre-ln, mix-ln and" in line
 

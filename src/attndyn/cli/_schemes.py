@@ -117,6 +117,7 @@ FIGURES = ("gamma", "ngpt_alpha", "random_weights", "rates")
     default=_RW["rw_n_layers"],
     show_default=True,
     type=int,
+    metavar="L",
     help="Layers of the random-weight stacks (part c).",
 )
 @deprecated_option("--layers", "--rw-n-layers", type=int)
@@ -125,6 +126,7 @@ FIGURES = ("gamma", "ngpt_alpha", "random_weights", "rates")
     default=_RW["rw_n_trajectories"],
     show_default=True,
     type=int,
+    metavar="N",
     help="Independent trajectories through random weights (part c).",
 )
 @deprecated_option("--runs", "--rw-n-trajectories", type=int)

@@ -440,7 +440,7 @@ def layer_steps(points: Sequence[Mapping[str, Any]], spec: ModelSpec) -> np.ndar
     )
 
 
-def _layers_per_unit(spec: ModelSpec) -> float:
+def _layers_per_unit(spec: ModelSpec) -> int | float:
     """L of a spec whose engine has layers (eq. 7's layer step is theirs)."""
     layers = spec.model.engine.layers_per_unit()
     if layers is None:

@@ -14,8 +14,10 @@ else about the model is a :class:`StudyModel`:
 
 Where the engine or the noise decides something, a method of that object decides it: no
 study compares engine or noise names. A new engine (a mean-field one, say) is a class
-with the methods of :class:`AbstractEngine`; a new noise law a class with those of
-:class:`AbstractNoise`.
+with the methods of :class:`AbstractEngine`, registered in :data:`ENGINE_CLASSES`; a new
+form of value noise a class with those of :class:`AbstractNoise`, in
+:data:`NOISE_CLASSES`. A new law of the random values (of v_n, or of M_n's entries) is a
+distribution of :mod:`attndyn._core.values`, which every noise here takes as ``law``.
 
 :class:`attndyn.studies.ModelSpec` (phase diagrams, evolution) is the flat constructor of
 these objects, by name.
@@ -319,7 +321,7 @@ class AbstractEngine(abc.ABC):
     def equation(self, noise: AbstractNoise) -> str:
         """Seed 003's equation of Post-LN with ``noise`` on this engine."""
 
-    def layers_per_unit(self) -> float | None:
+    def layers_per_unit(self) -> int | float | None:
         """Layers per unit time (``None``: no layers)."""
         return None
 
@@ -359,7 +361,7 @@ class Discrete(AbstractEngine):
         if self.step is not None:
             check_bound("step", self.step, lower=0.0, lower_open=True)
 
-    def layers_per_unit(self) -> float:
+    def layers_per_unit(self) -> int | float:
         """L, or 1/η with a real step."""
         return self.depth if self.step is None else 1 / self.step
 
