@@ -108,9 +108,9 @@ def test_a_failed_solve_is_an_error_not_nan_in_the_dataset(tmp_path, monkeypatch
     # before solving now (its step count is known: tests/test_cli_inputs.py); with that
     # check off, the failed solve is still caught.
     import attndyn.cli._schemes as schemes_cli
-    import attndyn.studies.schemes as schemes_study
+    import attndyn.studies._schemes_checks as schemes_checks
 
-    for module in (schemes_cli, schemes_study):
+    for module in (schemes_cli, schemes_checks):
         monkeypatch.setattr(module, "check_horizon_steps", lambda *args, **kwargs: None)
     result = CliRunner().invoke(schemes, [*SMALL, "--horizon", "1e300", "--out", str(tmp_path)])
     assert result.exit_code == 1, result.output
