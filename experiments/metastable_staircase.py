@@ -39,6 +39,7 @@ import json
 import os
 import subprocess
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -482,6 +483,23 @@ def rescaled_panel(ax, points, times):
     ax.legend(fontsize=6)
 
 
+def larger_title(points, small) -> str:
+    sizes = sorted({p["n_tokens"] for p in points if p["dim"] == 2 and p["n_tokens"] > small})
+    if not sizes:
+        return "S¹, larger N: none run"
+    return f"S¹, N = {sizes[0]:,}" + (f" ({sizes[1]:,} dashed)" if len(sizes) > 1 else "")
+
+
+def redraw(path: Path) -> None:
+    """The figure again from a written JSON (no solve): for a change of drawing only."""
+    payload = json.loads(path.read_text())
+    points = payload["points"]
+    for p in points:  # JSON keys are strings; the plateau values are counts
+        p["plateaus"]["by_value"] = {int(k): v for k, v in p["plateaus"]["by_value"].items()}
+    write_figure(points, np.asarray(payload["times"]), payload["fits"], path.with_suffix(".png"))
+    print(f"redrew {path.with_suffix('.png')}")
+
+
 def write_figure(points, times, fit, path):
     fig, axes = plt.subplots(2, 3, figsize=(15.5, 8.6), layout="constrained")  # 1,550 px
     small = min(p["n_tokens"] for p in points if p["dim"] == 2)
@@ -489,7 +507,7 @@ def write_figure(points, times, fit, path):
         ([p for p in points if p["dim"] == 2 and p["n_tokens"] == small], f"S¹, N = {small:,}"),
         (
             [p for p in points if p["dim"] == 2 and p["n_tokens"] > small],
-            "S¹, N = 10⁴ (10⁵ dashed)",
+            larger_title(points, small),
         ),
         (
             [p for p in points if p["dim"] == 3],
@@ -532,7 +550,14 @@ def provenance(args, started_wall, started_cpu, load_start) -> dict:
 def main():
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run (small N, T = 300)")
+    parser.add_argument("--out", type=Path, default=FIGURES, help="folder of the PNG and JSON")
+    parser.add_argument(
+        "--redraw", type=Path, default=None, metavar="JSON", help="redraw the PNG of a written JSON"
+    )
     args = parser.parse_args()
+    if args.redraw is not None:
+        return redraw(args.redraw)
+    args.out.mkdir(parents=True, exist_ok=True)
     started_wall, started_cpu, load_start = time.time(), time.process_time(), list(os.getloadavg())
     plan = QUICK if args.quick else FULL
     times = np.logspace(-1, np.log10(plan["horizon"]), plan["saves"])
@@ -546,7 +571,7 @@ def main():
         points += [run_point(dim, n, beta, n_traj, times, max(betas)) for beta in betas]
     fit = fits(points)
     stem = "metastable_staircase" + ("_quick" if args.quick else "")
-    write_figure(points, times, fit, FIGURES / f"{stem}.png")
+    write_figure(points, times, fit, args.out / f"{stem}.png")
     payload = {
         "conditions": {
             "flow": "NormalizedAttentionODE, PostLN, softmax, Q = K = V = I, float32",
@@ -565,9 +590,9 @@ def main():
         "points": jsonable(points),
         "times": times.tolist(),
     }
-    (FIGURES / f"{stem}.json").write_text(json.dumps(payload, indent=1, default=float) + "\n")
+    (args.out / f"{stem}.json").write_text(json.dumps(payload, indent=1, default=float) + "\n")
     print(json.dumps(payload["fits"], indent=1))
-    print(f"wrote figures/{stem}.png and .json ({payload['provenance']['cpu_s']} s CPU)")
+    print(f"wrote {args.out / stem}.png and .json ({payload['provenance']['cpu_s']} s CPU)")
 
 
 if __name__ == "__main__":

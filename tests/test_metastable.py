@@ -135,3 +135,30 @@ def test_a_trajectory_without_a_plateau_is_counted_as_not_reaching_one():
 def test_a_plateau_is_a_named_tuple_with_a_lifetime():
     p = Plateau(3, 10.0, 250.0, False)
     assert p.lifetime == 240.0 and tuple(p) == (3, 10.0, 250.0, False)
+
+
+@pytest.mark.slow
+def test_the_staircase_experiment_runs_quick(tmp_path):
+    """A smoke run of experiments/metastable_staircase.py --quick (~30 s CPU): it finishes,
+    no trajectory fails, the counts do not depend on the tolerance nor on the route after
+    the clusters form, float64 changes no count, and every point has a first plateau."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "experiments" / "metastable_staircase.py"
+    child = subprocess.run(
+        [sys.executable, str(script), "--quick", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert child.returncode == 0, child.stderr[-2000:]
+    out = json.loads((tmp_path / "metastable_staircase_quick.json").read_text())
+    assert (tmp_path / "metastable_staircase_quick.png").exists()
+    assert all(same == 1.0 for same in out["float64_check"]["fraction_of_saves_equal"])
+    for point in out["points"]:
+        assert point["failed"] == 0 and point["trajectories"] >= 1
+        assert all(v == 1.0 for v in point["agreement_after_t30"].values())
+        assert point["plateaus"]["first"]["reached"] == point["trajectories"]
