@@ -143,7 +143,6 @@ def test_public_api_lists_user_names_only():
 _OTHER_LAZY = {
     "attndyn.cli._common",
     "attndyn.cli._evolution",
-    "attndyn.cli._modes",
     "attndyn.cli._phase",
     "attndyn.cli._schemes",
 }

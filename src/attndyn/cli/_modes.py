@@ -19,6 +19,7 @@ from .._core.names import (
     SDE_SOLVER_NAMES,
 )
 from .._estimate.defaults import DEFAULT_COORDINATOR_TIMEOUT
+from .._lazy import attach
 from ..studies._names import MODES_NOISES
 from ._common import (
     EnvironmentInt,
@@ -35,7 +36,6 @@ from ._common import (
     floats,
     given,
     ints,
-    lazy_names,
     nonempty_path,
     norm_option,
     output_bytes,
@@ -48,17 +48,19 @@ from ._common import (
 )
 
 if TYPE_CHECKING:
-    from ..studies.modes import ModesRun, ModesSpec
-    from ._output import Output
+    from ..studies.modes import (
+        ModesRun as ModesRun,
+        ModesSpec as ModesSpec,
+        check_study as check_study,
+        modes_points as modes_points,
+        modes_study as modes_study,
+        modes_summary as modes_summary,
+    )
+    from ._output import Output as Output
 
-#: What the command runs, imported when it runs (a --help imports no JAX).
-__getattr__ = lazy_names(
-    __name__,
-    {
-        name: ".studies.modes"
-        for name in ("check_study", "modes_points", "modes_study", "modes_summary")
-    },
-)
+#: What the command runs, imported when it runs (a --help imports no JAX): read as
+#: ``run.<name>`` (``from . import _modes as run``), so a test can replace it.
+__getattr__, __dir__ = attach(__name__, __file__, globals())
 
 NAME = "modes"
 #: The points the command runs with no options (one place: attndyn._core.defaults).
@@ -236,12 +238,13 @@ def modes(**raw: Any) -> None:
     block of every point's trajectories and process 0 writes the outputs, the numbers of
     one process.
     """
+    from . import _modes as run  # this module: its lazy names, typed
     from ._output import Output, result_arguments
 
     started = time.perf_counter()
     options = command_options(raw)
     writer = _start(options)  # jax.distributed must start before other JAX work
-    spec, run, points = _parse(options)
+    spec, mc, points = _parse(options)
     arguments = result_arguments(options)
     try:
         with Output(
@@ -254,9 +257,9 @@ def modes(**raw: Any) -> None:
             needs=output_bytes(len(points) * options["saves"], n_figures=1),
         ) as out:
             checkpoint = study_checkpoint(out, NAME, fresh=options["fresh"])
-            ds = sys.modules[__name__].modes_study(
+            ds = run.modes_study(
                 spec,
-                run,
+                mc,
                 points,
                 checkpoint=checkpoint,
                 progress=not options["no_progress"] and writer,
@@ -319,8 +322,8 @@ def _parse(options: Mapping[str, Any]) -> tuple[ModesSpec, ModesRun, list[dict[s
     """Every option checked before anything runs (a ParameterError: exit 2, one line)."""
     from .._core.errors import ParameterError
     from ..studies.modes import ModesRun, ModesSpec
+    from . import _modes as run_module  # this module: its lazy names
 
-    run_module = sys.modules[__name__]
     check_engine_flags(options)  # --solver/--dt without the sde engine, --step/--values with it
     # --depth with the sde engine or with --step: refused after the models are built (as
     # phase-diagram and evolution do, so a value a model refuses is named first).
@@ -389,6 +392,7 @@ def _finish(ds, out: Output, checkpoint, options: Mapping[str, Any], started: fl
     report."""
     from .. import plot
     from .._estimate.metadata import to_netcdf
+    from . import _modes as run
 
     dataset = out.stage(f"{NAME}.nc", functools.partial(to_netcdf, ds))
     save = functools.partial(save_png, dpi=130, metadata=png_metadata(ds, dataset.name))
@@ -401,7 +405,7 @@ def _finish(ds, out: Output, checkpoint, options: Mapping[str, Any], started: fl
         emit_json(
             {
                 "kind": NAME,
-                "points": sys.modules[__name__].modes_summary(ds),
+                "points": run.modes_summary(ds),
                 "seconds": seconds,
                 "dataset": str(dataset),
                 "figure": str(figure),
