@@ -110,6 +110,9 @@ class DiscreteTransformer(AbstractTrajectoryModel):
                 f"horizon/step = {exact:.6g} layers is more than the {INT32_MAX} that int32 "
                 "layer indices hold; lower the depth or the horizon."
             )
+        # Saves that round to one layer are refused here, where the model enters, not at
+        # the first read of save_layers (a property a runtime type check may read first).
+        self.saveat.steps(self.step_size)
         layers = self.n_layers
         if layers == 0:
             raise ParameterError(
