@@ -94,9 +94,8 @@ def test_the_schemes_command_and_study_share_their_defaults():
 
 def test_the_python_api_reads_the_one_place():
     spec, mc = studies.ModelSpec(), studies.MonteCarlo()
-    from attndyn._models.discrete import DEFAULT_DEPTH
-
-    assert DEFAULT_DEPTH == defaults.DEPTH  # the models' depth when none is given
+    # The models' depth when none is given.
+    assert ad.DiscreteTransformer(ad.Attention(beta=1.0)).layers_per_unit == defaults.DEPTH
     assert (spec.depth, spec.sigma, spec.dt, spec.solver) == (
         defaults.DEPTH,
         defaults.SIGMA,

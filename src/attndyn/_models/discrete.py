@@ -32,9 +32,6 @@ from .._core.weights import DrawnWeights, RandomWeights
 from .base import AbstractTrajectoryModel, Reduction, advance_saves, begin_saves
 from .reduced.reduction import reduce_discrete
 
-#: The depth L when neither ``depth`` nor ``step`` is given (:mod:`attndyn._core.defaults`).
-DEFAULT_DEPTH = defaults.DEPTH
-
 
 def _optional_python_float(value) -> float | None:
     """Converter for static numbers: a Python float (hashable), or ``None``."""
@@ -134,7 +131,7 @@ class DiscreteTransformer(AbstractTrajectoryModel):
         """L = 1/η: ``depth`` (an int), or ``1/step`` (a float)."""
         if self.step is not None:
             return 1.0 / self.step
-        return DEFAULT_DEPTH if self.depth is None else self.depth
+        return defaults.DEPTH if self.depth is None else self.depth
 
     def provenance(self) -> dict[str, Any]:
         # L where the model steps by 1/L (depth=None: the default L), else the real step.

@@ -29,6 +29,7 @@ import math
 
 import numpy as np
 
+from .._core import defaults
 from .._core.attention import ATTENTION_KINDS
 from .._core.errors import ParameterError, check_choice, check_int, check_real_in
 from ._phase import _below_exact_max, _p_uniform
@@ -115,7 +116,7 @@ def two_cluster_overlap_coefficients(
     sizes: tuple[int, int] = (1, 1),
     *,
     attention: str = "softmax",
-    sigma: float = 1.0,
+    sigma: float = defaults.SIGMA,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Drift μ(z) and squared diffusion σ²(z) of dZ = μ dt + σ dB, Z = ⟨θ₁, θ₂⟩ for two
     exact clusters of ``sizes`` = (k, m) tokens (the module docstring; spec §4 for k = m = 1),
@@ -138,7 +139,7 @@ def antipodal_split_drift(
     sizes: tuple[int, int],
     *,
     attention: str = "softmax",
-    sigma: float = 1.0,
+    sigma: float = defaults.SIGMA,
 ) -> float:
     """The drift of Z = ⟨θ₁, θ₂⟩ at Z = −1 for clusters of ``sizes`` = (k, m) tokens: the
     rate at which the noise pushes an exactly antipodal k : m split apart (E[1 + Z_t] ≈
@@ -293,9 +294,9 @@ def antipodal_split_lifetime(
     dim: int,
     sizes: tuple[int, int],
     *,
-    tol: float = 1e-3,
+    tol: float = defaults.TOL,
     attention: str = "softmax",
-    sigma: float = 1.0,
+    sigma: float = defaults.SIGMA,
 ) -> float:
     """Mean time until an exactly antipodal uneven split of ``sizes`` = (k, m) tokens has
     merged, 1 − Z ≤ ``tol`` (the classifier's "single"), for the overlap diffusion of
@@ -320,7 +321,7 @@ def antipodal_split_hover_fraction(
     dim: int,
     sizes: tuple[int, int],
     *,
-    tol: float = 1e-3,
+    tol: float = defaults.TOL,
     attention: str = "softmax",
 ) -> float:
     """The fraction of its life an exactly antipodal uneven split spends classified
@@ -362,7 +363,12 @@ _SPLIT_FOREVER_BETA = 150.0
 
 
 def p_antipodal_pair_three_tokens(
-    beta: float, dim: int, horizon: float, *, tol: float = 1e-3, sigma: float = 1.0
+    beta: float,
+    dim: int,
+    horizon: float,
+    *,
+    tol: float = defaults.TOL,
+    sigma: float = defaults.SIGMA,
 ) -> float:
     """Three uniform tokens (full value noise, softmax attention, Q = K = I): the chance of
     an antipodal pair at time ``horizon``, read as (3/2)·P₂·F·e^{−T/τ}.
