@@ -11,7 +11,8 @@ held over at least a factor 3 in t, counted from the formation peak). Runs:
 - S¹ (d = 2), N = 10³: β = 4, 6, 8, 11, 16, 12 trajectories each;
 - S¹, N = 10⁴: β = 4, 8, 16, 4 trajectories each;
 - S² (d = 3), N = 10³: β = 4, 8, 16, 4 trajectories each;
-- S¹, N = 10⁵: β = 8, one trajectory (only if the rest took < 950 s CPU).
+- S¹, N = 10⁵: β = 8, one trajectory (only if the rest took < 950 s CPU; else
+  ``--add-largest`` runs it later and adds it to the written JSON).
 
 Checks recorded in the JSON: the count at tol = 10⁻² and 10⁻⁵ against 10⁻³ after t = 30
 (the clusters, not the tolerance, decide); on S¹ the count recomputed in NumPy by sorting
@@ -27,8 +28,13 @@ against each one's own, so the wait before the closest pair (angle Δ_min) merge
 predicted to grow as e^{β(1 − cos Δ_min)}: the slope of log τ on β(1 − cos Δ_min) is fitted
 (1 if that is the law), its intercept (the prefactor) is fitted too.
 
-    nice python experiments/metastable_staircase.py --quick   # smoke, ~1-2 min CPU
-    nice python experiments/metastable_staircase.py           # the committed figure, ≤ 25 min CPU
+    nice python experiments/metastable_staircase.py --quick   # smoke, ~25 s CPU
+    nice python experiments/metastable_staircase.py           # all but N = 10⁵: 957 s CPU
+    nice python experiments/metastable_staircase.py --add-largest figures/metastable_staircase.json
+    python experiments/metastable_staircase.py --redraw figures/metastable_staircase.json
+
+The committed figure (2026-11-29): the second command (957 s CPU, its guard skipped
+N = 10⁵), then the third (348 s CPU): 1,306 s CPU in all, at nice 10 on 2 shared cores.
 
 Writes figures/metastable_staircase{,_quick}.{png,json}.
 """
