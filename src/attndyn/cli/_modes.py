@@ -20,7 +20,7 @@ from .._core.names import (
 )
 from .._estimate.defaults import DEFAULT_COORDINATOR_TIMEOUT
 from .._lazy import attach
-from ..studies._names import MODES_NOISES
+from ..studies._names import MODES_ENGINES, MODES_NOISES
 from ._common import (
     EnvironmentInt,
     attention_option,
@@ -32,7 +32,6 @@ from ._common import (
     deprecated_option,
     depth_conflicts,
     emit_json,
-    engine_option,
     floats,
     given,
     ints,
@@ -63,6 +62,24 @@ if TYPE_CHECKING:
 __getattr__, __dir__ = attach(__name__, __file__, globals())
 
 NAME = "modes"
+#: The mean-field engine's starts (attndyn.studies.mean_field.STARTS, without JAX).
+MEAN_FIELD_STARTS = ("floor", "tokens")
+#: Its default N: 10¹² (attndyn.studies.mean_field.DEFAULT_FLOOR_TOKENS).
+MEAN_FIELD_FLOOR_EXPONENT = 12
+#: Options of the particles' engines that the mean-field engine has no use for.
+MEAN_FIELD_IGNORES = {
+    "scheme": "the equation is the attention flow's (Post-LN's limit, rms tokens)",
+    "norm": "the equation is on the unit sphere",
+    "values": "its scalar noise is seed 003 eq. 8's Brownian motion",
+    "depth": "it is the flow, solved by diffrax",
+    "step": "it is the flow, solved by diffrax",
+    "solver": "its noisy solves are Itô–Milstein steps of --dt",
+    "implementation": "it has no tokens to attend",
+    "tol": "a density has no clusters",
+    "chunk_size": "its solves are seconds; it keeps no checkpoint",
+    "x64": "it always runs in float64",
+    "coordinator": "it runs in one process",
+}
 #: The points the command runs with no options (one place: attndyn._core.defaults).
 GRID = defaults.COMMAND_GRIDS[NAME]
 
@@ -111,9 +128,24 @@ GRID = defaults.COMMAND_GRIDS[NAME]
     type=click.Choice(DISTRIBUTIONS),
     help="Law of the noise [default: rademacher for scalar, gaussian for matrix].",
 )
-@engine_option(
-    "discrete: the depth-L layer maps of --scheme; sde: their L → ∞ limit for Post-LN with rms "
-    "tokens, the hybrid SDE (seed 003 eq. 8; --noise none or scalar)."
+@click.option(
+    "--engine",
+    default=defaults.ENGINE,
+    show_default=True,
+    type=click.Choice(MODES_ENGINES),
+    help="discrete: the depth-L layer maps of --scheme; sde: their L → ∞ limit for Post-LN "
+    "with rms tokens, the hybrid SDE (seed 003 eq. 8; --noise none or scalar); mean-field: "
+    "the N → ∞ limit, the continuity equation of the attention flow on S¹ or S² (d = 2, 3; "
+    "--noise none or scalar; see --start).",
+)
+@click.option(
+    "--start",
+    default=None,
+    type=click.Choice(MEAN_FIELD_STARTS),
+    help="Mean-field engine: floor (the Gaussian law of N uniform tokens' Fourier or "
+    "harmonic coefficients, N ≥ 10⁶: a perturbation of size N^-1/2 in every degree) or "
+    "tokens (the empirical measure of the particles' own N tokens, seed for seed) "
+    f"[default: floor, with N = 10^{MEAN_FIELD_FLOOR_EXPONENT} unless --n-tokens is given].",
 )
 @click.option(
     "--depth", default=defaults.DEPTH, show_default=True, type=int, help="L: layers per unit time."
@@ -243,6 +275,13 @@ def modes(**raw: Any) -> None:
 
     started = time.perf_counter()
     options = command_options(raw)
+    if options["engine"] == "mean-field":
+        _mean_field(options, started)
+        return
+    if given("start"):
+        from .._core.errors import ParameterError
+
+        raise ParameterError("--start applies to --engine mean-field only (drop --start).")
     writer = _start(options)  # jax.distributed must start before other JAX work
     spec, mc, points = _parse(options)
     arguments = result_arguments(options)
@@ -269,6 +308,82 @@ def modes(**raw: Any) -> None:
                 _finish(ds, out, checkpoint, options, started)
     except KeyboardInterrupt:
         _exit_interrupted()
+
+
+def _mean_field(options: Mapping[str, Any], started: float) -> None:
+    """``--engine mean-field``: the N → ∞ equation at every (d, N, β[, ε]) point, in the
+    modes dataset's vocabulary (:func:`attndyn.studies.mean_field.mean_field_modes`); the
+    same outputs, the JSON's points from :func:`~attndyn.studies.mean_field.mean_field_summary`."""
+    from ..studies.mean_field import DEFAULT_FLOOR_TOKENS
+    from ._output import Output, result_arguments
+
+    study, points = _mean_field_arguments(options, DEFAULT_FLOOR_TOKENS)
+    arguments = result_arguments(options)
+    use_cache(options)
+    with Output(
+        options["out"],
+        dataset=f"{NAME}.nc",
+        figures=[f"{NAME}.png"],
+        arguments=arguments,
+        overwrite=options["overwrite"],
+        needs=output_bytes(len(points) * options["saves"], n_figures=1),
+    ) as out:
+        ds = run_mean_field(points, study, {"command": command_line(), "arguments": arguments})
+        _finish(ds, out, None, options, started)
+
+
+def run_mean_field(points, study: Mapping[str, Any], metadata: Mapping[str, Any]):
+    """The mean-field study (a name of this module, so that a test can replace it)."""
+    from ..studies.mean_field import mean_field_modes
+
+    return mean_field_modes(points, **study, metadata=metadata)
+
+
+def _mean_field_arguments(
+    options: Mapping[str, Any], floor_tokens: int
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The mean-field study's arguments from the options, every one checked (exit 2, one
+    line) before anything is made or solved."""
+    from .._core.errors import ParameterError
+    from ..studies.mean_field import check_mean_field_study, mean_field_points
+
+    for name, why in {
+        **MEAN_FIELD_IGNORES,
+        "gamma": "give --beta (β = γ log N ties β to tokens the equation does not have)",
+    }.items():
+        if given(name):
+            flag = name.replace("_", "-")
+            raise ParameterError(
+                f"--{flag} does not apply to --engine mean-field: {why} (drop --{flag})."
+            )
+    noise = options["noise"]
+    if noise == "matrix" or given("sigma"):
+        raise ParameterError(
+            "--engine mean-field takes --noise none or scalar (matrix noise moves each token "
+            "by its own rotation: no common transport of the measure)."
+        )
+    if given("eps") and noise != "scalar":
+        raise ParameterError("--eps sets the level of --noise scalar (pass --noise scalar).")
+    start = options["start"] or "floor"
+    n_tokens = ints("n-tokens", options["n_tokens"]) if given("n_tokens") else [floor_tokens]
+    points = mean_field_points(
+        dims=ints("dim", options["dim"]),
+        n_tokens=n_tokens,
+        betas=floats("beta", options["beta"] or GRID["beta"]),
+        eps=floats("eps", options["eps"] or "1") if noise == "scalar" else None,
+    )
+    study = {
+        "horizon": options["horizon"],
+        "saves": options["saves"],
+        "ell_max": options["ell_max"],
+        "seed": options["seed"],
+        "attention": options["attention"],
+        "n_trajectories": options["n_trajectories"],
+        "start": start,
+        "dt": options["dt"],
+    }
+    check_mean_field_study(points, **study)
+    return study, points
 
 
 def _start(options: Mapping[str, Any]) -> bool:
@@ -387,12 +502,22 @@ def _parse(options: Mapping[str, Any]) -> tuple[ModesSpec, ModesRun, list[dict[s
     return spec, run, points
 
 
+def _summary(ds) -> list[dict[str, Any]]:
+    """The JSON's points: the particles' (clusters, plateaus) or the mean field's."""
+    from . import _modes as run
+
+    if "n_clusters" in ds:
+        return run.modes_summary(ds)
+    from ..studies.mean_field import mean_field_summary
+
+    return mean_field_summary(ds)
+
+
 def _finish(ds, out: Output, checkpoint, options: Mapping[str, Any], started: float) -> None:
     """The dataset and its figure, replaced together (:meth:`Output.commit`); then the
     report."""
     from .. import plot
     from .._estimate.metadata import to_netcdf
-    from . import _modes as run
 
     dataset = out.stage(f"{NAME}.nc", functools.partial(to_netcdf, ds))
     save = functools.partial(save_png, dpi=130, metadata=png_metadata(ds, dataset.name))
@@ -405,7 +530,7 @@ def _finish(ds, out: Output, checkpoint, options: Mapping[str, Any], started: fl
         emit_json(
             {
                 "kind": NAME,
-                "points": run.modes_summary(ds),
+                "points": _summary(ds),
                 "seconds": seconds,
                 "dataset": str(dataset),
                 "figure": str(figure),

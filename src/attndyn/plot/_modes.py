@@ -44,6 +44,8 @@ def plot_modes(ds: xr.Dataset) -> Figure:
     """The figure of a modes dataset (see the module docstring for which)."""
     if "gamma" in ds.coords:
         return _long_context(ds)
+    if "n_clusters" not in ds:  # the mean-field engine's: a density has no clusters
+        return _mean_field(ds)
     level = _levels(ds)
     if level is not None:
         return _noise(ds, level)
@@ -125,6 +127,58 @@ def _modes(ds: xr.Dataset) -> Figure:
             "at the rate the linearised mean-field equation predicts, the fastest is ℓ*; the "
             "tokens then gather into clusters, and the third row marks the metastable plateau "
             "only where the trajectories reached it.\n" + _header(ds),
+            width,
+        ),
+        fontsize=9,
+    )
+    return fig  # type: ignore[return-value]
+
+
+def _mean_field(ds: xr.Dataset) -> Figure:
+    """The mean-field engine's figure: each point's fitted rates beside 2λ_ℓ (top) and
+    its fastest degree's power against the linear theory (bottom), one column per d."""
+    dims = sorted({int(d) for d in ds["dim"].values})
+    width = min(12.2, max(8.0, 4.6 * len(dims) + 1.2))
+    fig, axes = subplots(2, len(dims), figsize=(width, 7.2), squeeze=False)
+    keys = sorted(
+        {(float(b), float(ds["n_tokens"].values[i])) for i, b in enumerate(ds["beta"].values)}
+    )
+    colors = dict(zip(keys, ordered_colors(len(keys)), strict=True))
+    for column, dim in enumerate(dims):
+        for i in range(ds.sizes["point"]):
+            if int(ds["dim"].values[i]) != dim:
+                continue
+            row = ds.isel(point=i)
+            color = colors[(float(row["beta"]), float(row["n_tokens"]))]
+            _rates(axes[0, column], row, color)
+            _star_power(axes[1, column], row, color)
+        axes[0, column].set_title(f"d = {dim}: growth rate of P_ℓ", fontsize=9)
+        axes[1, column].set_title(f"d = {dim}: the fastest degree's power", fontsize=9)
+    handles = [
+        Line2D([], [], color=colors[k], marker="o", ls="-", label=f"β = {k[0]:g}, N = {k[1]:.3g}")
+        for k in keys
+    ]
+    handles += [
+        Line2D([], [], color="k", ls="-", label="theory: 2λ_ℓ (P_ℓ ∝ exp(2λ_ℓ t))"),
+        Line2D([], [], color="k", marker="o", ls="none", label="fit, linear window (±1 SE)"),
+        Line2D([], [], color="k", marker="v", ls="none", label="ℓ* of the theory"),
+        Line2D([], [], color="k", lw=6, alpha=0.3, label="theory: P_ℓ*(0)·exp(2λ* t)"),
+        Line2D([], [], color="k", ls="--", lw=0.8, label="end of the linear window"),
+    ]
+    fig.legend(handles=handles, loc="outside right center", fontsize=8, frameon=False)
+    r = _record(ds)
+    fig.suptitle(
+        wrap(
+            "The mean-field equation of the attention flow (N → ∞), started from "
+            + (
+                "the empirical measure of N uniform tokens"
+                if r.get("start") == "tokens"
+                else "the Gaussian law of N uniform tokens' coefficients (size N^-1/2)"
+            )
+            + ": each degree grows at the linear rate 2λ_ℓ while it is small; a rate is "
+            "fitted only where the nonlinear part of its derivative stays below "
+            f"{r.get('linear_tolerance', '?')} of the linear part.\n"
+            f"{r.get('attention', '?')} attention, {r.get('n_trajectories', '?')} starts a point",
             width,
         ),
         fontsize=9,

@@ -18,6 +18,11 @@ if TYPE_CHECKING:
         evolution_points as evolution_points,
         evolution_study as evolution_study,
     )
+    from .mean_field import (
+        mean_field_modes as mean_field_modes,
+        mean_field_points as mean_field_points,
+        mean_field_summary as mean_field_summary,
+    )
     from .metastable import (
         PLATEAU_FACTOR as PLATEAU_FACTOR,
         Plateau as Plateau,

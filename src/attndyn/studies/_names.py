@@ -12,6 +12,8 @@ KINDS = ("beta-d", "beta-eps", "beta-n")
 NOISE_OF_KIND = {"beta-d": "matrix", "beta-eps": "scalar", "beta-n": "matrix"}
 #: The discrete layer maps or their L → ∞ SDE.
 ENGINES = ("discrete", "sde")
+#: The modes study's engines: the particles' two and the mean-field equation of N → ∞.
+MODES_ENGINES = (*ENGINES, "mean-field")
 #: The attention each kind uses unless said otherwise. Fig. 4 tests Prop. 1, which holds
 #: for unnormalised attention (ε_c = √(2·exp(−β))); Figs. 3 and 6 use softmax.
 DEFAULT_ATTENTION = {

@@ -75,7 +75,7 @@ from .._models.mean_field import MEAN_FIELD_DIMS, MEAN_FIELD_KINDS, MeanFieldFlo
 from ..theory._modes import mode_growth_rate, most_unstable_degree
 from ._modes_analysis import MIN_WINDOW_SAVES, cf_name, driven_degrees, fit_growth, rate_records
 
-__all__ = ["mean_field_modes", "mean_field_points", "mean_field_summary"]
+__all__ = ["check_mean_field_study", "mean_field_modes", "mean_field_points", "mean_field_summary"]
 
 #: How a mean-field modes study starts (module docstring).
 STARTS = ("floor", "tokens")
@@ -88,6 +88,10 @@ MAX_TOKEN_START = 1 << 24
 #: once is no measure's (its density, even its kernel smoothing, can be negative); the
 #: empirical measure of tokens (``start="tokens"``) always is one.
 MIN_FLOOR_TOKENS = 1e6
+#: ``attndyn modes --engine mean-field``'s N when --n-tokens is not given: the floor's law
+#: of 10¹² tokens, a perturbation of size 10⁻⁶ in every degree, linear to ~10⁻⁶ until
+#: exp(λ t) has grown it a thousandfold (the limit's rates to the window's tolerance).
+DEFAULT_FLOOR_TOKENS = 10**12
 #: The largest N of the floor's law (its amplitude 1/√N must stay far above rounding).
 MAX_FLOOR_TOKENS = 1e24
 
@@ -141,6 +145,27 @@ def _check(points, attention, start, horizon, saves, ell_max, n_trajectories, se
             check_real_in("n_tokens", p["n_tokens"], lower=MIN_FLOOR_TOKENS, upper=MAX_FLOOR_TOKENS)
         check_real_in("beta", p["beta"], lower=0.0, lower_open=True)
         check_real_in("eps", p.get("eps", 0.0), lower=0.0)
+
+
+def check_mean_field_study(
+    points: Sequence[Mapping[str, Any]],
+    *,
+    horizon: float,
+    saves: int,
+    ell_max: int,
+    seed: int = 0,
+    attention: str = "softmax",
+    n_trajectories: int = 4,
+    start: str = "floor",
+    dt: float = 1e-3,
+) -> None:
+    """Every argument of :func:`mean_field_modes` checked, nothing solved: the command
+    line refuses bad input before it makes an output folder."""
+    _check(
+        points, attention, start, horizon, saves, ell_max, n_trajectories, seed, LINEAR_TOLERANCE
+    )
+    if any(p.get("eps", 0.0) > 0 for p in points):
+        check_real_in("dt", dt, lower=0.0, lower_open=True, upper=float(horizon))
 
 
 def mean_field_modes(
