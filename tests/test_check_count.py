@@ -52,21 +52,11 @@ CHECKS: dict[str, Callable[..., Any]] = {
 #: Known re-checks, each in a module this work does not own, with the work that removes
 #: it. Their checks are left out of the limit only while the parameter would be over it
 #: with them: the test fails once an entry is no longer needed, so that the list only
-#: shrinks (as tests/test_architecture.py's _PENDING).
-_PENDING = {
-    # The estimator's entry checks a study's points again (the study checked them, as
-    # MonteCarlo checks the options that the estimator then trusts: check_options).
-    "_estimate/plan.py": "check_points re-checks a study's points",
-    # The estimator draws its starts through the public uniform_sphere, which checks N
-    # and d again per point: the runner can call the unchecked sampler.
-    "_core/sphere.py": "uniform_sphere re-checks the runner's N and d",
-    # The estimator calls the public wilson_interval once per interval, which checks the
-    # confidence level each time: a checked kernel for the estimator's own calls.
-    "_estimate/stats.py": "wilson_interval re-checks the confidence per call",
-    # SaveAt.steps refuses two save times on one grid step at every call (seven in this
-    # run): once where a model is built would do.
-    "_core/saveat.py": "SaveAt.steps re-checks the save grid at every use",
-}
+#: shrinks (as tests/test_architecture.py's _PENDING). Empty: the estimator trusts the
+#: points a study checked (CheckedPoints) and draws its starts unchecked (sphere_points),
+#: its intervals take its own counts unchecked (wilson_bounds), and SaveAt.steps refuses
+#: a save grid once per step (the model's __check_init__ is the first call).
+_PENDING: dict[str, str] = {}
 
 
 def _value_key(value: Any) -> str:
@@ -257,12 +247,12 @@ def test_the_counter_sees_a_recheck(monkeypatch):
         errors.check_int("n_tokens", 2, lower=1)
     assert errors.check_int is not CHECKS["check_int"]
     assert any(line.startswith("n_tokens=2 checked 3 times: ") for line in counter.over(limit=2))
-    # A guard is counted by its line and the values its condition reads.
-    saveat = attndyn.SaveAt(1.0, (0.5, 1.0))
-    counter.run(lambda: [saveat.steps(0.25) for _ in range(3)])
-    (guard,) = [k for k in counter.path if k[0].startswith("guard _core/saveat.py")]
-    assert guard[1].startswith("self=SaveAt@") and "step=0.25, times=None" in guard[1]
-    assert len(counter.path[guard]) == 3
+    # A guard is counted by its line and the values its condition reads (the public
+    # wilson_interval checks its counts at every call).
+    counter.run(lambda: [attndyn.wilson_interval(1, 4) for _ in range(3)])
+    guards = [k for k in counter.path if k[0].startswith("guard _estimate/stats.py")]
+    assert guards and all("successes=1, trials=4" in key for _, key in guards), guards
+    assert all(len(counter.path[guard]) == 3 for guard in guards)
 
 
 def test_a_small_run_checks_each_parameter_at_most_twice(monkeypatch, tmp_path):

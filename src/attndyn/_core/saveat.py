@@ -4,6 +4,7 @@ As diffrax keeps ``SaveAt`` apart from the vector field and the solver, every at
 takes one :class:`SaveAt`; it is validated here, once, for every model.
 """
 
+import functools
 from typing import final
 
 import equinox as eqx
@@ -94,19 +95,34 @@ class SaveAt(eqx.Module):
         """Indices of the grid points ``k·step`` nearest to the save times (or to
         ``times``), as int64: ``rint(t/step)``, one rounding for every use (the layer count
         of the horizon included). Two save times that round to one grid point are
-        refused."""
+        refused.
+
+        The save times' indices are worked out, and the refusal made, once per save grid
+        and step (a model reads them at every use: its save layers, save times, layer
+        count); a model refuses them where it is built by calling this in its
+        ``__check_init__`` (:class:`attndyn.DiscreteTransformer`)."""
         if times is not None:
             return np.atleast_1d(np.rint(np.asarray(times, np.float64) / step).astype(np.int64))
-        steps = np.rint(self.times / step).astype(np.int64)
-        same = np.flatnonzero(np.diff(steps) == 0)
-        if same.size:
-            a, b = self.times[same[0]], self.times[same[0] + 1]
-            raise ParameterError(
-                f"save times {a:g} and {b:g} round to the same step of the model's grid "
-                f"(step {step:g}); save fewer times or use a finer grid (a larger depth L, "
-                "or a smaller dt)."
-            )
-        return steps
+        if isinstance(step, int | float):  # a Python number: hashable, one entry per step
+            return _save_steps(self.horizon, self.ts, step).copy()  # a copy: the cache's own
+        return _save_steps.__wrapped__(self.horizon, self.ts, step)
+
+
+@functools.lru_cache(maxsize=256)
+def _save_steps(horizon: float, ts: tuple[float, ...] | None, step: float) -> np.ndarray:
+    """:meth:`SaveAt.steps` of the save grid ``(horizon, ts)``, refusing two save times on
+    one grid point."""
+    times = np.asarray((horizon,) if ts is None else ts, dtype=np.float64)
+    steps = np.rint(times / step).astype(np.int64)
+    same = np.flatnonzero(np.diff(steps) == 0)
+    if same.size:
+        a, b = times[same[0]], times[same[0] + 1]
+        raise ParameterError(
+            f"save times {a:g} and {b:g} round to the same step of the model's grid "
+            f"(step {step:g}); save fewer times or use a finer grid (a larger depth L, "
+            "or a smaller dt)."
+        )
+    return steps
 
 
 #: The placeholder save grid of :func:`without_saves`.

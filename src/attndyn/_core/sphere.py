@@ -41,6 +41,15 @@ def uniform_sphere(
     check_single_key("key", key)  # an integer seed would fail inside JAX, unnamed
     check_int("n_tokens", n_tokens, lower=1)
     check_int("dim", dim, lower=1)
+    return sphere_points(key, n_tokens, dim, dtype)
+
+
+def sphere_points(
+    key: PRNGKeyArray, n_tokens: int | np.integer, dim: int | np.integer, dtype=jnp.float32
+) -> Float[Array, "n_tokens dim"]:
+    """:func:`uniform_sphere` without its checks, the same numbers: for a caller whose key,
+    N and d were checked where they entered (the estimator draws every trajectory's start
+    here, per point and trajectory, from a point it checked once)."""
     # Python ints and a dtype are static under filter_jit (a NumPy integer would be traced).
     return _uniform_sphere(key, int(n_tokens), int(dim), jnp.dtype(dtype))
 

@@ -18,7 +18,7 @@ from .._core.observables import OUTCOMES
 from .._version import __version__
 from .keys import canonical
 from .metadata import describe, history_line
-from .stats import wilson_interval
+from .stats import wilson_bounds
 from .tallies import MEANS, Tallies
 
 #: ``merge_bound`` is tallied in units of 2⁻³² (:data:`.merges.BOUND_UNIT`).
@@ -139,13 +139,13 @@ def merge_robust_interval(tallies: Tallies, on_merged: str) -> tuple[np.ndarray,
     if on_merged == "auto":
         expected = tallies.merge_bound / MERGE_UNIT
         wrong = np.maximum(np.ceil(expected * 1e3) - 1, 0).astype(np.int64)[..., None]
-        lower, _ = wilson_interval(np.maximum(tallies.counts - wrong, 0), n)
-        _, upper = wilson_interval(np.minimum(tallies.counts + wrong, n), n)
+        lower, _ = wilson_bounds(np.maximum(tallies.counts - wrong, 0), n)
+        _, upper = wilson_bounds(np.minimum(tallies.counts + wrong, n), n)
         return lower, upper
     unmerged = tallies.counts - tallies.merged_counts
     merged = np.broadcast_to(tallies.n_merged[..., None], unmerged.shape)
-    lower, _ = wilson_interval(unmerged, n)
-    _, upper = wilson_interval(unmerged + merged, n)
+    lower, _ = wilson_bounds(unmerged, n)
+    _, upper = wilson_bounds(unmerged + merged, n)
     return lower, upper
 
 
@@ -173,7 +173,7 @@ def probabilities_dataset(
         mean, se = mean_and_se(*tallies.sums(name, exclude_merged), n_counted)
         means[name] = (("point", "time"), mean)
         means[f"{name}_se"] = (("point", "time"), se)
-    lower, upper = wilson_interval(counts, n)
+    lower, upper = wilson_bounds(counts, n)
     merge_lower, merge_upper = merge_robust_interval(tallies, on_merged)
     # The summed bound of the counted merges ("auto"); unknown (NaN) where merged
     # trajectories were counted or excluded unbounded.

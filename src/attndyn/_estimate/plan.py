@@ -139,9 +139,35 @@ def check_options(
     check_choice(name("on_merged"), on_merged, MERGE_POLICIES)
 
 
+class CheckedPoints(list):
+    """Points checked where they entered, which the estimator's entry then trusts (as it
+    trusts the options :class:`attndyn.studies.MonteCarlo` checked): each a dict naming an
+    integer ``dim`` in [2, :data:`MAX_DIM`] and ``n_tokens`` in [1, :data:`MAX_TOKENS`],
+    with an identity (:func:`.keys.point_id`), no point twice. Made by
+    :func:`check_points`, or by a study function that checks as much itself
+    (:func:`attndyn.studies.phase_points`); a plain list is checked by the estimator.
+
+    Read-only (a point added or replaced would not have been checked): build a list from
+    it to change it, and that list is checked again."""
+
+    def _read_only(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(
+            "checked points are read-only; build a new list (list(points)) to change them, "
+            "which is then checked again."
+        )
+
+    # Typed as list's methods are not (they return None or an item): each only raises.
+    append = extend = insert = pop = remove = clear = _read_only
+    sort = reverse = __setitem__ = __delitem__ = __iadd__ = __imul__ = _read_only  # pyright: ignore[reportAssignmentType]
+
+
 def check_points(points: Sequence[Point]) -> list[dict[str, Any]]:
     """The points as dicts; each names an integer ``dim`` ≥ 2 and ``n_tokens`` ≥ 1, and each
-    has an identity (:func:`.keys.point_id`), checked before any point runs."""
+    has an identity (:func:`.keys.point_id`), checked before any point runs. Points already
+    checked (:class:`CheckedPoints`) are not checked again (a copy of each is returned, as
+    for any points)."""
+    if isinstance(points, CheckedPoints):
+        return CheckedPoints(dict(p) for p in points)
     if not isinstance(points, Sequence) or not all(isinstance(p, Mapping) for p in points):
         raise ParameterError(
             "points must be a list of dicts, one per parameter point (e.g. from attndyn.grid)."
@@ -170,7 +196,7 @@ def check_points(points: Sequence[Point]) -> list[dict[str, Any]]:
                 "give Python or NumPy scalars (a 0-d JAX array is accepted too)."
             ) from None
     check_distinct(points)
-    return points
+    return CheckedPoints(points)
 
 
 def check_distinct(points: Sequence[Point]) -> None:

@@ -17,7 +17,7 @@ from jaxtyping import Array, Int, PRNGKeyArray
 
 from .._core import random
 from .._core.observables import numerically_merged, pair_observables, span_dimension
-from .._core.sphere import uniform_sphere
+from .._core.sphere import sphere_points
 from .._models.base import AbstractModel
 from . import interrupts
 
@@ -134,7 +134,8 @@ def begin_tile(model: AbstractModel, point_key, indices, radius, n_tokens, dim):
         # jax.random.normal's: the unrolled one fuses with the normalisation and moves
         # the starts by a rounding (benchmarks/same_numbers.py sees it).
         start_key, noise_key = random.split(random.fold_in(point_key, index))
-        x0 = uniform_sphere(key=start_key, n_tokens=n_tokens, dim=dim, dtype=radius.dtype)
+        # N and d were checked where the point entered: the unchecked sampler.
+        x0 = sphere_points(start_key, n_tokens, dim, radius.dtype)
         return radius * x0, noise_key
 
     x0, keys = jax.vmap(start)(indices)

@@ -18,7 +18,7 @@ from .._core.errors import (
 from .._core.names import EVOLUTION_MODELS
 from .._core.renamed import renamed, translate
 from .._estimate.metadata import describe, index_points
-from .._estimate.plan import BuiltModels
+from .._estimate.plan import BuiltModels, CheckedPoints
 from .._models.base import AbstractModel
 from .phase import (
     ModelSpec,
@@ -90,8 +90,8 @@ def evolution_points(
             ]
         points += [{"model": m, **p} for p in axes]
     # Each model's grid was refused a repeated point by phase_points, and the models
-    # differ: no point repeats.
-    return points
+    # differ: no point repeats (the estimator trusts them, as phase_points's).
+    return CheckedPoints(points)
 
 
 def study_models(spec: ModelSpec, models: Sequence[str]) -> dict[str, StudyModel]:
@@ -136,9 +136,11 @@ def evolution_study(
     Figs. 7-8; :mod:`attndyn._core.defaults`)."""
     # One save would be t = 0 alone: the start, after the whole horizon was simulated.
     check_int("saves", saves, lower=2, upper=MAX_SAVES)
+    checked = isinstance(points, CheckedPoints)  # evolution_points's: trusted
     points = [
         translate(dict(p), {"tokens": "n_tokens"}, "a point's key", stacklevel=3) for p in points
     ]
+    points = CheckedPoints(points) if checked else points
     spec = spec.for_study("evolution")
     saveat = tuple(np.linspace(0.0, spec.study_horizon("evolution"), saves).tolist())
     timed = spec.with_saveat(saveat)

@@ -37,6 +37,7 @@ from .._estimate.plan import (
     MAX_DIM,
     MAX_TOKENS,
     BuiltModels,
+    CheckedPoints,
     check_distinct,
     check_options,
     grid,
@@ -358,7 +359,8 @@ def phase_points(
     axes["beta"] = [float(b) for b in betas]
     points = grid(**axes)
     check_distinct(points)
-    return points
+    # Every check of the estimator's check_points made: it trusts these (one check of d).
+    return CheckedPoints(points)
 
 
 def phase_diagram_study(
@@ -479,6 +481,7 @@ def check_study(
         )
     if not isinstance(points, Sequence) or not all(isinstance(p, Mapping) for p in points):
         raise ParameterError("points must be a list of dicts, e.g. from phase_points.")
+    checked = isinstance(points, CheckedPoints)
     points = [
         translate(dict(p), {"tokens": "n_tokens"}, "a point's key", stacklevel=4) for p in points
     ]
@@ -489,7 +492,8 @@ def check_study(
                 f"every point of kind={kind!r} gives exactly the keys {', '.join(keys)} "
                 f"(see phase_points); got {p}."
             )
-    return points
+    # Points phase_points checked stay trusted; others the estimator checks.
+    return CheckedPoints(points) if checked else points
 
 
 def warn_hybrid_step(points: Sequence[Mapping[str, Any]], spec: ModelSpec) -> None:
