@@ -135,19 +135,6 @@ def test_public_api_lists_user_names_only():
             assert getattr(module, name) is not None
 
 
-#: The one lazy-loading mechanism (attndyn._lazy.attach, names in an ``if TYPE_CHECKING:``
-#: block) and the modules still on another, each with the work that moves it: the test
-#: fails once an entry is no longer needed, so that the list only shrinks. (The CLI's
-#: commands read the studies through ``_common.lazy_names`` and ``sys.modules[__name__]``,
-#: which go-to-definition cannot follow; _lazy's docstring shows the command pattern.)
-_OTHER_LAZY = {
-    "attndyn.cli._common",
-    "attndyn.cli._evolution",
-    "attndyn.cli._phase",
-    "attndyn.cli._schemes",
-}
-
-
 def _lazy_mechanism(tree: ast.Module) -> str | None:
     """``"attach"`` where a module takes its ``__getattr__`` from attndyn._lazy.attach,
     ``"other"`` where it defines one otherwise (or reads itself through sys.modules),
@@ -191,12 +178,43 @@ def test_lazy_names_of_a_plain_module(tmp_path, monkeypatch):
         monkeypatch.delitem(sys.modules, name)
 
 
+def test_lazy_exports_read_the_blocks_as_the_module_reads_them(tmp_path):
+    # _lazy.exports parses the TYPE_CHECKING blocks alone (attndyn --help's startup): the
+    # names must be those of the module's own syntax tree, for every module.
+    from attndyn import _lazy
+
+    for name, path in MODULES.items():
+        expected = {}
+        for node in _tree(path).body:
+            if isinstance(node, ast.If) and _lazy._is_type_checking(node.test):
+                for statement in node.body:
+                    if isinstance(statement, ast.ImportFrom):
+                        base = "." * statement.level + (statement.module or "")
+                        for alias in statement.names:
+                            entry = (base + alias.name, None) if statement.module is None else None
+                            expected[alias.asname or alias.name] = entry or (base, alias.name)
+        assert _lazy.exports(str(path)) == expected, name
+    # A string whose line reads as a block's start but not as a block: the whole module is
+    # parsed, and only the real block counts.
+    module = tmp_path / "strings.py"
+    module.write_text(
+        '"""Docs:\nif TYPE_CHECKING:\n    from .a import (\n"""\n'
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from .b import g as g\n"
+    )
+    assert _lazy.exports(str(module)) == {"g": (".b", "g")}
+
+
 def test_one_lazy_loading_mechanism():
     kinds = {name: _lazy_mechanism(_tree(path)) for name, path in MODULES.items()}
     lazy = {name for name, kind in kinds.items() if kind == "attach"}
-    assert {"attndyn", "attndyn.studies", "attndyn.theory", "attndyn.plot"} <= lazy
+    # The one lazy-loading mechanism, attndyn._lazy.attach (names in an ``if
+    # TYPE_CHECKING:`` block, which go-to-definition follows), everywhere: the packages
+    # and the CLI's commands, which read their studies as ``run.<name>``.
+    commands = {f"attndyn.cli._{name}" for name in ("evolution", "modes", "phase", "schemes")}
+    assert {"attndyn", "attndyn.studies", "attndyn.theory", "attndyn.plot", *commands} <= lazy
     other = {name for name, kind in kinds.items() if kind == "other"} - {"attndyn._lazy"}
-    assert other == _OTHER_LAZY
+    assert not other, f"modules with a lazy-loading mechanism other than attach: {other}"
     # Every lazy name resolves to what its TYPE_CHECKING line names (read statically, as
     # pyright and go-to-definition read it).
     from attndyn import _lazy

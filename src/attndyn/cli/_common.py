@@ -5,15 +5,13 @@
   refusal of flags the run would ignore;
 - :mod:`._runtime`: the process (devices, compilation cache, multi-host);
 - :mod:`._results`: the output folder, the files written and the report;
-- :mod:`._errors`: one line for every failure, never a traceback;
-- :func:`lazy_names`, here: a command's study loaded when it runs.
+- :mod:`._errors`: one line for every failure, never a traceback.
+
+A command loads its study when it runs through :func:`attndyn._lazy.attach`, as the
+packages do.
 
 Each name is re-exported here (``from ._common import …`` keeps working).
 """
-
-import sys
-from collections.abc import Callable, Mapping
-from typing import Any
 
 from ._checks import (
     SCHEME_OPTIONS as SCHEME_OPTIONS,
@@ -72,19 +70,3 @@ from ._runtime import (
     start_processes as start_processes,
     use_cache as use_cache,
 )
-
-
-def lazy_names(module: str, table: Mapping[str, str]) -> Callable[[str], Any]:
-    """The ``__getattr__`` of a command module whose ``table`` names (name → the module
-    that defines it, relative to attndyn) are imported on first use: ``attndyn --help``
-    imports no JAX, and the names stay module attributes (a test can replace them)."""
-    import importlib
-
-    def __getattr__(name: str) -> Any:
-        if name not in table:
-            raise AttributeError(f"module {module!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(table[name], "attndyn"), name)
-        setattr(sys.modules[module], name, value)
-        return value
-
-    return __getattr__

@@ -1,13 +1,13 @@
 """``attndyn evolution``: clustering fractions against time (seed 003 Figs. 7-9)."""
 
-import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from .._core import defaults
 from .._core.names import NOISE_NAMES
+from .._lazy import attach
 from ._common import (
     attention_option,
     check_engine_flags,
@@ -20,7 +20,6 @@ from ._common import (
     floats,
     given,
     ints,
-    lazy_names,
     model_spec,
     monte_carlo,
     names,
@@ -32,15 +31,16 @@ from ._common import (
     study_output,
 )
 
-#: What the command runs, imported when it runs (a --help imports no JAX).
-__getattr__ = lazy_names(
-    __name__,
-    {
-        "evolution_points": ".studies.evolution",
-        "evolution_study": ".studies.evolution",
-        "series": ".studies.summary",
-    },
-)
+if TYPE_CHECKING:
+    from ..studies.evolution import (
+        evolution_points as evolution_points,
+        evolution_study as evolution_study,
+    )
+    from ..studies.summary import series as series
+
+#: What the command runs, imported when it runs (a --help imports no JAX): read as
+#: ``run.<name>`` (``from . import _evolution as run``), so a test can replace it.
+__getattr__, __dir__ = attach(__name__, __file__, globals())
 
 #: The (t, β) heatmap of the pair density, written after the dataset and the main figure.
 PAIR_DENSITY_FIGURE = "evolution_pair_density.png"
@@ -115,8 +115,8 @@ def evolution(**raw: Any) -> None:
     started = time.perf_counter()
     options = command_options(raw)
     writer = start_processes(options)  # jax.distributed must start before other JAX work
-    run = sys.modules[__name__]  # the study's names, loaded now (see __getattr__)
     from .._core.errors import check_choice, check_int
+    from . import _evolution as run  # this module: its lazy names, typed
 
     check_engine_flags(options)
     check_scheme_flags(options)

@@ -1,15 +1,15 @@
 """``attndyn phase-diagram``: clustering phase diagrams with Wilson intervals."""
 
-import sys
 import time
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from .._core import defaults
 from .._core.defaults import COMMAND_GRIDS
 from .._core.names import ATTENTION_KINDS
+from .._lazy import attach
 from ..studies._names import DEFAULT_ATTENTION, KINDS, NOISE_OF_KIND
 from ._common import (
     check_engine_flags,
@@ -22,7 +22,6 @@ from ._common import (
     floats,
     given,
     ints,
-    lazy_names,
     model_spec,
     monte_carlo,
     refuse_unused,
@@ -39,15 +38,16 @@ GRID = COMMAND_GRIDS["phase-diagram"]
 #: What --kind beta-eps runs where it differs from GRID (seed 003 Fig. 4's d = 3).
 BETA_EPS_GRID = COMMAND_GRIDS["phase-diagram --kind beta-eps"]
 
-#: What the command runs, imported when it runs (a --help imports no JAX).
-__getattr__ = lazy_names(
-    __name__,
-    {
-        "phase_diagram_study": ".studies.phase",
-        "phase_points": ".studies.phase",
-        "EXACT_BETA_MAX": ".theory",
-    },
-)
+if TYPE_CHECKING:
+    from ..studies.phase import (
+        phase_diagram_study as phase_diagram_study,
+        phase_points as phase_points,
+    )
+    from ..theory import EXACT_BETA_MAX as EXACT_BETA_MAX
+
+#: What the command runs, imported when it runs (a --help imports no JAX): read as
+#: ``run.<name>`` (``from . import _phase as run``), so a test can replace it.
+__getattr__, __dir__ = attach(__name__, __file__, globals())
 
 
 @click.command("phase-diagram")
@@ -137,7 +137,8 @@ def phase_diagram(**raw: Any) -> None:
     started = time.perf_counter()
     options = command_options(raw)
     writer = start_processes(options)  # jax.distributed must start before other JAX work
-    run = sys.modules[__name__]  # the study's names, loaded now (see __getattr__)
+    from . import _phase as run  # this module: its lazy names, typed
+
     phase_points, EXACT_BETA_MAX = run.phase_points, run.EXACT_BETA_MAX
     check_engine_flags(options)
     check_scheme_flags(options)

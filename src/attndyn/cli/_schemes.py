@@ -2,13 +2,13 @@
 
 import functools
 import math
-import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from .._core import defaults
 from .._core.names import SCHEME_NAMES
+from .._lazy import attach
 from ._common import (
     cache_options,
     cli_errors,
@@ -17,7 +17,6 @@ from ._common import (
     deprecated_option,
     emit_json,
     floats,
-    lazy_names,
     names,
     nonempty_path,
     output_bytes,
@@ -28,19 +27,17 @@ from ._common import (
     use_cache,
 )
 
-#: What the command runs, imported when it runs (a --help imports no JAX).
-__getattr__ = lazy_names(
-    __name__,
-    {
-        name: ".studies.schemes"
-        for name in (
-            "check_horizon_steps",
-            "check_schemes_start",
-            "schemes_study",
-            "schemes_summary",
-        )
-    },
-)
+if TYPE_CHECKING:
+    from ..studies.schemes import (
+        check_horizon_steps as check_horizon_steps,
+        check_schemes_start as check_schemes_start,
+        schemes_study as schemes_study,
+        schemes_summary as schemes_summary,
+    )
+
+#: What the command runs, imported when it runs (a --help imports no JAX): read as
+#: ``run.<name>`` (``from . import _schemes as run``), so a test can replace it.
+__getattr__, __dir__ = attach(__name__, __file__, globals())
 
 #: The random-weights part's own size (part c; --dim, --n-tokens, --beta do not set it).
 _RW = defaults.RANDOM_WEIGHTS
@@ -159,8 +156,8 @@ def schemes(**raw: Any) -> None:
     from .._core.errors import INT32_MAX, check_int
     from .._estimate.dataset import attach_provenance, provenance
     from .._estimate.metadata import to_netcdf
+    from . import _schemes as run  # this module: its lazy names, typed
 
-    run = sys.modules[__name__]  # the study's names, loaded now (see __getattr__)
     check_schemes_start, schemes_summary = run.check_schemes_start, run.schemes_summary
     from ._output import Output, result_arguments
 
