@@ -251,9 +251,7 @@ def first_flat(row: np.ndarray, times: np.ndarray, first: int, stop: int) -> int
 def _theory_depth(spec) -> float | int | None:
     """L of the theory: the discrete engine's layers per unit time; ``None`` (the flow)
     for the SDE engine."""
-    if spec.engine == "discrete":
-        return 1 / spec.step if spec.step is not None else spec.depth
-    return None
+    return spec.study_model().engine.layers_per_unit()
 
 
 def theory_ell_star(spec, point: Mapping[str, Any]) -> int:

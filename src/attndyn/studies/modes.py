@@ -70,7 +70,6 @@ from .._estimate.observables import estimate_observables
 from .._estimate.observations import Field
 from .._estimate.plan import check_distinct
 from .._models.base import AbstractModel
-from .._models.integrators import SDE_SOLVERS
 from . import _modes_cost as cost
 from ._modes_analysis import analyse, attach_cf, modes_summary, theory_ell_star
 from ._modes_calls import async_jit, run_call
@@ -144,41 +143,27 @@ class ModesSpec:
             check_bound("step", self.step, lower=0.0, lower_open=True)
         check_real("dt", self.dt)
         Attention(1.0, implementation=self.implementation)  # validates the name
-        if self.engine == "sde":
-            self._check_sde()
-        elif self.solver != defaults.SOLVER or self.dt != defaults.DT:
-            raise ParameterError(
-                "solver and dt apply to engine='sde' only; the discrete engine steps by 1/depth."
-            )
-        elif self.step is not None and self.depth != defaults.DEPTH:
-            # Both set the layer step: one would be ignored while the record kept both.
-            raise ParameterError("give depth (layers per unit time) or step (η), not both.")
+        # Which engine takes which field, and which noise an engine can run, is the study
+        # spec's to say (engine_of, StudyModel): built once here, refused there.
+        self._check_unused(self.study_model().engine)
 
-    def _check_sde(self) -> None:
-        if self.noise == "matrix":
+    def _check_unused(self, engine) -> None:
+        """Fields the engine would ignore (recorded, never used): refused."""
+        if engine.has_layers:
+            if self.step is not None and self.depth != defaults.DEPTH:
+                # Both set the layer step: one would be ignored while the record kept both.
+                raise ParameterError("give depth (layers per unit time) or step (η), not both.")
+            return
+        if self.values is not None:
             raise ParameterError(
-                "noise='matrix' has no depth limit with the flow's drift in attndyn (seed 003's "
-                "matrix SDE, eq. 6, has no attention drift); use engine='discrete', or noise "
-                "'none' or 'scalar' (the hybrid SDE, eq. 8)."
-            )
-        if self.scheme != "post-ln" or self.norm != "rms":
-            raise ParameterError(
-                "engine='sde' is the depth limit of Post-LN with RMS tokens; choose "
-                "scheme='post-ln' and norm='rms', or engine='discrete'."
-            )
-        if self.step is not None or self.values is not None:
-            raise ParameterError(
-                "step and values apply to engine='discrete'; the sde engine takes dt and "
-                "Brownian noise."
+                f"values={self.values!r} applies to engine='discrete' only; the "
+                f"{engine.name} engine's noise is a Brownian motion."
             )
         if self.depth != defaults.DEPTH:
-            # The sde engine steps by dt: a depth would be recorded but never used.
             raise ParameterError(
-                f"depth={self.depth} applies to engine='discrete' only; the sde engine steps "
-                "by dt (leave depth at its default, or choose engine='discrete')."
+                f"depth={self.depth} applies to engine='discrete' only; the {engine.name} "
+                "engine steps by dt (leave depth at its default, or choose engine='discrete')."
             )
-        check_choice("solver", self.solver, SDE_SOLVERS)
-        check_bound("dt", self.dt, lower=0.0, lower_open=True, upper=self.horizon)
 
     save_at = old_attribute("save_at", "saveat", "ModesSpec")  # 0.4's name
 
