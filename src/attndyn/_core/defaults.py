@@ -57,6 +57,16 @@ NOISE: Final = "matrix"
 ON_NONFINITE: Final = "raise"
 #: What the estimator does with trajectories whose tokens merged numerically.
 ON_MERGED: Final = "auto"
+#: The bound on the probability that a shortcut changes a trajectory's class: early
+#: absorption's (``early_absorption=True`` or ``"auto"``; see
+#: :mod:`attndyn._models.reduced.absorption`) and that of a float32 merge counted without
+#: a float64 rerun (``on_merged="auto"``; :mod:`attndyn._estimate.merges`). Over n
+#: trajectories at most n·10⁻⁷ changed classes are expected, far below the Monte Carlo
+#: error.
+CLASS_CHANGE_BOUND: Final = 1e-7
+#: Seconds every process of a multi-host run waits for the coordinator and all the
+#: processes to join (``--coordinator-timeout``, ``ATTNDYN_COORDINATOR_TIMEOUT``).
+COORDINATOR_TIMEOUT: Final = 120
 #: Mix-LN's switch τ: Post-LN for the first ⌈τL⌉ layers, Pre-LN after (seed 004's middle
 #: choice).
 TAU: Final = 0.5

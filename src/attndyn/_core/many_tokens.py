@@ -66,7 +66,7 @@ def _together(a: Float[Array, "B d"], b: Float[Array, "N d"], tol) -> Array:
 
 
 def cluster_labels(
-    x: Float[Array, "N d"], tol: float | Array = 1e-3, *, block: int | None = None
+    x: Float[Array, "N d"], tol: float | Array = defaults.TOL, *, block: int | None = None
 ) -> Int[Array, " N"]:
     """Each token's cluster, named by its smallest token index.
 
@@ -150,7 +150,7 @@ def _circle_sizes(x: Float[Array, "N 2"], tol) -> Int[Array, " N"]:
 
 
 def clusters(
-    x: Float[Array, "N d"], tol: float | Array = 1e-3, *, block: int | None = None
+    x: Float[Array, "N d"], tol: float | Array = defaults.TOL, *, block: int | None = None
 ) -> Clusters:
     """The number of clusters, the size of the largest, and the histogram of their sizes in
     classes ``[2^k, 2^{k+1})``, ``k = 0 … ⌊log₂ N⌋`` (:func:`cluster_labels`; on S¹ by
@@ -465,7 +465,7 @@ def many_token_observables(
     x: Float[Array, "N d"],
     *,
     beta: float | Array,
-    tol: float | Array = 1e-3,
+    tol: float | Array = defaults.TOL,
     ell_max: int = defaults.ELL_MAX,
     block: int | None = None,
 ) -> ManyTokenObservables:

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
+from . import defaults
 from .errors import check_bound
 from .linalg import SMALL_AXIS, dot
 from .sphere import normalize
@@ -59,7 +60,7 @@ class PairObservables(NamedTuple):
 
 def pair_observables(
     x: Float[Array, "N d"],
-    tol: float | Array = 1e-3,
+    tol: float | Array = defaults.TOL,
     threshold: float | Array = PAIR_DENSITY_THRESHOLD,
 ) -> PairObservables:
     """:func:`cluster_classes`, :func:`mean_cosine` and :func:`pair_density` together.
@@ -92,7 +93,7 @@ def pair_observables(
     )
 
 
-def cluster_classes(x: Float[Array, "N d"], tol: float | Array = 1e-3) -> Bool[Array, "4"]:
+def cluster_classes(x: Float[Array, "N d"], tol: float | Array = defaults.TOL) -> Bool[Array, "4"]:
     """Membership in each of :data:`OUTCOMES`.
 
     A pair is *together* if ⟨θ_i, θ_j⟩ ≥ 1 − tol and *antipodal* if ⟨θ_i, θ_j⟩ ≤ −1 + tol.
@@ -119,7 +120,7 @@ def variance(x: Float[Array, "N d"]) -> Float[Array, ""]:
     return jnp.mean(jnp.sum((theta - jnp.mean(theta, axis=0, keepdims=True)) ** 2, axis=-1))
 
 
-def n_clusters(x: Float[Array, "N d"], tol: float | Array = 1e-3) -> Int[Array, ""]:
+def n_clusters(x: Float[Array, "N d"], tol: float | Array = defaults.TOL) -> Int[Array, ""]:
     """Number of connected components of the "together" graph, as an integer.
 
     The reachability matrix comes from ⌈log₂ N⌉ boolean squarings; each component is

@@ -31,8 +31,8 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
+from .._core import defaults
 from .._core.errors import DistributedError, ParameterError, check_int
-from .defaults import DEFAULT_COORDINATOR_TIMEOUT as DEFAULT_COORDINATOR_TIMEOUT
 
 ENV_COORDINATOR = "ATTNDYN_COORDINATOR"
 ENV_PROCESS_COUNT = "ATTNDYN_PROCESS_COUNT"
@@ -153,7 +153,7 @@ def _join_request(
             f"process_id={process_id} must be below process_count={process_count}."
         )
     if timeout is None:
-        timeout = DEFAULT_COORDINATOR_TIMEOUT
+        timeout = defaults.COORDINATOR_TIMEOUT
     elif isinstance(timeout, bool) or not isinstance(timeout, int | np.integer) or timeout < 1:
         raise ParameterError(
             f"initialization_timeout={timeout!r} must be a whole number of seconds ≥ 1 "

@@ -18,6 +18,7 @@ import numpy as np
 import xarray as xr
 from jaxtyping import PRNGKeyArray
 
+from .._core import defaults
 from .._core.errors import NonFiniteError, ParameterError, check_bool
 from .._models.base import AbstractModel
 from . import interrupts
@@ -25,7 +26,7 @@ from .checkpoint import load_checkpoint, signature, study_record, write_checkpoi
 from .cost import FirstTile
 from .dataset import attach_provenance, probabilities_dataset, provenance_record
 from .distributed import gather_tallies, process_layout
-from .held_warnings import deferred_warnings, release_warnings
+from .held_warnings import deferred_warnings
 from .keys import Point, check_key, point_key
 from .nonfinite import nonfinite_message
 from .plan import Plan, PointPlan, check_options, make_plan
@@ -54,12 +55,10 @@ from .tallies import Tallies
 __all__ = [
     "CHECKPOINT_EVERY",
     "ESTIMATOR_FIELDS",
-    "deferred_warnings",
     "estimate_checked",
     "estimate_probabilities",
     "process_layout",
     "provenance_record",
-    "release_warnings",
 ]
 
 
@@ -69,17 +68,17 @@ def estimate_probabilities(
     *,
     key: PRNGKeyArray,
     n_trajectories: int,
-    tol: float = 1e-3,
+    tol: float = defaults.TOL,
     radius: float = 1.0,
     chunk_size: int | None = None,
     checkpoint: str | os.PathLike | None = None,
-    on_nonfinite: str = "raise",
+    on_nonfinite: str = defaults.ON_NONFINITE,
     progress: bool = True,
     metadata: Mapping[str, Any] | None = None,
     route: str = "auto",
     early_absorption: bool | float | Literal["auto"] = False,
     x64: bool = False,
-    on_merged: Literal["auto", "raise", "exclude", "count"] = "auto",
+    on_merged: Literal["auto", "raise", "exclude", "count"] = defaults.ON_MERGED,
 ) -> xr.Dataset:
     """Estimate the probability of each clustering class at each save time, per point.
 

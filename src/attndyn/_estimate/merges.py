@@ -11,9 +11,10 @@ tokens merged (the estimator reads its saved states back, nothing else):
    :meth:`~attndyn.AbstractModel.merge_law`) bounds the chance that its gap grew back to
    ``tol``: 2(δ/tol)^κ with the least κ so far. A trajectory's bound at a save time is the
    sum over its merged pairs there.
-2. **Rerun.** A float32 trajectory whose bound exceeds :data:`MERGE_BOUND` somewhere, or
-   has none, is run again in float64 (every random number is a float32 number, so this is
-   the same path with less rounding, :mod:`attndyn._core.random`) where the model computes
+2. **Rerun.** A float32 trajectory whose bound exceeds 10⁻⁷
+   (:data:`attndyn._core.defaults.CLASS_CHANGE_BOUND`) somewhere, or has none, is run
+   again in float64 (every random number is a float32 number, so this is the same path
+   with less rounding, :mod:`attndyn._core.random`) where the model computes
    the same path in float64 (:attr:`~attndyn.AbstractModel.same_path_in_float64`), and its
    float64 results replace its float32 ones. Only the path's precision changes: choosing
    which trajectories to rerun by their float32 merge and substituting *independent*
@@ -39,12 +40,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .._core import defaults
 from .._models.merging import RESOLUTION_ULPS, MergeLaw, pair_bound, resolution_gap
-from .plan import DEFAULT_BOUND
 
-#: The per-trajectory bound under which a float32 merge is counted without a rerun: the
-#: early-absorption default (over n trajectories, at most n·10⁻⁷ changed classes expected).
-MERGE_BOUND = DEFAULT_BOUND
 #: Trajectories a float64 rerun runs together (one compiled shape per point).
 RERUN_TILE = 8
 #: Bounds are summed as integers in units of 2⁻³², each trajectory's rounded up.
@@ -167,7 +165,7 @@ def resolve(
     weak = np.zeros(t.valid.shape, bool)
     if bound:
         bounds = trajectory_bounds(law, t.saves, t.merged, tol)
-        weak = ~np.all((bounds <= MERGE_BOUND) | ~t.merged, axis=1)
+        weak = ~np.all((bounds <= defaults.CLASS_CHANGE_BOUND) | ~t.merged, axis=1)
     n_rerun = n_broken = 0
     if rerun is not None and (weak | broken).any():
         redo = [tile[(weak | broken)[tile]] for tile in tiles]

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._core import defaults
 from .._core.attention import Attention
 from .._core.errors import (
     ParameterError,
@@ -29,12 +30,6 @@ NONFINITE_POLICIES = ("raise", "exclude")
 #: What to do with trajectories whose tokens merged numerically (see ``on_merged``; the
 #: first is the default).
 MERGE_POLICIES = ("auto", "raise", "exclude", "count")
-#: The default bound on the probability that a shortcut changes a trajectory's class:
-#: early absorption (``early_absorption=True`` or ``"auto"``; see
-#: :mod:`attndyn._models.reduced.absorption`) and a float32 merge counted without a rerun
-#: (:data:`attndyn._estimate.merges.MERGE_BOUND`). Over n trajectories at most n·10⁻⁷
-#: changed classes are expected, far below the Monte Carlo error.
-DEFAULT_BOUND = 1e-7
 #: Trajectories per point: their indices (plus one chunk of padding) stay in int32.
 MAX_TRAJECTORIES = 2**30
 #: Largest token dimension d and token count N (far beyond any device's memory already).
@@ -101,9 +96,9 @@ def absorption_bound_of(
                 f"{name}={early_absorption!r} is not allowed; choose True, False, 'auto' or a "
                 "bound in (0, 1]."
             )
-        return DEFAULT_BOUND
+        return defaults.CLASS_CHANGE_BOUND
     if isinstance(early_absorption, bool):
-        return DEFAULT_BOUND if early_absorption else None
+        return defaults.CLASS_CHANGE_BOUND if early_absorption else None
     check_bound(name, early_absorption, lower=0.0, upper=1.0, lower_open=True)
     return float(early_absorption)
 

@@ -31,6 +31,7 @@ from ._errors import (
 )
 from ._options import (
     CACHE_OPTIONS as CACHE_OPTIONS,
+    MULTI_HOST_OPTIONS as MULTI_HOST_OPTIONS,
     AbsorptionBound as AbsorptionBound,
     EnvironmentInt as EnvironmentInt,
     alpha_option as alpha_option,
@@ -42,6 +43,7 @@ from ._options import (
     floats as floats,
     given as given,
     ints as ints,
+    multi_host_options as multi_host_options,
     names as names,
     nonempty_path as nonempty_path,
     norm_option as norm_option,

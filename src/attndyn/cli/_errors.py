@@ -28,7 +28,7 @@ def cli_errors(func: Callable) -> Callable:
             ParameterError,
         )
         from .._estimate import interrupts
-        from .._estimate.estimator import deferred_warnings
+        from .._estimate.held_warnings import deferred_warnings
 
         try:
             with warnings.catch_warnings(), interrupts.watching(), deferred_warnings():

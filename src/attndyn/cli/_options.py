@@ -18,7 +18,6 @@ from .._core.names import (
     SDE_SOLVER_NAMES,
 )
 from .._core.renamed import DEPRECATED_FLAGS, REMOVED_IN
-from .._estimate.defaults import DEFAULT_COORDINATOR_TIMEOUT
 from ..studies._names import ENGINES
 
 
@@ -326,39 +325,52 @@ def scale_options(func: Callable) -> Callable:
         deprecated_option(
             "--exclude-nonfinite", "--on-nonfinite exclude", is_flag=True, default=None
         ),
-        click.option(
-            "--coordinator",
-            envvar="ATTNDYN_COORDINATOR",
-            default=None,
-            help="HOST:PORT of process 0 for a multi-host run (jax.distributed).",
-        ),
-        click.option(
-            "--process-count",
-            envvar="ATTNDYN_PROCESS_COUNT",
-            type=EnvironmentInt(),
-            default=None,
-            help="Processes in a multi-host run (with --coordinator; each host runs one).",
-        ),
-        click.option(
-            "--process-id",
-            envvar="ATTNDYN_PROCESS_ID",
-            type=EnvironmentInt(),
-            default=None,
-            help="This process's index, 0 to --process-count − 1 (0 writes the outputs).",
-        ),
-        click.option(
-            "--coordinator-timeout",
-            envvar="ATTNDYN_COORDINATOR_TIMEOUT",
-            type=EnvironmentInt(),
-            default=None,
-            metavar="SECONDS",
-            help="With --coordinator: how long each process waits for the coordinator and "
-            "all the processes to join before stopping with an error "
-            f"[default: {DEFAULT_COORDINATOR_TIMEOUT}].",
-        ),
+        *MULTI_HOST_OPTIONS,
         *CACHE_OPTIONS,
     ]
     return _apply(func, options)
+
+
+#: The multi-host flags (jax.distributed), declared once for every command that runs on
+#: several hosts: the Monte Carlo studies (:func:`study_options`) and ``attndyn modes``
+#: (:func:`multi_host_options`); :func:`attndyn.cli._runtime.start_processes` reads them.
+MULTI_HOST_OPTIONS = [
+    click.option(
+        "--coordinator",
+        envvar="ATTNDYN_COORDINATOR",
+        default=None,
+        help="HOST:PORT of process 0 for a multi-host run (jax.distributed).",
+    ),
+    click.option(
+        "--process-count",
+        envvar="ATTNDYN_PROCESS_COUNT",
+        type=EnvironmentInt(),
+        default=None,
+        help="Processes in a multi-host run (with --coordinator; each host runs one).",
+    ),
+    click.option(
+        "--process-id",
+        envvar="ATTNDYN_PROCESS_ID",
+        type=EnvironmentInt(),
+        default=None,
+        help="This process's index, 0 to --process-count − 1 (0 writes the outputs).",
+    ),
+    click.option(
+        "--coordinator-timeout",
+        envvar="ATTNDYN_COORDINATOR_TIMEOUT",
+        type=EnvironmentInt(),
+        default=None,
+        metavar="SECONDS",
+        help="With --coordinator: how long each process waits for the coordinator and "
+        "all the processes to join before stopping with an error "
+        f"[default: {defaults.COORDINATOR_TIMEOUT}].",
+    ),
+]
+
+
+def multi_host_options(func: Callable) -> Callable:
+    """:data:`MULTI_HOST_OPTIONS`, for a command that takes no :func:`study_options`."""
+    return _apply(func, MULTI_HOST_OPTIONS)
 
 
 #: ``--cache/--no-cache`` and ``--cache-dir``: every command keeps its compiled programs.
