@@ -16,7 +16,7 @@ relative O(β·tol) over the end intervals; a safety factor 2 covers it. We choo
     δ± = tol · (ε/2)^{1/κ±}
 
 so that an absorbed trajectory leaves its class later with probability at most ε (the
-estimator's default 10⁻⁷, ``attndyn._estimate.plan.DEFAULT_BOUND``) per trajectory. Over
+estimator's default 10⁻⁷, ``attndyn._core.defaults.CLASS_CHANGE_BOUND``) per trajectory. Over
 n trajectories the expected number of changed class indicators is at most n·ε at every
 save time, far below the Monte Carlo error √(n p(1−p)).
 The bound is that of the diffusion limit; at finite L the two-token chain is close to it
