@@ -11,11 +11,12 @@ from typing import Any
 
 import numpy as np
 
+from .._core import defaults
 from .._core.errors import NumericalMergeWarning, ParameterError
 from .._models.merging import resolution_gap
 from .dataset import provenance_record
 from .files import writable_folder
-from .merges import BOUND_UNIT, MERGE_BOUND
+from .merges import BOUND_UNIT
 from .plan import Plan
 from .runtime import compile_seconds
 from .tallies import Tallies
@@ -162,7 +163,7 @@ def merge_provenance(plan: Plan, tallies: Tallies) -> dict[str, Any] | None:
             "the diffusion limit of the model (finite L close to it), and an exponent "
             "between save times no smaller than at them"
         ),
-        "rerun_above": MERGE_BOUND,
+        "rerun_above": defaults.CLASS_CHANGE_BOUND,
         "resolution_gap": {
             "float32": resolution_gap(np.float32, 1),
             "float64": resolution_gap(np.float64, 1),
@@ -177,12 +178,36 @@ def merge_provenance(plan: Plan, tallies: Tallies) -> dict[str, Any] | None:
 def provenance(
     plan: Plan, study: Any, tallies: Tallies, metadata: Mapping[str, Any] | None
 ) -> dict[str, Any]:
-    """The provenance record of a finished ``estimate_probabilities`` study."""
+    """The provenance record of a finished ``estimate_probabilities`` study: the
+    estimator's fields, then the models' own (:func:`model_fields`), then the study's
+    (``kind`` and ``metadata``, which name a model field again where they record it)."""
+    estimator = estimator_fields(plan, study, tallies)
+    models = {k: v for k, v in model_fields(plan).items() if k not in estimator}
+    fields: dict[str, Any] = {"kind": "probabilities", **(dict(metadata) if metadata else {})}
+    return provenance_record(tallies.seconds, **estimator, **{**models, **fields})
+
+
+def model_fields(plan: Plan) -> dict[str, Any]:
+    """The fields the points' models record themselves (:meth:`AbstractModel.provenance`:
+    a layer map's ``depth`` or ``step``), so that a dataset of a direct
+    ``estimate_probabilities`` call carries them as a study's does (its figures' titles
+    read ``depth``): a field every point's model gives alike once, one they give
+    differently as a list, point by point (``None`` where a model does not give it)."""
+    per_point = [p.user_model.provenance() for p in plan.points]
+    names = dict.fromkeys(name for fields in per_point for name in fields)
+    recorded: dict[str, Any] = {}
+    for name in names:
+        values = [fields.get(name) for fields in per_point]
+        shared = all(repr(v) == repr(values[0]) for v in values)
+        recorded[name] = values[0] if shared else values
+    return recorded
+
+
+def estimator_fields(plan: Plan, study: Any, tallies: Tallies) -> dict[str, Any]:
+    """What the estimator records of how it ran."""
     routes = plan.routes
     gaps = [p.model.absorption_gaps() for p in plan.points]
-    fields: dict[str, Any] = {"kind": "probabilities", **(dict(metadata) if metadata else {})}
-    return provenance_record(
-        tallies.seconds,
+    return dict(
         key_data=study.key_data,
         n_trajectories=plan.n_trajectories,
         tol=plan.tol,
@@ -210,5 +235,4 @@ def provenance(
         model=repr(plan.points[0].user_model),
         signature=study.signature,
         runs=tallies.runs,
-        **fields,
     )
