@@ -25,7 +25,7 @@ ds = attndyn.studies.schemes_study(
 )
 summary = attndyn.studies.schemes_summary(ds)
 print(
-    f"{'scheme':13s} {'slope':>9s} {'theory':>9s}  {'kind':16s} {'fit':>8s} "
+    f"{'scheme':13s} {'slope':>9s} {'theory':>9s}  {'law':16s} {'fit':>8s} "
     f"{'interval':>22s} {'theory':>6s}"
 )
 for name, row in summary["schemes"].items():
@@ -33,6 +33,6 @@ for name, row in summary["schemes"].items():
     lo, hi = rate["interval"]
     print(
         f"{name:13s} {row['initial_slope']:9.5f} {row['initial_slope_theory']:9.5f}  "
-        f"{rate['kind']:16s} {rate['value']:8.4f} [{lo:9.4f}, {hi:9.4f}] "
+        f"{rate['law']:16s} {rate['value']:8.4f} [{lo:9.4f}, {hi:9.4f}] "
         f"{row['terminal_rate_theory']:6.2f}"
     )

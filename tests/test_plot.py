@@ -340,7 +340,7 @@ def _schemes_dataset() -> xr.Dataset:
             "terminal_rate_lower": ("scheme", [2.0 - 2e-8, 1.99, 2.0 - 1e-8]),
             "terminal_rate_upper": ("scheme", [2.0 + 2e-8, 2.01, 2.0 + 1e-8]),
             "terminal_rate_theory": ("scheme", [2.0, 2.0, 2.0]),
-            "terminal_rate_kind": ("scheme", ["exponential", "power", "exponential"]),
+            "terminal_rate_law": ("scheme", ["exponential", "power", "exponential"]),
             "terminal_rate_variable": ("scheme", ["t", "log t", "t"]),
             "terminal_law": ("scheme", ["exp(-2t)", "t^-2", "exp(-2t)"]),
         },
@@ -576,6 +576,15 @@ def test_pair_density_with_one_beta_is_a_curve_with_its_interval():
     assert "β = 0.25" in " ".join(_title_text(fig).split())
 
 
+def test_a_schemes_dataset_of_04_still_plots_its_rates():
+    # 0.4 wrote the terminal law as terminal_rate_kind; its datasets keep plotting.
+    old = _schemes_dataset().rename({"terminal_rate_law": "terminal_rate_kind"})
+    new = plot.schemes(_schemes_dataset())["rates"]
+    for before, after in zip(plot.schemes(old)["rates"].axes, new.axes):
+        assert before.get_xscale() == after.get_xscale()
+        assert len(before.get_lines()) == len(after.get_lines()) == 3
+
+
 def test_schemes_rates_draws_the_fitted_and_theory_laws():
     # schemes_rates.png stated its fits in the titles only.
     from attndyn.studies.rates import clock
@@ -585,11 +594,11 @@ def test_schemes_rates_draws_the_fitted_and_theory_laws():
     for ax, name in zip(rates.axes, ds["scheme"].values):
         row = ds.sel(scheme=name)
         t = row["rate_time"].values
-        kind = str(row["terminal_rate_kind"].values)
+        law = str(row["terminal_rate_law"].values)
         for style, rate in (("--", row["terminal_rate"]), (":", row["terminal_rate_theory"])):
             (line,) = [x for x in ax.get_lines() if x.get_linestyle() == style]
             # A straight line in the law's clock, of the stated slope.
-            slope = np.polyfit(clock(t, kind), -np.log(10) * np.asarray(line.get_ydata()), 1)[0]
+            slope = np.polyfit(clock(t, law), -np.log(10) * np.asarray(line.get_ydata()), 1)[0]
             assert slope == pytest.approx(float(rate), rel=1e-9)
     labels = _legend_labels(rates)
     assert "fitted law (the fitted rate)" in labels

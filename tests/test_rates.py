@@ -21,12 +21,12 @@ from attndyn.theory import terminal_rate_theory
 
 def fitted_rate(scheme, horizon, *, beta=2.0, n=16):
     theory = terminal_rate_theory(scheme)
-    if theory.kind == "power":
+    if theory.law == "power":
         ts = np.geomspace(1.0, horizon, 120)
     else:
         ts = np.linspace(0.0, horizon, 120)
     sol = SymmetricODE(scheme, beta, n_tokens=n, saveat=SaveAt(horizon, ts)).solve()
-    return theory, fit_terminal_rate(sol.ts, kind=theory.kind, log_gap=sol.log_gap)
+    return theory, fit_terminal_rate(sol.ts, law=theory.law, log_gap=sol.log_gap)
 
 
 @pytest.mark.default_case("pre-ln")
@@ -52,9 +52,9 @@ def test_terminal_rates_match_theory(scheme, horizon):
 def test_wrong_law_is_rejected():
     """A power law fitted as an exponential has a drifting local rate: 0 is not in reach."""
     ts = np.geomspace(1, 1e4, 100)
-    fit = fit_terminal_rate(ts, ts**-2.0, kind="exponential")
+    fit = fit_terminal_rate(ts, ts**-2.0, law="exponential")
     assert not fit.contains(2.0)
-    exact = fit_terminal_rate(ts, 3 * ts**-2.0, kind="power")
+    exact = fit_terminal_rate(ts, 3 * ts**-2.0, law="power")
     assert exact.value == pytest.approx(2.0, abs=1e-9)
 
 
@@ -63,22 +63,22 @@ def test_noisy_fit_covers_truth():
     rng = np.random.default_rng(0)
     ts = np.linspace(0, 20, 200)
     gap = np.exp(-1.5 * ts) * np.exp(0.01 * rng.standard_normal(ts.size))
-    fit = fit_terminal_rate(ts, gap, kind="exponential")
+    fit = fit_terminal_rate(ts, gap, law="exponential")
     assert fit.contains(1.5)
     assert fit.stderr > 0
     # sqrt-scaling's exact law e^{−4√(t+1)} is a straight line in its variable √(t + 1).
-    sq = fit_terminal_rate(ts, np.exp(-4 * np.sqrt(ts + 1)), kind="sqrt-exponential")
+    sq = fit_terminal_rate(ts, np.exp(-4 * np.sqrt(ts + 1)), law="sqrt-exponential")
     assert sq.value == pytest.approx(4.0, rel=1e-9)
     assert sq.variable == "√(t+1)" and fit.variable == "t"
 
 
-def test_fit_needs_points_and_kind():
-    with pytest.raises(ParameterError, match="kind"):
-        fit_terminal_rate([1, 2, 3], [1, 1, 1], kind="linear")
+def test_fit_needs_points_and_a_law():
+    with pytest.raises(ParameterError, match="law"):
+        fit_terminal_rate([1, 2, 3], [1, 1, 1], law="linear")
     with pytest.raises(ParameterError, match="6 usable"):
-        fit_terminal_rate([1.0, 2.0, 3.0], [0.5, 0.25, 0.125], kind="exponential")
+        fit_terminal_rate([1.0, 2.0, 3.0], [0.5, 0.25, 0.125], law="exponential")
     with pytest.raises(ParameterError, match="gap or log_gap"):
-        fit_terminal_rate([1.0, 2.0], kind="power")
+        fit_terminal_rate([1.0, 2.0], law="power")
 
 
 def test_clustering_time_interpolates_in_log():
@@ -108,7 +108,39 @@ def test_every_law_states_its_variable():
     sqrt = terminal_rate_theory(SqrtScaling())
     assert sqrt.variable == "√(t+1)" and sqrt.formula == "exp(-4 sqrt(t+1))"
     assert fit_terminal_rate(np.geomspace(1, 100, 20), np.geomspace(1, 100, 20) ** -2.0,
-                             kind="power").as_dict()["variable"] == "log t"  # fmt: skip
+                             law="power").as_dict()["variable"] == "log t"  # fmt: skip
+
+
+def test_a_rate_kind_still_reads_as_its_law_with_a_warning():
+    """0.4 named a terminal law a rate's ``kind`` (``kind=``, ``.kind``, ``RATE_KINDS``,
+    ``RateKind``): each still works for one release, with a DeprecationWarning."""
+    import warnings
+
+    from attndyn import studies, theory
+    from attndyn.studies.rates import clock
+
+    ts = np.geomspace(1.0, 100.0, 20)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the new spellings warn of nothing
+        fit = fit_terminal_rate(ts, ts**-2.0, law="power")
+        assert fit.law == "power" and fit.as_dict()["law"] == "power"
+        assert studies.RATE_LAWS == ("exponential", "power", "sqrt-exponential")
+        assert terminal_rate_theory(PostLN()).law == "exponential"
+    with pytest.warns(DeprecationWarning, match="'kind' is deprecated, use 'law'"):
+        old = fit_terminal_rate(ts, ts**-2.0, kind="power")  # pyright: ignore[reportCallIssue]
+    assert old == fit
+    with pytest.warns(DeprecationWarning, match="'kind' is deprecated, use 'law'"):
+        assert fit.kind == "power"  # pyright: ignore[reportAttributeAccessIssue]
+    with pytest.warns(DeprecationWarning, match="'kind' is deprecated, use 'law'"):
+        assert terminal_rate_theory(PostLN()).kind == "exponential"  # pyright: ignore[reportAttributeAccessIssue]
+    with pytest.warns(DeprecationWarning, match="'kind' is deprecated, use 'law'"):
+        np.testing.assert_array_equal(clock(ts, kind="power"), np.log(ts))  # pyright: ignore[reportCallIssue]
+    with pytest.warns(DeprecationWarning, match="'RATE_KINDS' is deprecated, use 'RATE_LAWS'"):
+        assert studies.RATE_KINDS == studies.RATE_LAWS  # pyright: ignore[reportAttributeAccessIssue]
+    with pytest.warns(DeprecationWarning, match="'RateKind' is deprecated, use 'RateLaw'"):
+        assert theory.RateKind is theory.RateLaw  # pyright: ignore[reportAttributeAccessIssue]
+    with pytest.raises(ParameterError, match="give law only"):
+        fit_terminal_rate(ts, ts**-2.0, law="power", kind="power")  # pyright: ignore[reportCallIssue]
 
 
 @pytest.mark.slow

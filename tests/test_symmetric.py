@@ -102,7 +102,7 @@ def test_large_beta_does_not_overflow():
 
 
 def test_theory_table():
-    assert terminal_rate_theory(PostLN()).kind == "exponential"
+    assert terminal_rate_theory(PostLN()).law == "exponential"
     assert terminal_rate_theory(PreLN()).value == 2.0
     assert terminal_rate_theory(SqrtScaling()).value == 4.0
     assert terminal_rate_theory(NGPT(alpha=0.5)).value == pytest.approx(1.0)

@@ -77,19 +77,34 @@ def _is_type_checking(test: ast.expr) -> bool:
 
 
 def attach(
-    package: str, init_file: str, namespace: dict[str, Any]
+    package: str,
+    init_file: str,
+    namespace: dict[str, Any],
+    *,
+    deprecated: dict[str, str] | None = None,
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """``(__getattr__, __dir__)`` of the module ``package`` (a package's ``__init__`` or a
     plain module, its source at ``init_file``, its globals ``namespace``): a name is
     imported on first access and then kept in the namespace, so later accesses cost
     nothing. Sets the module's ``__all__`` to its public names (``from attndyn import *``
-    and ``dir(attndyn)`` list only those)."""
+    and ``dir(attndyn)`` list only those). ``deprecated``: old name → its new name, read
+    as the new one with a :class:`DeprecationWarning` for one release (never listed, never
+    kept in the namespace, so that each access warns)."""
     table = exports(init_file)
+    old_names = dict(deprecated or {})
     # Relative imports resolve from the module's package: itself for an __init__, its
     # parent for a plain module (what Python sets as __package__).
     anchor = namespace.get("__package__") or package
 
     def __getattr__(name: str) -> Any:
+        if name in old_names:
+            import warnings
+
+            from ._core.renamed import deprecation
+
+            new = old_names[name]
+            warnings.warn(deprecation(name, new, package), DeprecationWarning, stacklevel=2)
+            return namespace[new] if new in namespace else __getattr__(new)
         if name not in table:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         module_name, attribute = table[name]

@@ -191,8 +191,8 @@ VARIABLES: dict[str, Variable] = {
     "terminal_rate_lower": Variable("lower bound of terminal_rate", "fit interval"),
     "terminal_rate_upper": Variable("upper bound of terminal_rate", "fit interval"),
     "terminal_rate_theory": Variable("theory terminal rate", "Thm 4.1's rate"),
-    "terminal_rate_kind": Variable(
-        "kind of terminal law", "exponential or power law of 1 − γ", None
+    "terminal_rate_law": Variable(
+        "terminal law", "exponential, power or sqrt-exponential law of 1 − γ", None
     ),
     "terminal_rate_variable": Variable(
         "variable of the rate", "t (exponential) or log t (power law)", None

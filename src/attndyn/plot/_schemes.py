@@ -181,7 +181,7 @@ def _interval(value: float, lower: float, upper: float) -> str:
 FIT_STYLES = ("--", ":")
 
 
-def fitted_line(t, log_gap, *, kind: str, rate: float) -> np.ndarray | None:
+def fitted_line(t, log_gap, *, law: str, rate: float) -> np.ndarray | None:
     """The law ``log(1 − γ) = −(rate·s(t) + b)`` over the times ``t`` of a terminal-rate
     curve, s the law's clock (t, log t or √(t + 1): :func:`attndyn.theory._symmetric.rate_clock`),
     its offset b by least squares on the later half of the curve in s (where the fit took
@@ -190,16 +190,16 @@ def fitted_line(t, log_gap, *, kind: str, rate: float) -> np.ndarray | None:
     from ..theory._symmetric import rate_clock as clock
 
     t, log_gap = np.asarray(t, dtype=float), np.asarray(log_gap, dtype=float)
-    keep = np.isfinite(t) & np.isfinite(log_gap) & ((t > 0) | (kind != "power"))
+    keep = np.isfinite(t) & np.isfinite(log_gap) & ((t > 0) | (law != "power"))
     if keep.sum() < 2 or not np.isfinite(rate):
         return None
-    s = clock(t[keep], kind)
+    s = clock(t[keep], law)
     later = s >= 0.5 * (s[0] + s[-1])
     if later.sum() < 2:
         return None
     offset = float(np.mean(-log_gap[keep][later] - rate * s[later]))
     with np.errstate(divide="ignore", invalid="ignore"):
-        return -(rate * clock(t, kind) + offset)
+        return -(rate * clock(t, law) + offset)
 
 
 def _rates(ds: xr.Dataset, names, colors):
@@ -214,17 +214,19 @@ def _rates(ds: xr.Dataset, names, colors):
     for ax, name in zip(axes.ravel(), names):
         row = ds.sel(scheme=name)
         tt, lg = row["rate_time"].values, row["rate_log_gap"].values
-        kind = str(row["terminal_rate_kind"].values)
+        # terminal_rate_kind: its name in the datasets of attndyn 0.4.
+        law_name = "terminal_rate_law" if "terminal_rate_law" in row else "terminal_rate_kind"
+        law = str(row[law_name].values)
         variable = (
             str(row["terminal_rate_variable"].values) if "terminal_rate_variable" in row else "t"
         )
         ax.plot(tt, lg / np.log(10), color=colors[name], lw=2.2, alpha=0.55)
         rates = (float(row["terminal_rate"]), float(row["terminal_rate_theory"]))
         for rate, style in zip(rates, FIT_STYLES):
-            line = fitted_line(tt, lg, kind=kind, rate=rate)
+            line = fitted_line(tt, lg, law=law, rate=rate)
             if line is not None:
                 ax.plot(tt, line / np.log(10), color="k", lw=1.0, ls=style)
-        ax.set_xscale("log" if kind == "power" else "linear")
+        ax.set_xscale("log" if law == "power" else "linear")
         fit = _interval(
             float(row["terminal_rate"]),
             float(row["terminal_rate_lower"]),

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
         phase_points as phase_points,
     )
     from .rates import (
-        RATE_KINDS as RATE_KINDS,
+        RATE_LAWS as RATE_LAWS,
         RateFit as RateFit,
         clustering_time as clustering_time,
         cosine_gap as cosine_gap,
@@ -70,4 +70,7 @@ if TYPE_CHECKING:
     )
     from .summary import json_points as json_points, series as series
 
-__getattr__, __dir__ = _attach(__name__, __file__, globals())
+# 0.4's names, read with a DeprecationWarning for one release.
+__getattr__, __dir__ = _attach(
+    __name__, __file__, globals(), deprecated={"RATE_KINDS": "RATE_LAWS"}
+)

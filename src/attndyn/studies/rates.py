@@ -2,7 +2,7 @@
 
 Terminal laws are fitted as straight lines of −log(gap) against a *clock* s(t):
 
-| kind | law | clock s (the law's variable) | value |
+| law | gap | clock s (the law's variable) | value |
 |---|---|---|---|
 | exponential | gap ~ e^{−c t} | t | c |
 | power | gap ~ t^{−c} | log t | c |
@@ -23,8 +23,6 @@ spans a factor ≥ 4 in t), the limit lies inside the interval; the standard-err
 covers noise in Monte Carlo curves.
 """
 
-from typing import Literal
-
 import equinox as eqx
 import jax
 import numpy as np
@@ -32,10 +30,11 @@ from jaxtyping import Array, Float
 
 from .._core.errors import ParameterError, check_bound, check_choice
 from .._core.observables import mean_cosine
-from ..theory._symmetric import rate_clock
+from .._core.renamed import old_attribute, renamed
+from ..theory._symmetric import RateLaw, rate_clock
 
-RateKind = Literal["exponential", "power", "sqrt-exponential"]
-RATE_KINDS = ("exponential", "power", "sqrt-exponential")
+#: The terminal laws a rate is fitted in (0.4 called a law a rate's ``kind``).
+RATE_LAWS: tuple[RateLaw, ...] = ("exponential", "power", "sqrt-exponential")
 #: The variable each law is exponential in: the rate c is per unit of it.
 RATE_VARIABLES = {"exponential": "t", "power": "log t", "sqrt-exponential": "√(t+1)"}
 
@@ -69,9 +68,10 @@ def clustering_time(ts, gap, tol: float) -> float:
 
 
 class RateFit(eqx.Module):
-    """A fitted terminal rate: ``value`` with ``interval`` (see module docstring)."""
+    """A fitted terminal rate: ``value`` of the terminal ``law`` with ``interval`` (see
+    module docstring)."""
 
-    kind: str = eqx.field(static=True)
+    law: str = eqx.field(static=True)
     value: float = eqx.field(static=True)
     interval: tuple[float, float] = eqx.field(static=True)
     stderr: float = eqx.field(static=True)
@@ -84,22 +84,26 @@ class RateFit(eqx.Module):
     @property
     def variable(self) -> str:
         """The variable of the law: the rate is per unit of t, log t or √(t + 1)."""
-        return RATE_VARIABLES[self.kind]
+        return RATE_VARIABLES[self.law]
+
+    #: 0.4's name of ``law`` (deprecated).
+    kind = old_attribute("kind", "law", "RateFit")
 
     def as_dict(self) -> dict:
         return {
-            "kind": self.kind,
+            "law": self.law,
             "variable": self.variable,
             "value": self.value,
             "interval": list(self.interval),
         }
 
 
-def clock(ts, kind: str) -> np.ndarray:
-    """The clock s(t) in which the law of ``kind`` is linear
+@renamed(kind="law")
+def clock(ts, law: str) -> np.ndarray:
+    """The clock s(t) in which the terminal ``law`` is linear
     (:func:`attndyn.theory._symmetric.rate_clock`, which the figures share)."""
-    check_choice("kind", kind, RATE_KINDS)
-    return rate_clock(ts, kind)
+    check_choice("law", law, RATE_LAWS)
+    return rate_clock(ts, law)
 
 
 def _ols(s: np.ndarray, y: np.ndarray) -> tuple[float, float]:
@@ -112,27 +116,29 @@ def _ols(s: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return slope, float(np.sqrt(np.sum(resid**2) / dof / sxx))
 
 
+@renamed(kind="law")
 def fit_terminal_rate(
     ts,
     gap=None,
     *,
-    kind: str,
+    law: str,
     log_gap=None,
     window: tuple[float, float] | None = None,
     floor: float = 0.0,
 ) -> RateFit:
-    """Fit gap ~ law(kind) on the terminal window.
+    """Fit gap ~ ``law`` on the terminal window.
 
     Args:
         ts: save times.
         gap: 1 − γ (or 1 − mean cosine, or Var) at ``ts``; or give ``log_gap`` instead
             (exact where the gap underflows, e.g. :class:`SymmetricSolution.log_gap`).
-        kind: ``"exponential"``, ``"power"`` or ``"sqrt-exponential"``.
+        law: ``"exponential"``, ``"power"`` or ``"sqrt-exponential"`` (``kind=`` in 0.4,
+            deprecated).
         window: (t_a, t_b); default the later part of the run: t ≥ T/2 (exponential),
             t ≥ T/4 (sqrt-exponential), t ≥ T/16 (power), T the last save.
         floor: ignore points whose gap is at or below this (round-off level).
     """
-    check_choice("kind", kind, RATE_KINDS)
+    check_choice("law", law, RATE_LAWS)
     ts = np.asarray(ts, dtype=np.float64)
     if log_gap is None:
         if gap is None:
@@ -143,18 +149,18 @@ def fit_terminal_rate(
     if window is None:
         t_end = float(ts[-1])
         window = (
-            t_end * {"exponential": 0.5, "sqrt-exponential": 0.25, "power": 1 / 16}[kind],
+            t_end * {"exponential": 0.5, "sqrt-exponential": 0.25, "power": 1 / 16}[law],
             t_end,
         )
     keep = (ts >= window[0]) & (ts <= window[1]) & np.isfinite(log_gap)
-    if kind == "power":
+    if law == "power":
         keep &= ts > 0
     if floor > 0:
         keep &= log_gap > np.log(floor)
-    s, y = clock(ts[keep], kind), -log_gap[keep]
+    s, y = clock(ts[keep], law), -log_gap[keep]
     if s.size < 6:
         raise ParameterError(
-            f"fitting a {kind} rate needs at least 6 usable save times in the window "
+            f"fitting a {law} rate needs at least 6 usable save times in the window "
             f"{window}; got {s.size}."
         )
     mid = 0.5 * (s[0] + s[-1])
@@ -165,5 +171,5 @@ def fit_terminal_rate(
     value, se = _ols(s[late], y[late])
     half = abs(value - earlier) + 4 * se
     return RateFit(
-        kind, value, (value - half, value + half), se, earlier, (float(window[0]), float(window[1]))
+        law, value, (value - half, value + half), se, earlier, (float(window[0]), float(window[1]))
     )

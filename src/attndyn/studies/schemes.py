@@ -116,16 +116,16 @@ def random_weights_cosine(
     return jnp.concatenate([mean_cosine(x0)[None], cosines])
 
 
-def _rate_window(kind: str, t_start: float, value: float) -> tuple[np.ndarray, tuple[float, float]]:
+def _rate_window(law: str, t_start: float, value: float) -> tuple[np.ndarray, tuple[float, float]]:
     """Save times and fit window past ``t_start`` (when 1 − γ first reaches 10⁻²).
 
     The window spans 1 − γ falling by ≈ e^{−40} (exponential laws, from the predicted
     rate) or three decades of t (power law): deep in the terminal regime.
     """
-    if kind == "power":
+    if law == "power":
         end = 1000.0 * t_start
         return np.geomspace(t_start, end, 160), (10.0 * t_start, end)
-    if kind == "sqrt-exponential":
+    if law == "sqrt-exponential":
         # Evenly spaced in the law's variable √(t + 1).
         root = math.sqrt(t_start + 1.0)
         ts = np.linspace(root, root + 40.0 / value, 160) ** 2 - 1.0
@@ -160,14 +160,14 @@ def terminal_fit(scheme: AbstractScheme, *, beta: float, n_tokens: int, r0: floa
                 "refuses this in closed form)."
             )
         t_start = float(_PROBE[reached[0]])
-        ts, window = _rate_window(theory.kind, t_start, theory.value)
+        ts, window = _rate_window(theory.law, t_start, theory.value)
         fits = []
         for rtol in (1e-8, 1e-10):
             sol = _reduced(
                 scheme, beta, n_tokens, r0, ts, ODEIntegrator(rtol=rtol, atol=rtol / 100)
             )
             fits.append(
-                fit_terminal_rate(sol.ts, kind=theory.kind, log_gap=sol.log_gap, window=window)
+                fit_terminal_rate(sol.ts, law=theory.law, log_gap=sol.log_gap, window=window)
             )
     # The fit's interval covers the pre-asymptotic bias; the solver's own global error
     # (seen: 1.1e-6 in sqrt-scaling's exactly linear law at rtol 1e-8 in float32) is
@@ -251,7 +251,7 @@ def _scheme_part(scheme, x0, stages, *, beta, n_tokens, r0, horizon, ts) -> dict
         "terminal_rate_lower": fit.interval[0],
         "terminal_rate_upper": fit.interval[1],
         "terminal_rate_theory": theory.value,
-        "terminal_rate_kind": fit.kind,
+        "terminal_rate_law": fit.law,
         "terminal_rate_variable": fit.variable,
         "terminal_law": theory.formula,
         "curve": curve,
@@ -320,7 +320,7 @@ _SCHEME_VARIABLES = (
     "terminal_rate_lower",
     "terminal_rate_upper",
     "terminal_rate_theory",
-    "terminal_rate_kind",
+    "terminal_rate_law",
     "terminal_rate_variable",
     "terminal_law",
 )
@@ -444,6 +444,12 @@ TITLE = (
 )
 
 
+def _rate_law(row: xr.Dataset) -> xr.DataArray:
+    """The terminal law of a scheme's row: ``terminal_rate_law``, or ``terminal_rate_kind``
+    in a dataset of attndyn 0.4."""
+    return row["terminal_rate_law" if "terminal_rate_law" in row else "terminal_rate_kind"]
+
+
 def schemes_summary(ds: xr.Dataset) -> dict[str, Any]:
     """The ``--json`` object of a :func:`schemes_study` dataset."""
     prov = provenance(ds)
@@ -457,13 +463,17 @@ def schemes_summary(ds: xr.Dataset) -> dict[str, Any]:
     }
     for name in ds["scheme"].values:
         row = ds.sel(scheme=name)
+        law = str(_rate_law(row).values)
         out["schemes"][str(name)] = {
             "initial_slope": float(row["initial_slope"]),
             "initial_slope_theory": float(row["initial_slope_theory"]),
             "terminal_rate": {
-                "kind": str(row["terminal_rate_kind"].values),
+                # "law" names the law (0.4 wrote it as "kind", still written beside
+                # it in 0.5; its formula, 0.4's "law", is "formula").
+                "law": law,
+                "kind": law,
                 "variable": str(row["terminal_rate_variable"].values),
-                "law": str(row["terminal_law"].values),
+                "formula": str(row["terminal_law"].values),
                 "value": float(row["terminal_rate"]),
                 "interval": [float(row["terminal_rate_lower"]), float(row["terminal_rate_upper"])],
             },

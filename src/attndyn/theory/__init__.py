@@ -101,10 +101,11 @@ if TYPE_CHECKING:
         scale_density as scale_density,
     )
     from ._symmetric import (
-        RateKind as RateKind,
+        RateLaw as RateLaw,
         RateTheory as RateTheory,
         initial_slope as initial_slope,
         terminal_rate_theory as terminal_rate_theory,
     )
 
-__getattr__, __dir__ = _attach(__name__, __file__, globals())
+# 0.4's names, read with a DeprecationWarning for one release.
+__getattr__, __dir__ = _attach(__name__, __file__, globals(), deprecated={"RateKind": "RateLaw"})

@@ -14,9 +14,11 @@ from scipy import optimize
 
 from .._core import defaults
 from .._core.errors import ParameterError, check_int, check_real_in
+from .._core.renamed import old_attribute, renamed
 from .._core.schemes import AbstractScheme, SpeedLaw
 
-RateKind = Literal["exponential", "power", "sqrt-exponential"]
+#: A terminal law of 1 − γ (0.4 called it a rate's kind, ``RateKind``).
+RateLaw = Literal["exponential", "power", "sqrt-exponential"]
 
 
 def initial_slope(
@@ -56,21 +58,24 @@ VARIABLES = {"exponential": "t", "power": "log t", "sqrt-exponential": "√(t+1)
 
 @final
 class RateTheory(eqx.Module):
-    """The predicted terminal law of 1 − γ: ``kind`` and ``value`` c in
+    """The predicted terminal law of 1 − γ: ``law`` and ``value`` c in
 
     - exponential: 1 − γ ~ e^{−c t} (variable t);
     - power: 1 − γ ~ t^{−c} (variable log t);
     - sqrt-exponential: 1 − γ ~ e^{−c √(t+1)} (variable √(t + 1)).
     """
 
-    kind: RateKind = eqx.field(static=True)
+    law: RateLaw = eqx.field(static=True)
     value: float = eqx.field(static=True)
     formula: str = eqx.field(static=True)
 
     @property
     def variable(self) -> str:
         """The variable of the law: c is per unit of t, log t or √(t + 1)."""
-        return VARIABLES[self.kind]
+        return VARIABLES[self.law]
+
+    #: 0.4's name of ``law`` (deprecated).
+    kind = old_attribute("kind", "law", "RateTheory")
 
 
 def terminal_rate_theory(scheme: AbstractScheme) -> RateTheory:
@@ -249,14 +254,15 @@ def _terms(x: np.ndarray, beta: float, n: int):
     return log_inv_rate, radial, attn_norm
 
 
-def rate_clock(ts, kind: str) -> np.ndarray:
-    """The clock s(t) in which the terminal law of ``kind`` is linear: ``log(1 − γ)`` falls
-    like ``−c·s(t)`` with s = t (exponential), log t (power) or √(t + 1) (sqrt-exponential).
-    ``kind`` is checked by the callers (the rate fit, the figures)."""
+@renamed(kind="law")
+def rate_clock(ts, law: str) -> np.ndarray:
+    """The clock s(t) in which the terminal ``law`` is linear: ``log(1 − γ)`` falls like
+    ``−c·s(t)`` with s = t (exponential), log t (power) or √(t + 1) (sqrt-exponential).
+    ``law`` is checked by the callers (the rate fit, the figures)."""
     ts = np.asarray(ts, dtype=np.float64)
-    if kind == "exponential":
+    if law == "exponential":
         return ts
-    if kind == "sqrt-exponential":
+    if law == "sqrt-exponential":
         return np.sqrt(ts + 1.0)
     with np.errstate(divide="ignore"):
         return np.log(ts)
