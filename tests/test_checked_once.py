@@ -2,6 +2,9 @@
 checked where it entered: checked points, the unchecked sampler and Wilson kernel, and a
 save grid refused once per step. Each trusted route gives the checked route's numbers."""
 
+import copy
+import pickle
+
 import jax
 import numpy as np
 import pytest
@@ -27,6 +30,9 @@ def test_checked_points_are_trusted_and_read_only():
     # A list built from them is checked again: a bad point added there is refused.
     with pytest.raises(ParameterError, match="dim"):
         check_points([*points, {"dim": 1, "n_tokens": 2, "beta": 0.5}])
+    # Copied and pickled as checked points (a study may copy its arguments).
+    for copied in (copy.copy(points), copy.deepcopy(points), pickle.loads(pickle.dumps(points))):
+        assert isinstance(copied, CheckedPoints) and copied == points
     # Checked points pass through as copies (the estimator's dicts are its own).
     again = check_points(points)
     assert isinstance(again, CheckedPoints) and again == points and again[0] is not points[0]

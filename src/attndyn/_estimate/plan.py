@@ -151,6 +151,10 @@ class CheckedPoints(list):
             "which is then checked again."
         )
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Copied and pickled whole (list's own reduction appends to an empty one).
+        return (type(self), ([dict(p) for p in self],))
+
     # Typed as list's methods are not (they return None or an item): each only raises.
     append = extend = insert = pop = remove = clear = _read_only
     sort = reverse = __setitem__ = __delitem__ = __iadd__ = __imul__ = _read_only  # pyright: ignore[reportAssignmentType]
