@@ -220,7 +220,7 @@ def write(ts, draws, runs, fitted, args, totals=None):
             ax.axvline(r["part_time"], color="red", lw=0.8)
         ax.set(title=f"N = {n:,}", xlabel="t", ylim=(0.05 / n, 1.5))
         if column == 0:
-            ax.set_ylabel("P_ℓ: particles —, mean field --, linear ···")
+            ax.set_ylabel("P_ℓ (— particles, -- limit, ··· linear)")
             ax.legend(fontsize=7, loc="lower right", ncol=2)
     _gap_panel(fig.add_subplot(grid[1, 0]), ts, runs, sizes)
     _parting_panel(fig.add_subplot(grid[1, 1]), runs, fitted)
