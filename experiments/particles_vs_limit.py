@@ -17,13 +17,17 @@ there the two agree to the particles' float32 rounding, since the empirical meas
 itself a solution and the kernel couples degrees only up to ~27 at β = 4.
 
 Writes figures/particles_vs_limit.{png,json} (``--quick``: N = 10³, 10⁴, two draws, T = 6,
-to figures/particles_vs_limit_quick.*; T = 15 otherwise). The full run takes ~10 min of
-CPU (2 cores).
+to figures/particles_vs_limit_quick.*; T = 15 otherwise). N = 10³ … 10⁵ (18 draws) took
+504 s of CPU (2 cores, load 4-10); the one N = 10⁶ draw did not finish in 23 min of CPU
+(the committed figure has N ≤ 10⁵; see the many-tokens guide). Each draw is written to a
+partial JSON in the temporary directory as it ends; ``--resume`` keeps those.
 """
 
 import json
 import os
+import tempfile
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -179,7 +183,7 @@ def main():
     flow = ad.MeanFieldFlow(BETA, n_modes=MODES)
     started = time.perf_counter()
     stem = "particles_vs_limit" + ("_quick" if args.quick else "")
-    partial = FIGURES / f"{stem}.partial.json"  # each draw as it ends (not committed)
+    partial = Path(tempfile.gettempdir()) / f"attndyn-{stem}.partial.json"  # draws so far
     runs = json.loads(partial.read_text())["runs"] if args.resume and partial.exists() else []
     for n, count in draws.items():
         for seed in range(args.seed, args.seed + count):
