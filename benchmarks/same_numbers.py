@@ -409,7 +409,7 @@ def case_cli_discrete() -> Arrays:
 @case("cli.phase_diagram_sde_hybrid_heun")
 def case_cli_sde() -> Arrays:
     return _cli(
-        "phase-diagram", "--kind", "beta-eps", "--beta", "1", "--eps", "0.5", "--dim", "3",
+        "phase-diagram", "--diagram", "beta-eps", "--beta", "1", "--eps", "0.5", "--dim", "3",
         "--n-tokens", "3", "--engine", "sde", "--solver", "heun", "--dt", "0.1", "--horizon",
         "1", "--n-trajectories", "32",
     )  # fmt: skip

@@ -343,17 +343,17 @@ def test_wrong_types_are_refused_by_name(refusals, case):
     assert " | " not in refusals[case]  # one line
 
 
-# --- 1. phase_diagram_study: the kind, its noise and its points ------------------------------
+# --- 1. phase_diagram_study: the diagram, its noise and its points ------------------------------
 
 
-def test_phase_study_refuses_an_unknown_kind(no_simulation):
+def test_phase_study_refuses_an_unknown_diagram(no_simulation):
     # Ran and was recorded as kind 'zzz'.
-    with pytest.raises(ad.ParameterError, match="kind='zzz' is not allowed; choose one of"):
+    with pytest.raises(ad.ParameterError, match="diagram='zzz' is not allowed; choose one of"):
         phase_diagram_study("zzz", SPEC, MonteCarlo(), POINTS)
 
 
 @pytest.mark.parametrize(
-    ("kind", "noise", "needed"),
+    ("diagram", "noise", "needed"),
     [
         ("beta-d", "scalar", "matrix"),  # ran eq. 7 and attached eq. 4's exact curve
         ("beta-d", "none", "matrix"),
@@ -361,15 +361,17 @@ def test_phase_study_refuses_an_unknown_kind(no_simulation):
         ("beta-eps", "matrix", "scalar"),
     ],
 )
-def test_phase_study_refuses_a_noise_that_does_not_fit_the_kind(no_simulation, kind, noise, needed):
-    points = phase_points(kind, betas=[1.0], dims=[3], n_tokens=[2], eps=[0.5])
+def test_phase_study_refuses_a_noise_that_does_not_fit_the_diagram(
+    no_simulation, diagram, noise, needed
+):
+    points = phase_points(diagram, betas=[1.0], dims=[3], n_tokens=[2], eps=[0.5])
     spec = ModelSpec(noise=noise, depth=2, horizon=1.0)
-    needs = re.escape(f"kind='{kind}' needs ModelSpec(noise='{needed}')")
+    needs = re.escape(f"diagram='{diagram}' needs ModelSpec(noise='{needed}')")
     with pytest.raises(ad.ParameterError, match=needs):
-        phase_diagram_study(kind, spec, MonteCarlo(), points)
+        phase_diagram_study(diagram, spec, MonteCarlo(), points)
 
 
-def test_phase_study_refuses_points_without_the_keys_of_the_kind(no_simulation):
+def test_phase_study_refuses_points_without_the_keys_of_the_diagram(no_simulation):
     # beta-eps points without eps failed with a raw JAX ValueError while building the model.
     spec = ModelSpec(noise="scalar", depth=2, horizon=1.0)
     with pytest.raises(ad.ParameterError, match="gives exactly the keys dim, n_tokens, eps, beta"):
@@ -427,7 +429,8 @@ def test_metadata_that_names_a_provenance_field_is_refused_first(name):
 
 
 def test_the_reserved_metadata_keys_are_the_provenance_fields():
-    # Every field the estimator records is reserved, except kind (a study names its own).
+    # Every field the estimator records is reserved, except the study's names (study,
+    # diagram, kind: a study names itself).
     model = ad.DiscreteTransformer(ad.Attention(1.0), depth=1, saveat=ad.SaveAt(1.0))
     ds = ad.estimate_probabilities(
         lambda **p: model,
@@ -435,14 +438,14 @@ def test_the_reserved_metadata_keys_are_the_provenance_fields():
         key=jax.random.key(0),
         n_trajectories=2,
         progress=False,
-        metadata={"kind": "mine", "note": 1},
+        metadata={"study": "mine", "kind": "mine", "note": 1},
     )
     # The model's own fields (its depth) are recorded too, not reserved: a study's
     # metadata names them again.
-    recorded = set(ad.provenance(ds)) - {"kind", "note", *model.provenance()}
+    recorded = set(ad.provenance(ds)) - {"study", "kind", "note", *model.provenance()}
     reserved = set(estimator.provenance_record(0.0)) | set(estimator.ESTIMATOR_FIELDS)
     assert recorded == reserved
-    assert ad.provenance(ds)["kind"] == "mine"
+    assert ad.provenance(ds)["study"] == ad.provenance(ds)["kind"] == "mine"
 
 
 # --- 5. schemes_study: no repeats ---------------------------------------------------------------

@@ -107,7 +107,7 @@ def test_the_command_line_starts_without_jax():
         "from attndyn.cli import main\n"
         "runner = CliRunner()\n"
         "for args in (['--help'], ['phase-diagram', '--help'], ['evolution', '--help'],\n"
-        "             ['schemes', '--help'], ['phase-diagram', '--kind', 'nope']):\n"
+        "             ['schemes', '--help'], ['phase-diagram', '--diagram', 'nope']):\n"
         "    result = runner.invoke(main, args)\n"
         "    assert result.exit_code == (2 if 'nope' in args else 0), result.output\n"
         "heavy = ('jax', 'numpy', 'xarray', 'matplotlib', 'equinox', 'scipy')\n"

@@ -116,8 +116,11 @@ def test_an_empty_path_is_refused(tmp_path, monkeypatch, no_study, args):
 @pytest.mark.parametrize(
     ("args", "needles"),
     [
-        ([*PHASE, "--eps", "0.5"], ["--eps", "--kind beta-eps", "drop --eps"]),
-        ([*PHASE, "--kind", "beta-n", "--eps", "0.5"], ["--eps", "--kind beta-n", "drop --eps"]),
+        ([*PHASE, "--eps", "0.5"], ["--eps", "--diagram beta-eps", "drop --eps"]),
+        (
+            [*PHASE, "--diagram", "beta-n", "--eps", "0.5"],
+            ["--eps", "--diagram beta-n", "drop --eps"],
+        ),
         ([*PHASE, "--engine", "sde", "--depth", "5"], ["--depth", "--engine sde", "drop --depth"]),
         ([*PHASE, "--depth", "5", "--step", "0.2"], ["--depth", "--step", "give one of them"]),
         # Provenance said values "uniform" while the (Brownian) SDE ran (audit).
@@ -126,8 +129,8 @@ def test_an_empty_path_is_refused(tmp_path, monkeypatch, no_study, args):
             ["--values", "--engine sde", "drop --values"],
         ),
         (
-            [*PHASE, "--kind", "beta-eps", "--eps", "0.5", "--sigma", "2"],
-            ["--sigma", "--kind beta-eps", "drop --sigma"],
+            [*PHASE, "--diagram", "beta-eps", "--eps", "0.5", "--sigma", "2"],
+            ["--sigma", "--diagram beta-eps", "drop --sigma"],
         ),
         ([*EVOLUTION, "--noise", "none", "--sigma", "2"], ["--sigma", "--noise"]),
         ([*EVOLUTION, "--noise", "scalar", "--sigma", "2"], ["--sigma", "add matrix to --noise"]),
@@ -150,7 +153,7 @@ def test_an_option_the_run_ignores_is_refused(tmp_path, no_study, args, needles)
     "args",
     [
         [*PHASE, "--engine", "sde", "--dt", "0.5"],
-        [*PHASE, "--kind", "beta-eps", "--eps", "0.5", "--values", "uniform"],
+        [*PHASE, "--diagram", "beta-eps", "--eps", "0.5", "--values", "uniform"],
         [*PHASE, "--step", "0.25"],
         [*PHASE, "--sigma", "2", "--depth", "5"],
         [*EVOLUTION, "--noise", "matrix,none", "--sigma", "2", "--values", "uniform"],

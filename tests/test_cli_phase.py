@@ -70,7 +70,7 @@ def test_phase_diagram_round_trip(tmp_path):
 def test_beta_n_sde_smoke(tmp_path):
     # Smoke of the test above (slow): the same CLI route (beta-n, SDE engine, merges
     # counted), at one N and 40 steps; the columns are there and consistent.
-    args = ["--kind", "beta-n", "--engine", "sde", "--beta", "6", "--n-tokens", "3"]
+    args = ["--diagram", "beta-n", "--engine", "sde", "--beta", "6", "--n-tokens", "3"]
     args += ["--dim", "4", "--n-trajectories", "8", "--horizon", "2", "--dt", "0.05"]
     args += ["--on-merged", "count"]
     result = CliRunner().invoke(
@@ -108,12 +108,13 @@ def test_bad_input_exits_nonzero_with_message(tmp_path, args, match):
 def test_beta_eps_round_trip(tmp_path):
     # Hybrid (β, ε) diagram, Fig. 4, tiny. Far below ε_c the pair clusters, far above it
     # splits (Prop. 1), and the JSON adds eps and the exact value to the points schema.
-    args = ["--kind", "beta-eps", "--beta", "1", "--eps", "0.2,1.5", "--dim", "3"]
+    args = ["--diagram", "beta-eps", "--beta", "1", "--eps", "0.2,1.5", "--dim", "3"]
     args += ["--n-trajectories", "48", "--depth", "100", "--horizon", "20", "--no-progress"]
     result = CliRunner().invoke(main, ["phase-diagram", *args, "--out", str(tmp_path), "--json"])
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
-    assert payload["kind"] == "beta-eps" and len(payload["points"]) == 2
+    assert payload["study"] == "phase-diagram" and payload["diagram"] == "beta-eps"
+    assert payload["kind"] == "beta-eps" and len(payload["points"]) == 2  # 0.4's, kept in 0.5
     low, high = sorted(payload["points"], key=lambda p: p["eps"])
     for point in (low, high):
         for key in ("beta", "dim", "n_tokens", "eps", "n_trajectories", "p_single", "p_antipodal"):
@@ -125,7 +126,8 @@ def test_beta_eps_round_trip(tmp_path):
     # SE 0.025, so ≥ 0.8 leaves more than 4 SE while a coin flip (0.5) fails by 4 SE.
     assert low["p_single"] >= 0.8 and high["p_antipodal"] >= 0.8
     prov = ad.provenance(xr.open_dataset(tmp_path / "phase_diagram.nc"))
-    assert prov["attention"] == "unnormalized" and prov["kind"] == "beta-eps"
+    assert prov["attention"] == "unnormalized" and prov["diagram"] == "beta-eps"
+    assert prov["study"] == "phase-diagram" and prov["kind"] == "beta-eps"  # kind: 0.4's
     assert (tmp_path / "phase_diagram.png").stat().st_size > 10_000
     assert_cf(tmp_path / "phase_diagram.nc")
     # The points are an index: select by value. The layer step ε·e^β/(2√L) of each
@@ -141,7 +143,7 @@ def test_beta_eps_round_trip(tmp_path):
 def test_beta_n_sde_has_antipodal_pair_positive(tmp_path):
     # Fig. 6: for N ≥ 3 at large β some trajectories end with an antipodal pair. With the
     # SDE engine the drift off the sphere is reported (projection: rounding only).
-    args = ["--kind", "beta-n", "--engine", "sde", "--beta", "6", "--n-tokens", "3,4"]
+    args = ["--diagram", "beta-n", "--engine", "sde", "--beta", "6", "--n-tokens", "3,4"]
     args += ["--dim", "4", "--n-trajectories", "48", "--horizon", "10", "--dt", "0.02"]
     # Clusters at β = 6 reach float32's resolution on the N × d SDE: the default counts
     # them with their bound (no rerun: the SDE's float64 path is another path).
@@ -168,8 +170,8 @@ def test_beta_n_sde_has_antipodal_pair_positive(tmp_path):
 @pytest.mark.parametrize(
     ("args", "match"),
     [
-        (["--kind", "beta-eps", "--eps", "-1"], "eps"),
-        (["--kind", "beta-x"], "kind"),
+        (["--diagram", "beta-eps", "--eps", "-1"], "eps"),
+        (["--diagram", "beta-x"], "diagram"),
         (["--engine", "gpu"], "engine"),
         (["--engine", "sde", "--dt", "100"], "dt"),
         # The solvers are a fixed list of names (each a diffrax solver object).
@@ -327,18 +329,18 @@ def test_pre_ln_diagram_end_to_end(tmp_path):
 
 
 def test_beta_eps_runs_d_3_by_default(tmp_path, monkeypatch):
-    # --kind beta-eps kept d = 4, 6, 8 (540 cells, ~12 minutes); seed 003 Fig. 4 is d = 3.
+    # --diagram beta-eps kept d = 4, 6, 8 (540 cells, ~12 minutes); seed 003 Fig. 4 is d = 3.
     # The study is replaced: only the points the command builds are under test.
     from attndyn.cli import _phase
 
     seen = []
 
-    def study(kind, spec, mc, points, **kwargs):
+    def study(diagram, spec, mc, points, **kwargs):
         seen.append(sorted({p["dim"] for p in points}))
         raise ad.ParameterError("stopped by the test")
 
     monkeypatch.setattr(_phase, "phase_diagram_study", study, raising=False)
-    base = ["phase-diagram", "--kind", "beta-eps", "--beta", "1", "--eps", "0.5"]
+    base = ["phase-diagram", "--diagram", "beta-eps", "--beta", "1", "--eps", "0.5"]
     for extra in ([], ["--dim", "5"]):
         result = CliRunner().invoke(main, [*base, *extra, "--out", str(tmp_path / str(len(extra)))])
         assert result.exit_code == 2 and "stopped by the test" in result.output

@@ -97,7 +97,7 @@ COMMON = {
     "eps": ["0", "0.5", "0,1"],
     "attention": list(ATTENTION_KINDS),
 }
-PHASE = {**COMMON, "kind": ["beta-d", "beta-eps", "beta-n"]}
+PHASE = {**COMMON, "diagram": ["beta-d", "beta-eps", "beta-n"]}
 EVOLUTION = {**COMMON, "noise": ["matrix", "scalar", "none", "matrix,scalar"]}
 EVOLUTION["saves"] = ["1", "2", "3"]
 SCHEMES = {

@@ -38,7 +38,7 @@ def test_dataset_carries_cf_metadata_and_provenance(cli_run):
         for name in [*ds.data_vars, *ds.coords]:
             assert ds[name].attrs.get("units") and ds[name].attrs.get("long_name"), name
         record = ad.provenance(ds)
-        assert record["kind"] == "modes" and record["n_trajectories"] == 14
+        assert record["study"] == record["kind"] == "modes" and record["n_trajectories"] == 14
         assert record["arguments"]["n_tokens"] == "400"
         assert ds["n_clusters_trajectory"].dtype.kind == "i"
         # At t = 0 the mode powers of uniform tokens are ~1/N (a loose check of the

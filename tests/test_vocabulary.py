@@ -10,6 +10,7 @@ import re
 import warnings
 import zlib
 from pathlib import Path
+from typing import Any
 
 import click
 import numpy as np
@@ -217,7 +218,9 @@ def test_recorded_arguments_of_04_read_in_todays_names():
     from attndyn.cli._output import _in_todays_names
 
     old = {"tokens": "2", "trajectories": 64, "exclude_nonfinite": True, "beta": "1"}
+    old["kind"] = "beta-eps"  # a phase diagram's
     assert _in_todays_names(old) == {
+        "diagram": "beta-eps",
         "n_tokens": "2",
         "n_trajectories": 64,
         "on_nonfinite": "exclude",
@@ -231,6 +234,7 @@ def test_help_shows_the_new_flags_only():
     assert "--n-tokens" in result.output and "--n-trajectories" in result.output
     assert "--on-nonfinite" in result.output
     assert not re.search(r"--tokens\b|--trajectories\b|--exclude-nonfinite", result.output)
+    assert "--diagram" in result.output and "--kind" not in result.output
 
 
 def test_every_shown_option_of_every_command_says_what_it_does():
@@ -265,6 +269,75 @@ def test_an_old_flag_still_works_with_a_note(monkeypatch, tmp_path):
         assert f"note: {old} is deprecated, use {new}" in result.output
     assert seen["mc"].n_trajectories == 8 and seen["mc"].on_nonfinite == "exclude"
     assert [p["n_tokens"] for p in seen["points"]] == [2]
+
+
+def test_the_phase_diagram_kind_is_its_diagram(monkeypatch, tmp_path):
+    """`kind` meant three things (issue 44 item 3); a phase diagram's is its `diagram`:
+    --kind still works for one release, with a note, and gives what --diagram gives."""
+    seen = []
+
+    def stand_in(diagram, spec, mc, points, **kwargs):
+        seen.append((diagram, spec.noise, spec.attention, sorted(points[0])))
+        raise KeyboardInterrupt  # stop before anything runs (status 130)
+
+    monkeypatch.setattr(_phase, "phase_diagram_study", stand_in)
+    base = ["phase-diagram", "--beta", "1", "--eps", "0.5", "--no-progress", "--no-cache"]
+    for flag in ("--kind", "--diagram"):
+        out = str(tmp_path / flag.strip("-"))
+        result = CliRunner().invoke(main, [*base, flag, "beta-eps", "--out", out])
+        assert result.exit_code == 130, result.output
+        noted = "note: --kind is deprecated, use --diagram" in result.output
+        assert noted == (flag == "--kind")
+    assert (
+        seen[0]
+        == seen[1]
+        == ("beta-eps", "scalar", "unnormalized", ["beta", "dim", "eps", "n_tokens"])
+    )
+    both = [*base, "--kind", "beta-n", "--diagram", "beta-eps", "--out", str(tmp_path / "b")]
+    result = CliRunner().invoke(main, both)
+    assert result.exit_code == 2
+    assert "give --diagram only (--kind is its deprecated name)" in result.output
+
+
+def test_the_study_functions_take_the_diagram_and_still_read_kind():
+    from attndyn.studies.phase import check_study
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the new spellings warn of nothing
+        new = studies.phase_points(diagram="beta-d", betas=[1.0], dims=[3], n_tokens=[2])
+        assert studies.DIAGRAMS == ("beta-d", "beta-eps", "beta-n")
+    with pytest.warns(DeprecationWarning, match="'kind' is deprecated, use 'diagram'"):
+        old = studies.phase_points(kind="beta-d", betas=[1.0], dims=[3], n_tokens=[2])  # pyright: ignore[reportCallIssue]
+    assert old == new
+    with pytest.warns(DeprecationWarning, match="'KINDS' is deprecated, use 'DIAGRAMS'"):
+        assert studies.KINDS == studies.DIAGRAMS  # pyright: ignore[reportAttributeAccessIssue]
+    with pytest.raises(ad.ParameterError, match="diagram='beta-x' is not allowed"):
+        check_study("beta-x", studies.ModelSpec(), new)
+    # The study function's keyword: refused before anything runs, in the new name.
+    with pytest.warns(DeprecationWarning, match="'kind' is deprecated, use 'diagram'"):
+        with pytest.raises(ad.ParameterError, match="diagram='beta-x'"):
+            old_spelling: dict[str, Any] = {"kind": "beta-x"}  # not in the signature any more
+            studies.phase_diagram_study(
+                spec=studies.ModelSpec(), mc=studies.MonteCarlo(), points=new, **old_spelling
+            )
+
+
+def test_the_provenance_names_the_study_and_still_its_kind():
+    """A dataset's (and --json's) `study`, a phase diagram's `diagram` beside it, and 0.4's
+    `kind` (the diagram of a phase diagram, else the study) still written in 0.5."""
+    from attndyn._estimate.dataset import study_fields
+    from attndyn._estimate.metadata import history_line
+
+    assert study_fields("evolution") == {"study": "evolution", "kind": "evolution"}
+    assert study_fields("phase-diagram", "beta-n") == {
+        "study": "phase-diagram",
+        "diagram": "beta-n",
+        "kind": "beta-n",
+    }
+    assert history_line({"study": "schemes", "kind": "schemes"}).endswith(
+        "attndyn.schemes (Python API)"
+    )
+    assert history_line({"kind": "modes"}).endswith("attndyn.modes (Python API)")  # a 0.4 record
 
 
 def test_an_old_and_a_new_flag_together_are_refused(tmp_path):

@@ -35,6 +35,9 @@ SIGMA: Final = 1.0
 #: The SDE engine's step dt and solver.
 DT: Final = 0.01
 SOLVER: Final = "euler"
+#: The phase diagram the command line runs: (β, d), seed 003 Fig. 3 (``beta-eps``: (β, ε),
+#: Fig. 4; ``beta-n``: (β, N), Fig. 6; 0.4 called it the diagram's "kind").
+DIAGRAM: Final = "beta-d"
 #: The engine of the studies: the discrete layer maps (``"sde"``: their L → ∞ limit).
 ENGINE: Final = "discrete"
 #: The attention of every model and study (``"unnormalized"``: USA).
@@ -113,14 +116,14 @@ PHASE_BETAS: Final = "0,0.4,0.8,1.5,2,2.5,3,3.5,4"
 #: The points each command runs with no options (its grid, as the command line reads it;
 #: the models and the study functions take the points they are given). phase-diagram: seed
 #: 003 Fig. 3 (two tokens, d = 4, 6, 8, :data:`PHASE_BETAS`) and Fig. 4's ε for
-#: ``--kind beta-eps``, which runs Fig. 4's d = 3 (its own entry: d = 4, 6, 8 there were
+#: ``--diagram beta-eps``, which runs Fig. 4's d = 3 (its own entry: d = 4, 6, 8 there were
 #: 540 cells, ~12 minutes, and not the paper's figure); evolution: seed 003 Figs. 7-8
 #: (β = 5, d = 4, N = 50, ε = 1 for the hybrid model); modes: the growth of the modes of
 #: 4,096 tokens on the circle at β = 4, 9, 16 (spec §7). The schemes study's n, d, β are
 #: :data:`SCHEMES_N_TOKENS`, … above.
 COMMAND_GRIDS: Final = {
     "phase-diagram": {"beta": PHASE_BETAS, "dim": "4,6,8", "n_tokens": "2", "eps": "0.1:2:0.1"},
-    "phase-diagram --kind beta-eps": {"dim": "3"},
+    "phase-diagram --diagram beta-eps": {"dim": "3"},
     "evolution": {"beta": "5", "dim": "4", "n_tokens": "50", "eps": "1.0"},
     "modes": {"beta": "4,9,16", "dim": "2", "n_tokens": "4096"},
 }
@@ -283,11 +286,22 @@ PARAMETERS: Final = (
         "",
         "the value noise added to the attention flow: none, scalar (ε) or matrix (σ); "
         "0.4's full and hybrid still read as matrix and scalar (deprecated); phase-diagram "
-        "sets it by --kind",
+        "sets it by --diagram",
         "",
         f"{NOISE} (modes: {STUDY_DEFAULTS['noise']['modes']})",
         "studies",
         "--noise",
+    ),
+    Parameter(
+        "diagram",
+        "",
+        "the phase diagram: beta-d (β, d; seed 003 Fig. 3), beta-eps (β, ε; Fig. 4) or "
+        "beta-n (β, N; Fig. 6); it sets the value noise and the default attention "
+        "(0.4's kind, --kind, deprecated)",
+        "",
+        f"{DIAGRAM} (command line; the study functions take it first, required)",
+        "phase-diagram",
+        "--diagram",
     ),
     Parameter(
         "attention",

@@ -42,6 +42,7 @@ DEPRECATED_FLAGS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "models": ("noise", _noises_of_models),
     "layers": ("rw_n_layers", lambda value: value),
     "runs": ("rw_n_trajectories", lambda value: value),
+    "kind": ("diagram", lambda value: value),
 }
 #: The release that removes the old spellings.
 REMOVED_IN = "0.6"

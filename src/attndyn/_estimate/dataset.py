@@ -47,10 +47,20 @@ def source_commit() -> str | None:
     return commit + ("-dirty" if dirty else "")
 
 
+def study_fields(study: str, diagram: str | None = None) -> dict[str, str]:
+    """The names of what made a dataset, in its provenance and the ``--json`` object: its
+    ``study`` (``"phase-diagram"``, ``"evolution"``, ``"modes"``, ``"schemes"``, or
+    ``"probabilities"`` for a direct :func:`~attndyn.estimate_probabilities` call), a phase
+    diagram's ``diagram``, and beside them 0.4's ``kind`` (the diagram of a phase diagram,
+    else the study), still written in 0.5 and gone in 0.6."""
+    names = {"study": study} if diagram is None else {"study": study, "diagram": diagram}
+    return {**names, "kind": diagram or study}
+
+
 def provenance_record(seconds: float, **fields: Any) -> dict[str, Any]:
     """The provenance every attndyn dataset carries: what made it, when, with which
     versions and platform (the source commit where known, the XLA flags), how long it
-    took, and the study's own ``fields`` (``kind`` among them)."""
+    took, and the study's own ``fields`` (:func:`study_fields` among them)."""
     from jaxlib import version as jaxlib_version
 
     return {

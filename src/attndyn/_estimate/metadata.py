@@ -257,7 +257,8 @@ def history_line(record: Mapping[str, Any]) -> str:
     """CF ``history``: when the dataset was made, by which attndyn version and command
     (or, from Python, which study)."""
     made = record.get("created", "")
-    how = record.get("command") or f"attndyn.{record.get('kind', 'study')} (Python API)"
+    study = record.get("study", record.get("kind", "study"))  # kind: 0.4's records
+    how = record.get("command") or f"attndyn.{study} (Python API)"
     return f"{made} attndyn {record.get('attndyn_version', '')}: {how}".strip()
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from .._core import defaults
 from .._core.errors import NumericalMergeWarning, ParameterError
 from .._models.merging import resolution_gap
-from .dataset import provenance_record
+from .dataset import provenance_record, study_fields
 from .files import writable_folder
 from .merges import BOUND_UNIT
 from .plan import Plan
@@ -22,7 +22,8 @@ from .runtime import compile_seconds
 from .tallies import Tallies
 
 #: The provenance fields the estimator records itself (:func:`provenance`): ``metadata``
-#: may not name them. ``kind`` is not among them: a study names its own kind.
+#: may not name them. ``study``, ``diagram`` and ``kind`` (:func:`study_fields`) are not
+#: among them: a study names itself.
 ESTIMATOR_FIELDS = (
     "key_data",
     "n_trajectories",
@@ -180,10 +181,11 @@ def provenance(
 ) -> dict[str, Any]:
     """The provenance record of a finished ``estimate_probabilities`` study: the
     estimator's fields, then the models' own (:func:`model_fields`), then the study's
-    (``kind`` and ``metadata``, which name a model field again where they record it)."""
+    (its names, :func:`study_fields`, and ``metadata``, which name a model field again
+    where they record it)."""
     estimator = estimator_fields(plan, study, tallies)
     models = {k: v for k, v in model_fields(plan).items() if k not in estimator}
-    fields: dict[str, Any] = {"kind": "probabilities", **(dict(metadata) if metadata else {})}
+    fields: dict[str, Any] = {**study_fields("probabilities"), **(dict(metadata or {}))}
     return provenance_record(tallies.seconds, **estimator, **{**models, **fields})
 
 

@@ -170,7 +170,7 @@ def evolution(**raw: Any) -> None:
                 options,
                 started,
                 more_figures={PAIR_DENSITY_FIGURE: plot.pair_density},
-                kind="evolution",
+                study="evolution",
                 series=run.series(ds),
             )
 

@@ -517,6 +517,7 @@ def _finish(ds, out: Output, checkpoint, options: Mapping[str, Any], started: fl
     """The dataset and its figure, replaced together (:meth:`Output.commit`); then the
     report."""
     from .. import plot
+    from .._estimate.dataset import study_fields
     from .._estimate.metadata import to_netcdf
 
     dataset = out.stage(f"{NAME}.nc", functools.partial(to_netcdf, ds))
@@ -529,7 +530,7 @@ def _finish(ds, out: Output, checkpoint, options: Mapping[str, Any], started: fl
     if options["as_json"]:
         emit_json(
             {
-                "kind": NAME,
+                **study_fields(NAME),
                 "points": _summary(ds),
                 "seconds": seconds,
                 "dataset": str(dataset),

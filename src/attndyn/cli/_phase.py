@@ -10,7 +10,7 @@ from .._core import defaults
 from .._core.defaults import COMMAND_GRIDS
 from .._core.names import ATTENTION_KINDS
 from .._lazy import attach
-from ..studies._names import DEFAULT_ATTENTION, KINDS, NOISE_OF_KIND
+from ..studies._names import DEFAULT_ATTENTION, DIAGRAMS, NOISE_OF_DIAGRAM
 from ._common import (
     check_engine_flags,
     check_scheme_flags,
@@ -35,8 +35,8 @@ from ._common import (
 
 #: The points the command runs with no options (one place: attndyn._core.defaults).
 GRID = COMMAND_GRIDS["phase-diagram"]
-#: What --kind beta-eps runs where it differs from GRID (seed 003 Fig. 4's d = 3).
-BETA_EPS_GRID = COMMAND_GRIDS["phase-diagram --kind beta-eps"]
+#: What --diagram beta-eps runs where it differs from GRID (seed 003 Fig. 4's d = 3).
+BETA_EPS_GRID = COMMAND_GRIDS["phase-diagram --diagram beta-eps"]
 
 if TYPE_CHECKING:
     from ..studies.phase import (
@@ -52,13 +52,14 @@ __getattr__, __dir__ = attach(__name__, __file__, globals())
 
 @click.command("phase-diagram")
 @click.option(
-    "--kind",
-    default="beta-d",
+    "--diagram",
+    default=defaults.DIAGRAM,
     show_default=True,
-    type=click.Choice(KINDS),
+    type=click.Choice(DIAGRAMS),
     help="beta-d: P(antipodal) over (β, d), Fig. 3; beta-eps: hybrid (β, ε) diagram, Fig. 4; "
     "beta-n: P(has an antipodal pair) over (β, N), Fig. 6.",
 )
+@deprecated_option("--kind", "--diagram", type=click.Choice(DIAGRAMS))
 @click.option(
     "--beta",
     default=GRID["beta"],
@@ -68,7 +69,7 @@ __getattr__, __dir__ = attach(__name__, __file__, globals())
 @click.option(
     "--dim",
     default=GRID["dim"],
-    help=f"Dimensions d ≥ 2 [default: {GRID['dim']}; {BETA_EPS_GRID['dim']} for --kind "
+    help=f"Dimensions d ≥ 2 [default: {GRID['dim']}; {BETA_EPS_GRID['dim']} for --diagram "
     "beta-eps, as seed 003 Fig. 4].",
 )
 @click.option(
@@ -106,18 +107,18 @@ __getattr__, __dir__ = attach(__name__, __file__, globals())
 def phase_diagram(**raw: Any) -> None:
     """Clustering phase diagrams with Wilson intervals (seed 003 Figs. 3, 4, 6).
 
-    --kind beta-d (default): P(single) / P(antipodal) over (β, d), Fig. 3: Post-LN with
+    --diagram beta-d (default): P(single) / P(antipodal) over (β, d), Fig. 3: Post-LN with
     full value noise (eq. 4), or its SDE (eq. 6) with --engine sde; the figure compares
     with the exact t = ∞ two-token probability, β_c(d) dashed.
-    --kind beta-eps: the hybrid model (eq. 7, or eq. 8 with --engine sde) over (β, ε),
+    --diagram beta-eps: the hybrid model (eq. 7, or eq. 8 with --engine sde) over (β, ε),
     Fig. 4 (paper: --depth 100 --horizon 50; d = 3 by default); cells coloured by their
     most likely class and shaded by its probability, ε_c(β) = √(2·exp(−β)) dashed, cells
     whose layer step exceeds 0.1 hatched (the dataset's far_from_limit).
-    --kind beta-n: P(has an antipodal pair) against β, one curve per N and d, Fig. 6.
+    --diagram beta-n: P(has an antipodal pair) against β, one curve per N and d, Fig. 6.
 
     --scheme runs the same diagram for another normalization scheme of seed 004 (pre-ln,
     mix-ln with --tau, peri-ln, ngpt with --alpha, sqrt-scaling; discrete engine): the
-    value noise is the kind's, and the figure draws no exact curve or threshold, which are
+    value noise is the diagram's, and the figure draws no exact curve or threshold, which are
     Post-LN's.
 
     Uniform starts on the sphere; writes OUT/phase_diagram.nc (probabilities, Wilson 95 %
@@ -142,39 +143,40 @@ def phase_diagram(**raw: Any) -> None:
     phase_points, EXACT_BETA_MAX = run.phase_points, run.EXACT_BETA_MAX
     check_engine_flags(options)
     check_scheme_flags(options)
-    kind = options["kind"]
+    diagram = options["diagram"]
     # beta-eps's own d grid (seed 003 Fig. 4) where --dim is left out.
-    dims = BETA_EPS_GRID["dim"] if kind == "beta-eps" and not given("dim") else options["dim"]
+    beta_eps = diagram == "beta-eps"
+    dims = BETA_EPS_GRID["dim"] if beta_eps and not given("dim") else options["dim"]
     points = phase_points(
-        kind,
+        diagram,
         betas=floats("beta", options["beta"]),
         dims=ints("dim", dims),
         n_tokens=ints("n-tokens", options["n_tokens"]),
-        eps=floats("eps", options["eps"]) if kind == "beta-eps" else (),
+        eps=floats("eps", options["eps"]) if beta_eps else (),
     )
-    if kind == "beta-d" and writer and any(p["beta"] > EXACT_BETA_MAX for p in points):
+    if diagram == "beta-d" and writer and any(p["beta"] > EXACT_BETA_MAX for p in points):
         say(
             f"note: the exact t = ∞ curve is left out (NaN) for β > {EXACT_BETA_MAX:g}, beyond "
             "its quadrature (it is within 1e-3 of its limit 1/2 there)."
         )
-    attention = options["attention"] or DEFAULT_ATTENTION[kind]
+    attention = options["attention"] or DEFAULT_ATTENTION[diagram]
     # The arguments recorded with the results (and compared with those already in --out)
-    # are the ones in effect: the kind's default attention, no ε outside beta-eps.
+    # are the ones in effect: the diagram's default attention, no ε outside beta-eps.
     in_effect: dict[str, Any] = {
         **options,
         "dim": dims,
         "attention": attention,
-        "eps": options["eps"] if kind == "beta-eps" else None,
+        "eps": options["eps"] if beta_eps else None,
     }
     options = MappingProxyType(in_effect)
-    spec = model_spec(options, noise=NOISE_OF_KIND[kind], attention=attention)
+    spec = model_spec(options, noise=NOISE_OF_DIAGRAM[diagram], attention=attention)
     mc = monte_carlo(options)
-    refuse_unused([*depth_conflicts(options), *kind_conflicts(kind)], spec, points)
+    refuse_unused([*depth_conflicts(options), *diagram_conflicts(diagram)], spec, points)
     # One save time (T) a point.
     with study_output(options, "phase_diagram", writer=writer, n_cells=len(points)) as out:
         checkpoint = study_checkpoint(out, "phase_diagram", fresh=options["fresh"])
         ds = run.phase_diagram_study(
-            kind,
+            diagram,
             spec,
             mc,
             points,
@@ -186,20 +188,31 @@ def phase_diagram(**raw: Any) -> None:
             from .. import plot
 
             draw = {"beta-d": plot.phase_diagram, "beta-eps": plot.beta_eps, "beta-n": plot.beta_n}
-            finish(ds, "phase_diagram", out, checkpoint, draw[kind], options, started, kind=kind)
+            figure = draw[diagram]
+            finish(
+                ds,
+                "phase_diagram",
+                out,
+                checkpoint,
+                figure,
+                options,
+                started,
+                study="phase-diagram",
+                diagram=diagram,
+            )
 
 
-def kind_conflicts(kind: str) -> list[str]:
-    """Messages for noise options given that ``kind`` ignores: ε is the scalar noise of
+def diagram_conflicts(diagram: str) -> list[str]:
+    """Messages for noise options given that ``diagram`` ignores: ε is the scalar noise of
     beta-eps only, and σ scales the full value noise of beta-d and beta-n only."""
-    if kind != "beta-eps" and given("eps"):
+    if diagram != "beta-eps" and given("eps"):
         return [
-            f"--eps applies to --kind beta-eps only; --kind {kind} has full value noise, "
-            "scaled by --sigma (drop --eps, or add --kind beta-eps)."
+            f"--eps applies to --diagram beta-eps only; --diagram {diagram} has full value "
+            "noise, scaled by --sigma (drop --eps, or add --diagram beta-eps)."
         ]
-    if kind == "beta-eps" and given("sigma"):
+    if diagram == "beta-eps" and given("sigma"):
         return [
-            "--sigma applies to --kind beta-d and beta-n only; --kind beta-eps has scalar "
+            "--sigma applies to --diagram beta-d and beta-n only; --diagram beta-eps has scalar "
             "value noise of size --eps (drop --sigma, and set the noise with --eps)."
         ]
     return []

@@ -111,6 +111,9 @@ def finish(
     options: Mapping[str, Any],
     started: float,
     more_figures: Mapping[str, Callable] = MappingProxyType({}),
+    *,
+    study: str,
+    diagram: str | None = None,
     **extra,
 ) -> None:
     """Write the dataset, its figure (``figure(ds)``) and ``more_figures`` (file name →
@@ -119,6 +122,7 @@ def finish(
     then report, with the seconds since ``started`` (the command's start): one JSON object
     on stdout with ``--json``, else one line on stderr. Every figure carries the dataset's
     provenance (:func:`png_metadata`)."""
+    from .._estimate.dataset import study_fields
     from .._estimate.metadata import to_netcdf
     from ..studies.summary import json_points
 
@@ -137,7 +141,7 @@ def finish(
         checkpoint.unlink(missing_ok=True)
     seconds = time.perf_counter() - started
     if options["as_json"]:
-        payload = {"kind": extra.pop("kind"), "engine": ds.attrs["engine"]}
+        payload = {**study_fields(study, diagram), "engine": ds.attrs["engine"]}
         payload.update(points=json_points(ds), **extra)
         payload.update(seconds=seconds, dataset=str(dataset_path), figure=str(figure_path))
         emit_json(payload)

@@ -39,8 +39,8 @@ if TYPE_CHECKING:
     )
     from .phase import (
         DEFAULT_ATTENTION as DEFAULT_ATTENTION,
+        DIAGRAMS as DIAGRAMS,
         ENGINES as ENGINES,
-        KINDS as KINDS,
         ModelSpec as ModelSpec,
         MonteCarlo as MonteCarlo,
         phase_diagram_study as phase_diagram_study,
@@ -72,5 +72,5 @@ if TYPE_CHECKING:
 
 # 0.4's names, read with a DeprecationWarning for one release.
 __getattr__, __dir__ = _attach(
-    __name__, __file__, globals(), deprecated={"RATE_KINDS": "RATE_LAWS"}
+    __name__, __file__, globals(), deprecated={"KINDS": "DIAGRAMS", "RATE_KINDS": "RATE_LAWS"}
 )

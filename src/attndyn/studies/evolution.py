@@ -17,6 +17,7 @@ from .._core.errors import (
 )
 from .._core.names import EVOLUTION_MODELS
 from .._core.renamed import renamed, translate
+from .._estimate.dataset import study_fields
 from .._estimate.metadata import describe, index_points
 from .._estimate.plan import BuiltModels, CheckedPoints
 from .._models.base import AbstractModel
@@ -151,7 +152,7 @@ def evolution_study(
         return point_model(per_model, p)
 
     built = BuiltModels(model_fn, points, x64=mc.x64)  # once per point, before anything runs
-    record = {"kind": "evolution", **models_metadata(timed, models), **(metadata or {})}
+    record = {**study_fields("evolution"), **models_metadata(timed, models), **(metadata or {})}
     ds = mc.estimate(built, points, checkpoint=checkpoint, progress=progress, metadata=record)
     if timed.model.engine.leaves_sphere:
         add_sphere_drift(ds, drift_models(built, mc), points, seed=mc.seed)

@@ -69,6 +69,7 @@ from .._estimate.dataset import (
     coordinates,
     package_version,
     provenance_record,
+    study_fields,
 )
 from .._estimate.keys import point_key
 from .._models.mean_field import MEAN_FIELD_DIMS, MEAN_FIELD_KINDS, MeanFieldFlow, needed_modes
@@ -205,7 +206,7 @@ def mean_field_modes(
     ]
     ds = _dataset(per_point, points, times, attention, ell_max)
     fields = {
-        "kind": "modes",
+        **study_fields("modes"),
         "engine": "mean-field",
         "attention": attention,
         "start": start,

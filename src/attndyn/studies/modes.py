@@ -64,7 +64,7 @@ from .._core.schemes import SCHEME_NAMES
 from .._core.sphere import uniform_sphere
 from .._core.values import DISTRIBUTIONS
 from .._estimate import interrupts
-from .._estimate.dataset import attach_provenance, provenance_record
+from .._estimate.dataset import attach_provenance, provenance_record, study_fields
 from .._estimate.diagnose import overflow_message, overflow_refusal
 from .._estimate.observables import estimate_observables
 from .._estimate.observations import Field
@@ -548,7 +548,7 @@ def _modes_study(spec, mc, points, checkpoint, progress, metadata) -> xr.Dataset
     raw = raw_dataset(observations.arrays, observations.n_done)
     ds = analyse(raw, spec, mc, points, save_times)
     fields = {
-        "kind": "modes",
+        **study_fields("modes"),
         **spec.metadata(),
         "seed": mc.seed,
         "n_trajectories": mc.n_trajectories,

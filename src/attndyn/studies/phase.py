@@ -31,6 +31,7 @@ from .._core.errors import (
 from .._core.renamed import renamed, translate
 from .._core.saveat import SaveAt
 from .._core.sphere import uniform_sphere
+from .._estimate.dataset import study_fields
 from .._estimate.estimator import estimate_checked
 from .._estimate.metadata import describe, index_points
 from .._estimate.plan import (
@@ -55,13 +56,13 @@ from ..theory import (
 from ..theory._hybrid import STEP_WARNING
 from ._names import (
     DEFAULT_ATTENTION as DEFAULT_ATTENTION,
+    DIAGRAMS as DIAGRAMS,
     ENGINES as ENGINES,
-    KINDS as KINDS,
-    NOISE_OF_KIND as NOISE_OF_KIND,
+    NOISE_OF_DIAGRAM as NOISE_OF_DIAGRAM,
 )
 from .spec import NOISE_CLASSES, AbstractNoise, StudyModel, engine_of, noise_name
 
-#: The keys every point of a kind gives (:func:`phase_points`).
+#: The keys every point of a diagram gives (:func:`phase_points`).
 POINT_KEYS = {
     "beta-d": ("dim", "n_tokens", "beta"),
     "beta-eps": ("dim", "n_tokens", "eps", "beta"),
@@ -329,9 +330,9 @@ class MonteCarlo:
         )
 
 
-@renamed(tokens="n_tokens")
+@renamed(tokens="n_tokens", kind="diagram")
 def phase_points(
-    kind: str,
+    diagram: str,
     *,
     betas: Sequence[float | int],
     dims: Sequence[int],
@@ -344,7 +345,7 @@ def phase_points(
     2.0): a point's random numbers depend on its values as written, and the CLI writes
     floats, so the API and the CLI draw the same trajectories for the same point. A value
     given twice is refused (:func:`attndyn._estimate.plan.check_distinct`)."""
-    check_choice("kind", kind, KINDS)
+    check_choice("diagram", diagram, DIAGRAMS)
     for name, values in (("betas", betas), ("dims", dims), ("n_tokens", n_tokens), ("eps", eps)):
         check_sequence(name, values)
     check_bound("beta", np.asarray(betas, dtype=np.float64), lower=0.0)
@@ -353,7 +354,7 @@ def phase_points(
     for n in n_tokens:
         check_int("n_tokens", n, lower=1, upper=MAX_TOKENS)
     axes: dict[str, list] = {"dim": [int(d) for d in dims], "n_tokens": [int(n) for n in n_tokens]}
-    if kind == "beta-eps":
+    if diagram == "beta-eps":
         check_bound("eps", np.asarray(eps, dtype=np.float64), lower=0.0)
         axes["eps"] = [float(e) for e in eps]
     axes["beta"] = [float(b) for b in betas]
@@ -363,8 +364,9 @@ def phase_points(
     return CheckedPoints(points)
 
 
+@renamed(kind="diagram")
 def phase_diagram_study(
-    kind: str,
+    diagram: str,
     spec: ModelSpec,
     mc: MonteCarlo,
     points: Sequence[Mapping[str, Any]],
@@ -378,12 +380,12 @@ def phase_diagram_study(
     :data:`attndyn.theory.EXACT_BETA_MAX`; none for another ``spec.scheme``, which has no
     such theory), for ``beta-n`` the three-token reading of
     :func:`three_token_curve`, and the SDE solver's measured drift off the sphere
-    (``engine="sde"``). ``kind`` requires
+    (``engine="sde"``). ``diagram`` (``kind`` in 0.4, deprecated) requires
     ``spec.noise`` (beta-d and beta-n: ``"matrix"``, beta-eps: ``"scalar"``, as the CLI
     pairs them; another is refused) and fixes the keys of every point
     (:func:`phase_points`)."""
     spec = spec.for_study("phase-diagram")
-    points = check_study(kind, spec, points)
+    points = check_study(diagram, spec, points)
     # Every point's model, built once (and so validated) before anything runs; the
     # estimator and the drift measurement take these.
     model_fn = BuiltModels(spec.model_fn(), points, x64=mc.x64)
@@ -393,31 +395,31 @@ def phase_diagram_study(
     # Exact references first: a failure there must not waste the simulation. They are
     # Post-LN's (seed 003's theory): another scheme's dataset carries none.
     exact = None
-    if spec.scheme == "post-ln" and kind == "beta-eps":
+    if spec.scheme == "post-ln" and diagram == "beta-eps":
         exact = exact_hybrid_curve(points, spec.attention, norm=spec.norm)
     elif spec.scheme == "post-ln":
         exact = exact_curve(points, norm=spec.norm)
-    three = three_token_curve(points, spec, tol=mc.tol) if kind == "beta-n" else None
+    three = three_token_curve(points, spec, tol=mc.tol) if diagram == "beta-n" else None
     ds = mc.estimate(
         model_fn,
         points,
         checkpoint=checkpoint,
         progress=progress,
-        metadata={"kind": kind, **spec.metadata(), **(metadata or {})},
+        metadata={**study_fields("phase-diagram", diagram), **spec.metadata(), **(metadata or {})},
     )
     if exact is not None:
-        add_exact_curve(ds, exact, hybrid=kind == "beta-eps", norm=spec.norm)
+        add_exact_curve(ds, exact, hybrid=diagram == "beta-eps", norm=spec.norm)
     if three is not None:
         add_three_token_curve(ds, three, horizon=spec.study_horizon("phase-diagram"))
     if spec.model.engine.leaves_sphere:
         add_sphere_drift(ds, drift_models(model_fn, mc), points, seed=mc.seed)
     if eq7:
         add_layer_step(ds, points, spec)
-    describe(ds, title=TITLES[kind])
+    describe(ds, title=TITLES[diagram])
     return index_points(ds)
 
 
-#: The ``title`` of each kind's dataset.
+#: The ``title`` of each diagram's dataset.
 TITLES = {
     "beta-d": "attndyn phase diagram: clustering-class probabilities over (beta, d) of two "
     "tokens with full value noise (seed 003 Fig. 3)",
@@ -466,18 +468,19 @@ def add_layer_step(ds: xr.Dataset, points: Sequence[Mapping[str, Any]], spec: Mo
 
 
 def check_study(
-    kind: str, spec: ModelSpec, points: Sequence[Mapping[str, Any]]
+    diagram: str, spec: ModelSpec, points: Sequence[Mapping[str, Any]]
 ) -> list[dict[str, Any]]:
-    """The kind, the spec's noise and the points' keys must fit together, before anything
+    """The diagram, the spec's noise and the points' keys must fit together, before anything
     runs: another noise would run one model and attach the exact curve of another, and a
     missing key would fail deep in tracing. The points, in today's names (0.4's
     ``tokens`` read as ``n_tokens``, with a deprecation warning)."""
-    check_choice("kind", kind, KINDS)
-    noise = NOISE_OF_KIND[kind]
+    check_choice("diagram", diagram, DIAGRAMS)
+    noise = NOISE_OF_DIAGRAM[diagram]
     if spec.noise != noise:
+        noises = ", ".join(f"{k}: {n}" for k, n in NOISE_OF_DIAGRAM.items())
         raise ParameterError(
-            f"kind={kind!r} needs ModelSpec(noise={noise!r}); got noise={spec.noise!r} "
-            f"(the kinds' noises: {', '.join(f'{k}: {n}' for k, n in NOISE_OF_KIND.items())})."
+            f"diagram={diagram!r} needs ModelSpec(noise={noise!r}); got noise={spec.noise!r} "
+            f"(the diagrams' noises: {noises})."
         )
     if not isinstance(points, Sequence) or not all(isinstance(p, Mapping) for p in points):
         raise ParameterError("points must be a list of dicts, e.g. from phase_points.")
@@ -485,11 +488,11 @@ def check_study(
     points = [
         translate(dict(p), {"tokens": "n_tokens"}, "a point's key", stacklevel=4) for p in points
     ]
-    keys = POINT_KEYS[kind]
+    keys = POINT_KEYS[diagram]
     for p in points:
         if set(p) != set(keys):
             raise ParameterError(
-                f"every point of kind={kind!r} gives exactly the keys {', '.join(keys)} "
+                f"every point of diagram={diagram!r} gives exactly the keys {', '.join(keys)} "
                 f"(see phase_points); got {p}."
             )
     # Points phase_points checked stay trusted; others the estimator checks.

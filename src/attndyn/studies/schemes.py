@@ -38,7 +38,7 @@ from .._core.saveat import SaveAt
 from .._core.schemes import NGPT, SCHEME_NAMES, AbstractScheme
 from .._core.sphere import uniform_sphere
 from .._core.weights import RandomWeights
-from .._estimate.dataset import attach_provenance, provenance, provenance_record
+from .._estimate.dataset import attach_provenance, provenance, provenance_record, study_fields
 from .._estimate.metadata import describe
 from .._models.integrators import ODEIntegrator
 from .._models.ode import NormalizedAttentionODE
@@ -428,7 +428,7 @@ def schemes_study(
 def _with_provenance(ds: xr.Dataset, params: dict, *, seed: int, seconds: float) -> xr.Dataset:
     record = provenance_record(
         seconds,
-        kind="schemes",
+        **study_fields("schemes"),
         params=params,
         random_seed=seed,  # named apart from the papers ("seed 004" is a paper)
         description="attndyn schemes: seed 004 Figs 2-4 and terminal rates",
