@@ -50,7 +50,8 @@ def test_json_dataset_and_figures(tmp_path, names):
         # The measured slope (full n-particle solve) matches the closed form.
         assert row["initial_slope"] == pytest.approx(row["initial_slope_theory"], rel=2e-3)
         rate = row["terminal_rate"]
-        assert rate["kind"] in ("exponential", "power", "sqrt-exponential")
+        assert rate["law"] in ("exponential", "power", "sqrt-exponential")
+        assert rate["kind"] == rate["law"] and rate["formula"]  # kind: 0.4's, kept in 0.5
         lo, hi = rate["interval"]
         assert lo <= rate["value"] <= hi
         # Theory inside the fitted interval for the schemes the issue names (and Mix-LN).

@@ -79,3 +79,37 @@ def test_hybrid_exact_curve_of_layernorm_tokens_is_d_minus_1():
     (value,) = exact_hybrid_curve([point], "softmax", norm="layernorm")
     assert value == ad.theory.p_antipodal_hybrid_uniform(2.0, 1.17, 3, "softmax")
     assert abs(value - ad.theory.p_antipodal_hybrid_uniform(2.0, 1.17, 4, "softmax")) > 0.01
+
+
+def test_the_summary_names_each_rate_law_and_reads_04_datasets():
+    """schemes --json: a rate's ``law`` (exponential, power, sqrt-exponential) and its
+    ``formula``, with 0.4's ``kind`` beside them in 0.5; a 0.4 dataset (its variable
+    ``terminal_rate_kind``) gives the same summary. Built by hand: nothing runs."""
+    import xarray as xr
+
+    from attndyn._estimate.dataset import attach_provenance, provenance_record, study_fields
+    from attndyn.studies import schemes_summary
+
+    one = ("scheme", [0.0, 0.0])
+    ds = xr.Dataset(
+        {
+            "initial_slope": one,
+            "initial_slope_theory": one,
+            "terminal_rate": ("scheme", [2.0, 2.0]),
+            "terminal_rate_lower": one,
+            "terminal_rate_upper": ("scheme", [3.0, 3.0]),
+            "terminal_rate_theory": ("scheme", [2.0, 2.0]),
+            "terminal_rate_law": ("scheme", ["exponential", "power"]),
+            "terminal_rate_variable": ("scheme", ["t", "log t"]),
+            "terminal_law": ("scheme", ["exp(-2t)", "t^-2"]),
+        },
+        coords={"scheme": ["post-ln", "pre-ln"]},
+    )
+    params = {"beta": 3.0, "n": 4, "d": 5, "r0": 1.0, "alpha": 1.0, "tau": 0.5}
+    record = provenance_record(0.0, **study_fields("schemes"), params=params, random_seed=0)
+    ds = attach_provenance(ds, record)
+    summary = schemes_summary(ds)
+    rate = summary["schemes"]["pre-ln"]["terminal_rate"]
+    assert (rate["law"], rate["kind"], rate["formula"]) == ("power", "power", "t^-2")
+    old = ds.rename({"terminal_rate_law": "terminal_rate_kind"})
+    assert schemes_summary(old)["schemes"] == summary["schemes"]
