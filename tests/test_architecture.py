@@ -485,3 +485,17 @@ def test_declared_shapes_are_checked_at_run_time(monkeypatch):
     monkeypatch.setattr(type(reduced), "finish", lambda self, state: state[1])
     with pytest.raises(TypeCheckError, match="simulate"):
         jax.eval_shape(reduced.simulate, x0[:1].repeat(4, 0), jax.random.split(keys[0], 4))
+
+
+def test_the_multi_host_options_are_declared_once():
+    # Every command that runs on several hosts takes the one declaration of their four
+    # flags (cli/_options.MULTI_HOST_OPTIONS): attndyn modes declared its own copy.
+    from attndyn.cli import _evolution, _modes, _phase
+
+    flags = ("--coordinator", "--process-count", "--process-id", "--coordinator-timeout")
+    sources = "".join(path.read_text() for path in (SRC / "cli").glob("*.py"))
+    for flag in flags:
+        assert sources.count(f'"{flag}",') == 1, flag
+    for command in (_phase.phase_diagram, _evolution.evolution, _modes.modes):
+        declared = {p.opts[0]: p for p in command.params if p.opts[0] in flags}
+        assert set(declared) == set(flags), command.name

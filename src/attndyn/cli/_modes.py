@@ -18,11 +18,9 @@ from .._core.names import (
     SCHEME_NAMES,
     SDE_SOLVER_NAMES,
 )
-from .._estimate.defaults import DEFAULT_COORDINATOR_TIMEOUT
 from .._lazy import attach
 from ..studies._names import MODES_ENGINES, MODES_NOISES
 from ._common import (
-    EnvironmentInt,
     attention_option,
     cache_options,
     check_engine_flags,
@@ -35,6 +33,7 @@ from ._common import (
     floats,
     given,
     ints,
+    multi_host_options,
     nonempty_path,
     norm_option,
     output_bytes,
@@ -224,35 +223,7 @@ GRID = defaults.COMMAND_GRIDS[NAME]
 @overwrite_option()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object to stdout.")
 @click.option("--no-progress", is_flag=True, help="Hide the progress bar.")
-@click.option(
-    "--coordinator",
-    envvar="ATTNDYN_COORDINATOR",
-    default=None,
-    help="HOST:PORT of process 0 for a multi-host run (jax.distributed).",
-)
-@click.option(
-    "--process-count",
-    envvar="ATTNDYN_PROCESS_COUNT",
-    type=EnvironmentInt(),
-    default=None,
-    help="Processes in a multi-host run (with --coordinator; each host runs one).",
-)
-@click.option(
-    "--process-id",
-    envvar="ATTNDYN_PROCESS_ID",
-    type=EnvironmentInt(),
-    default=None,
-    help="This process's index, 0 to --process-count − 1 (0 writes the outputs).",
-)
-@click.option(
-    "--coordinator-timeout",
-    envvar="ATTNDYN_COORDINATOR_TIMEOUT",
-    type=EnvironmentInt(),
-    default=None,
-    metavar="SECONDS",
-    help="With --coordinator: how long each process waits for the coordinator and all the "
-    f"processes to join before stopping with an error [default: {DEFAULT_COORDINATOR_TIMEOUT}].",
-)
+@multi_host_options
 @cache_options
 @cli_errors
 def modes(**raw: Any) -> None:
