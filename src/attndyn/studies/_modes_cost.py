@@ -52,10 +52,19 @@ def attention_seconds(model: AbstractModel, n_tokens: int, dim: int, dtype) -> f
     return float(n_tokens) * float(n_tokens) * dim / CPU_PAIR_RATE
 
 
+#: Seconds per token of one save's observables on S² above ``many_tokens.GRID_TOKENS``
+#: (energy from harmonics, clusters from grid cells, minimum distance from a k-d tree):
+#: 4.5 s for a save of 10⁶ tokens (clusters 0.9 s, minimum distance 1.9 s), measured
+#: 2026-11-29 on the 2-core development CPU.
+SPHERE_SAVE_SECONDS_PER_TOKEN = 4.5e-6
+
+
 def observe_seconds(n_tokens: int, dim: int, ell_max: int) -> float:
     """Seconds of one save's observables of one trajectory (see the module docstring; on
     S¹ the clusters, the minimum distance and the mode powers need no pairs, on S² the
-    mode powers need none)."""
+    mode powers need none, and above ``GRID_TOKENS`` nothing does)."""
+    if dim == 3 and n_tokens > max(many_tokens.GRID_TOKENS, many_tokens.SPECTRAL_ENERGY_TOKENS):
+        return float(n_tokens) * SPHERE_SAVE_SECONDS_PER_TOKEN
     pairs = float(n_tokens) * float(n_tokens)
     work = pairs * dim  # the interaction energy over the pairs
     if dim == 2 and n_tokens > many_tokens.SPECTRAL_ENERGY_TOKENS:  # its Fourier form
