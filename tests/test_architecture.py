@@ -16,6 +16,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "attndyn"
 LAYERS = {
     "_core": 0,
     "theory": 1,
+    "_io": 1,
     "_models": 2,
     "_estimate": 3,
     "studies": 4,

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from attndyn import ParameterError
-from attndyn._estimate.distributed import initialize_distributed
+from attndyn._io.distributed import initialize_distributed
 from attndyn.cli import _evolution, _phase, _schemes, main
 
 PHASE = ["phase-diagram", "--beta", "1", "--dim", "4", "--n-trajectories", "8"]

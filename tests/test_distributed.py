@@ -13,12 +13,12 @@ import pytest
 
 import attndyn as ad
 from attndyn._estimate import estimator as _estimator
-from attndyn._estimate.distributed import (
+from attndyn._estimate.runner import default_chunk_size
+from attndyn._io.distributed import (
     combine_tallies,
     initialize_distributed,
     process_block,
 )
-from attndyn._estimate.runner import default_chunk_size
 from attndyn._models.reduced.absorbing import AbsorbingRoute
 from tests.markers import two_cpu_devices
 

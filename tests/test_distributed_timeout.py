@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 import attndyn as ad
-from attndyn._estimate.distributed import ENV_COORDINATOR_TIMEOUT
+from attndyn._io.distributed import ENV_COORDINATOR_TIMEOUT
 from attndyn.cli import main
 from tests.helpers import run_untyped
 

@@ -11,10 +11,10 @@ import pytest
 import attndyn as ad
 from attndyn._core.errors import NonFiniteError
 from attndyn._estimate import observables
-from attndyn._estimate.files import Lock
 from attndyn._estimate.keys import point_key
 from attndyn._estimate.observables import estimate_observables
 from attndyn._estimate.observations import Field
+from attndyn._io.files import Lock
 
 POINTS = [{"dim": 2, "n_tokens": 8, "beta": 1.0}, {"dim": 3, "n_tokens": 4, "beta": 2.0}]
 TILES = [3, 4]

@@ -121,7 +121,7 @@ def test_plain_xarray_selects_after_one_documented_line(tmp_path):
     # netCDF cannot hold a MultiIndex and xarray indexes only a coordinate named as its
     # dimension: plain xr.open_dataset gives plain coordinates. The file names its index
     # (point_index), from which one line restores it (docs: estimating guide).
-    from attndyn._estimate.metadata import index_points
+    from attndyn._io.metadata import index_points
 
     path = tmp_path / "study.nc"
     ad.to_netcdf(index_points(_unindexed()), path)

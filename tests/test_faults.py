@@ -37,7 +37,7 @@ _MAIN_THREAD = threading.main_thread().ident or 0
 def sigint_raises():
     """Ctrl-C as in a terminal: SIGINT raises KeyboardInterrupt. A suite started in the
     background of a non-interactive shell (``pytest ... &``) inherits SIGINT ignored, which
-    attndyn leaves alone as the user's choice (:func:`attndyn._estimate.interrupts.watching`),
+    attndyn leaves alone as the user's choice (:func:`attndyn._io.interrupts.watching`),
     and these tests would then see no interrupt at all."""
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
@@ -532,9 +532,9 @@ def test_a_full_disk_under_the_checkpoint_keeps_it_usable(tmp_path, walk_referen
 
 
 def _walk_until_first_save(checkpoint: Path) -> None:
-    from attndyn._estimate import estimator
+    from attndyn._estimate import estimator, study
 
-    original = estimator._Study.save
+    original = study.Study.save  # what _Study runs (its merge mixin only declares it)
 
     def save_then_stop(self):
         original(self)
@@ -597,7 +597,7 @@ def test_a_ctrl_c_that_python_swallows_is_raised_again(capfd):
     # raised again at the next check (between blocks, points, and before the outputs).
     import gc
 
-    from attndyn._estimate import interrupts
+    from attndyn._io import interrupts
 
     def collected(phase, info):
         if phase == "start" and not fired:

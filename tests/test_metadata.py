@@ -1,4 +1,4 @@
-"""The datasets' CF metadata and point index (attndyn._estimate.metadata), on datasets built
+"""The datasets' CF metadata and point index (attndyn._io.metadata), on datasets built
 by hand: no simulation."""
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 import xarray as xr
 
 import attndyn as ad
-from attndyn._estimate.metadata import (
+from attndyn._io.metadata import (
     POINT_INDEX,
     VARIABLES,
     Variable,

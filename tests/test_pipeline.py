@@ -246,7 +246,7 @@ def test_a_checkpoint_of_format_2_is_read_as_integers(tmp_path, monkeypatch):
 def test_tallies_cross_processes_bit_for_bit_without_x64():
     # JAX without x64 carries int64 as int32 and float64 as float32 (what
     # process_allgather did to the tallies: 2⁴⁰ + 1 came back as 1); the words go instead.
-    from attndyn._estimate.distributed import _gather_exactly
+    from attndyn._io.distributed import _gather_exactly
 
     def allgather(x):  # two processes holding the same array, through JAX's types
         return np.stack([np.asarray(jnp.asarray(x))] * 2)

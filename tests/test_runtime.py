@@ -14,7 +14,7 @@ import xarray as xr
 from click.testing import CliRunner
 
 import attndyn as ad
-from attndyn._estimate import runtime
+from attndyn._io import runtime
 from attndyn.cli import main
 from attndyn.cli._common import warn_merged
 from tests.helpers import sphere_points

@@ -29,10 +29,10 @@ from attndyn._core.attention import as_float
 from attndyn._estimate import estimator as _estimator
 from attndyn._estimate.checkpoint import load_checkpoint, study_record, write_checkpoint
 from attndyn._estimate.dataset import attach_provenance, provenance_record
-from attndyn._estimate.files import Lock, LockBusy, atomic_write
 from attndyn._estimate.keys import check_key
 from attndyn._estimate.plan import make_plan
 from attndyn._estimate.tallies import Tallies
+from attndyn._io.files import Lock, LockBusy, atomic_write
 from attndyn.cli import _phase, main
 from tests.markers import two_cpu_devices
 

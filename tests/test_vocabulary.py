@@ -326,7 +326,7 @@ def test_the_provenance_names_the_study_and_still_its_kind():
     """A dataset's (and --json's) `study`, a phase diagram's `diagram` beside it, and 0.4's
     `kind` (the diagram of a phase diagram, else the study) still written in 0.5."""
     from attndyn._estimate.dataset import study_fields
-    from attndyn._estimate.metadata import history_line
+    from attndyn._io.metadata import history_line
 
     assert study_fields("evolution") == {"study": "evolution", "kind": "evolution"}
     assert study_fields("phase-diagram", "beta-n") == {

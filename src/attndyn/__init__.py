@@ -103,15 +103,15 @@ if TYPE_CHECKING:
         RandomWeights as RandomWeights,
     )
     from ._estimate.dataset import provenance as provenance
-    from ._estimate.distributed import initialize_distributed as initialize_distributed
     from ._estimate.estimator import estimate_probabilities as estimate_probabilities
-    from ._estimate.metadata import open_dataset as open_dataset, to_netcdf as to_netcdf
     from ._estimate.plan import grid as grid
-    from ._estimate.runtime import (
+    from ._estimate.stats import wilson_interval as wilson_interval
+    from ._io.distributed import initialize_distributed as initialize_distributed
+    from ._io.metadata import open_dataset as open_dataset, to_netcdf as to_netcdf
+    from ._io.runtime import (
         enable_compilation_cache as enable_compilation_cache,
         use_all_cores as use_all_cores,
     )
-    from ._estimate.stats import wilson_interval as wilson_interval
     from ._models.base import (
         ROUTES as ROUTES,
         AbstractModel as AbstractModel,

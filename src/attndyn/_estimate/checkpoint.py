@@ -11,7 +11,7 @@ is its own, and otherwise the first differing entry is named.
 
 Progress is counted by trajectory index: ``n_done[p]`` trajectories of point ``p`` are
 finished, and they are the first ``n_done[p]`` indices of this process's block (see
-:func:`attndyn._estimate.distributed.process_block`), whatever chunk size ran them. A run
+:func:`attndyn._io.distributed.process_block`), whatever chunk size ran them. A run
 resumes at the next index, with any chunk size, and never counts a trajectory twice.
 """
 
@@ -32,8 +32,8 @@ import xarray as xr
 
 from .._core.errors import ParameterError
 from .._core.observables import OUTCOMES
+from .._io.files import atomic_write, uninterrupted
 from .dataset import coordinates, package_version
-from .files import atomic_write, uninterrupted
 from .keys import canonical
 from .plan import Plan
 from .tallies import SUM_UNITS, Tallies

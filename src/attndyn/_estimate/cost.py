@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .runtime import compile_seconds
+from .._io.runtime import compile_seconds
 
 
 def duration(seconds: float) -> str:

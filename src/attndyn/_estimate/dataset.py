@@ -15,9 +15,9 @@ import numpy as np
 import xarray as xr
 
 from .._core.observables import OUTCOMES
+from .._io.metadata import describe, history_line
 from .._version import __version__
 from .keys import canonical
-from .metadata import describe, history_line
 from .stats import wilson_bounds
 from .tallies import MEANS, Tallies
 

@@ -20,12 +20,12 @@ from jaxtyping import PRNGKeyArray
 
 from .._core import defaults
 from .._core.errors import NonFiniteError, ParameterError, check_bool
+from .._io import interrupts
+from .._io.distributed import gather_tallies, process_layout
 from .._models.base import AbstractModel
-from . import interrupts
 from .checkpoint import load_checkpoint, signature, study_record, write_checkpoint
 from .cost import FirstTile
 from .dataset import attach_provenance, probabilities_dataset, provenance_record
-from .distributed import gather_tallies, process_layout
 from .held_warnings import deferred_warnings
 from .keys import Point, check_key, point_key
 from .nonfinite import nonfinite_message

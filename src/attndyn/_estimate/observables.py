@@ -26,8 +26,8 @@ import numpy as np
 from jaxtyping import PRNGKeyArray
 
 from .._core.errors import NonFiniteError, ParameterError, check_bool, check_int
-from . import interrupts
-from .distributed import gather_parts, process_block, process_layout
+from .._io import interrupts
+from .._io.distributed import gather_parts, process_block, process_layout
 from .held_warnings import deferred_warnings
 from .keys import Point, check_key, point_key
 from .observations import (

@@ -26,9 +26,9 @@ import numpy as np
 import xarray as xr
 
 from .._core.errors import ParameterError
+from .._io.files import atomic_write, uninterrupted
 from .checkpoint import damaged, describe, mismatch, signature
 from .dataset import package_version
-from .files import atomic_write, uninterrupted
 from .keys import canonical
 
 #: Version of the observations' checkpoint layout.

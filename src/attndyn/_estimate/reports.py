@@ -13,12 +13,12 @@ import numpy as np
 
 from .._core import defaults
 from .._core.errors import NumericalMergeWarning, ParameterError
+from .._io.files import writable_folder
+from .._io.runtime import compile_seconds
 from .._models.merging import resolution_gap
 from .dataset import provenance_record, study_fields
-from .files import writable_folder
 from .merges import BOUND_UNIT
 from .plan import Plan
-from .runtime import compile_seconds
 from .tallies import Tallies
 
 #: The provenance fields the estimator records itself (:func:`provenance`): ``metadata``

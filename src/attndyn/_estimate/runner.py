@@ -18,8 +18,8 @@ from jaxtyping import Array, Int, PRNGKeyArray
 from .._core import random
 from .._core.observables import numerically_merged, pair_observables, span_dimension
 from .._core.sphere import sphere_points
+from .._io import interrupts
 from .._models.base import AbstractModel
-from . import interrupts
 
 #: Trajectories per CPU device in a default chunk (see :func:`default_chunk_size`).
 CPU_CHUNK_PER_DEVICE = 4096

@@ -23,12 +23,12 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from .._core.errors import ParameterError
-from . import interrupts
+from .._io import interrupts
+from .._io.distributed import process_block, process_layout
+from .._io.files import Lock, LockBusy
+from .._io.runtime import compile_seconds
 from .cost import resuming
-from .distributed import process_block, process_layout
-from .files import Lock, LockBusy
 from .held_warnings import release_warnings
-from .runtime import compile_seconds
 
 #: Seconds between checkpoint writes within a point (one is always written after each point).
 CHECKPOINT_EVERY = 20.0

@@ -27,8 +27,8 @@ def cli_errors(func: Callable) -> Callable:
             NumericalMergeWarning,
             ParameterError,
         )
-        from .._estimate import interrupts
         from .._estimate.held_warnings import deferred_warnings
+        from .._io import interrupts
 
         try:
             with warnings.catch_warnings(), interrupts.watching(), deferred_warnings():
@@ -62,7 +62,7 @@ def cli_errors(func: Callable) -> Callable:
 def storage_message(error: OSError) -> str:
     """One line for a failed file operation: what failed, and that nothing is lost (the
     outputs are replaced together or not at all, and the checkpoint atomically)."""
-    from .._estimate.files import StorageError
+    from .._io.files import StorageError
 
     if isinstance(error, StorageError) and "nothing was computed" in str(error.strerror):
         return f"{error.strerror}."

@@ -363,7 +363,7 @@ def _start(options: Mapping[str, Any]) -> bool:
     the CPU is not split into one device per core (phase-diagram's ``start_processes``)."""
     import jax
 
-    from .._estimate.distributed import DistributedError, initialize_distributed
+    from .._io.distributed import DistributedError, initialize_distributed
 
     use_cache(options)
     try:
@@ -489,7 +489,7 @@ def _finish(ds, out: Output, checkpoint, options: Mapping[str, Any], started: fl
     report."""
     from .. import plot
     from .._estimate.dataset import study_fields
-    from .._estimate.metadata import to_netcdf
+    from .._io.metadata import to_netcdf
 
     dataset = out.stage(f"{NAME}.nc", functools.partial(to_netcdf, ds))
     save = functools.partial(save_png, dpi=130, metadata=png_metadata(ds, dataset.name))

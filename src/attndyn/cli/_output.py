@@ -32,8 +32,8 @@ import xarray as xr
 
 from .._core.errors import ParameterError
 from .._core.serialize import plain
-from .._estimate import interrupts
-from .._estimate.files import (
+from .._io import interrupts
+from .._io.files import (
     Lock,
     LockBusy,
     StorageError,

@@ -123,7 +123,7 @@ def finish(
     on stdout with ``--json``, else one line on stderr. Every figure carries the dataset's
     provenance (:func:`png_metadata`)."""
     from .._estimate.dataset import study_fields
-    from .._estimate.metadata import to_netcdf
+    from .._io.metadata import to_netcdf
     from ..studies.summary import json_points
 
     warn_merged(ds)

@@ -15,8 +15,8 @@ def start_processes(options: Mapping[str, Any]) -> bool:
     True on the process that writes the outputs."""
     import jax
 
-    from .._estimate.distributed import DistributedError, initialize_distributed
-    from .._estimate.runtime import use_all_cores
+    from .._io.distributed import DistributedError, initialize_distributed
+    from .._io.runtime import use_all_cores
 
     use_all_cores()
     use_cache(options)
@@ -40,7 +40,7 @@ def use_cache(options: Mapping[str, Any]) -> None:
     """The persistent compilation cache, unless --no-cache (before any JAX work): the
     folder of --cache-dir, else of ATTNDYN_CACHE_DIR, else the default; a folder asked
     for that cannot be written is refused naming where it came from."""
-    from .._estimate.runtime import enable_compilation_cache
+    from .._io.runtime import enable_compilation_cache
 
     if options.get("cache", True):
         source = click.get_current_context().get_parameter_source("cache_dir")

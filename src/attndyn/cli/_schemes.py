@@ -155,7 +155,7 @@ def schemes(**raw: Any) -> None:
     options = command_options(raw)
     from .._core.errors import INT32_MAX, check_int
     from .._estimate.dataset import attach_provenance, provenance
-    from .._estimate.metadata import to_netcdf
+    from .._io.metadata import to_netcdf
     from . import _schemes as run  # this module: its lazy names, typed
 
     check_schemes_start, schemes_summary = run.check_schemes_start, run.schemes_summary

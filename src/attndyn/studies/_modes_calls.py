@@ -22,7 +22,7 @@ from collections.abc import Callable
 import equinox as eqx
 import jax
 
-from .._estimate import interrupts
+from .._io import interrupts
 
 #: The one thread that dispatches (traces, compiles and enqueues) the calls.
 _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="attndyn-modes")

@@ -18,8 +18,8 @@ from .._core.errors import (
 from .._core.names import EVOLUTION_MODELS
 from .._core.renamed import renamed, translate
 from .._estimate.dataset import study_fields
-from .._estimate.metadata import describe, index_points
 from .._estimate.plan import BuiltModels, CheckedPoints
+from .._io.metadata import describe, index_points
 from .._models.base import AbstractModel
 from .phase import (
     ModelSpec,

@@ -63,12 +63,12 @@ from .._core.renamed import old_attribute, renamed
 from .._core.schemes import SCHEME_NAMES
 from .._core.sphere import uniform_sphere
 from .._core.values import DISTRIBUTIONS
-from .._estimate import interrupts
 from .._estimate.dataset import attach_provenance, provenance_record, study_fields
 from .._estimate.diagnose import overflow_message, overflow_refusal
 from .._estimate.observables import estimate_observables
 from .._estimate.observations import Field
 from .._estimate.plan import check_distinct
+from .._io import interrupts
 from .._models.base import AbstractModel
 from . import _modes_cost as cost
 from ._modes_analysis import analyse, attach_cf, modes_summary, theory_ell_star

@@ -33,7 +33,6 @@ from .._core.saveat import SaveAt
 from .._core.sphere import uniform_sphere
 from .._estimate.dataset import study_fields
 from .._estimate.estimator import estimate_checked
-from .._estimate.metadata import describe, index_points
 from .._estimate.plan import (
     MAX_DIM,
     MAX_TOKENS,
@@ -43,6 +42,7 @@ from .._estimate.plan import (
     check_options,
     grid,
 )
+from .._io.metadata import describe, index_points
 from .._models.base import ROUTES, AbstractModel
 from ..theory import (
     EXACT_BETA_MAX,

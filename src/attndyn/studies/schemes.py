@@ -39,7 +39,7 @@ from .._core.schemes import NGPT, SCHEME_NAMES, AbstractScheme
 from .._core.sphere import uniform_sphere
 from .._core.weights import RandomWeights
 from .._estimate.dataset import attach_provenance, provenance, provenance_record, study_fields
-from .._estimate.metadata import describe
+from .._io.metadata import describe
 from .._models.integrators import ODEIntegrator
 from .._models.ode import NormalizedAttentionODE
 from .._models.symmetric import SymmetricODE, symmetric_start
