@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
-from _common import FIGURES, parser
+from _common import FIGURES, figure_stem, parser
 
 import attndyn as ad
 
@@ -169,7 +169,7 @@ def main():
     )
     args = p.parse_args()
     if args.from_json:
-        stem = "particles_vs_limit" + ("_quick" if args.quick else "")
+        stem = figure_stem("particles_vs_limit" + ("_quick" if args.quick else ""), args)
         payload = json.loads((FIGURES / f"{stem}.json").read_text())
         ts, runs = np.asarray(payload["ts"]), payload["runs"]
         for r in runs:
@@ -182,7 +182,7 @@ def main():
     ts = np.linspace(0.0, horizon, int(4 * horizon) + 1)
     flow = ad.MeanFieldFlow(BETA, n_modes=MODES)
     started = time.perf_counter()
-    stem = "particles_vs_limit" + ("_quick" if args.quick else "")
+    stem = figure_stem("particles_vs_limit" + ("_quick" if args.quick else ""), args)
     partial = Path(tempfile.gettempdir()) / f"attndyn-{stem}.partial.json"  # draws so far
     runs = json.loads(partial.read_text())["runs"] if args.resume and partial.exists() else []
     for n, count in draws.items():
@@ -234,7 +234,7 @@ def write(ts, draws, runs, fitted, args, totals=None):
         f"tokens (K = {MODES}) and the linear theory; red: where they part (first draw)"
     )
     fig.tight_layout()
-    stem = "particles_vs_limit" + ("_quick" if args.quick else "")
+    stem = figure_stem("particles_vs_limit" + ("_quick" if args.quick else ""), args)
     fig.savefig(FIGURES / f"{stem}.png", dpi=100)
     meta = {"beta": BETA, "dim": 2, "kind": "softmax", "n_modes": MODES, "ells": list(ELLS)}
     meta |= {"cluster_tol": TOL, "part_threshold": PART, "gap_time": GAP_TIME, "draws": draws}
