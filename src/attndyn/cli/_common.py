@@ -39,6 +39,7 @@ from ._options import (
     cache_options as cache_options,
     command_options as command_options,
     deprecated_option as deprecated_option,
+    depth_option as depth_option,
     engine_option as engine_option,
     floats as floats,
     given as given,

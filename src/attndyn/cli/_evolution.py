@@ -16,6 +16,7 @@ from ._common import (
     command_options,
     deprecated_option,
     depth_conflicts,
+    depth_option,
     finish,
     floats,
     given,
@@ -73,13 +74,7 @@ GRID = defaults.COMMAND_GRIDS["evolution"]
     help="Scalar noise ε ≥ 0 (list; --noise scalar only).",
 )
 @attention_option("Attention kind.")
-@click.option(
-    "--depth",
-    default=defaults.DEPTH,
-    show_default=True,
-    type=int,
-    help="L: layers per unit time (discrete engine; not with --step).",
-)
+@depth_option()
 @click.option(
     "--horizon",
     default=defaults.horizon_of("evolution"),

@@ -29,6 +29,7 @@ from ._common import (
     command_options,
     deprecated_option,
     depth_conflicts,
+    depth_option,
     emit_json,
     floats,
     given,
@@ -146,9 +147,7 @@ GRID = defaults.COMMAND_GRIDS[NAME]
     "tokens (the empirical measure of the particles' own N tokens, seed for seed) "
     f"[default: floor, with N = 10^{MEAN_FIELD_FLOOR_EXPONENT} unless --n-tokens is given].",
 )
-@click.option(
-    "--depth", default=defaults.DEPTH, show_default=True, type=int, help="L: layers per unit time."
-)
+@depth_option("L: layers per unit time.")
 @click.option("--step", default=None, type=float, help="A real layer step η instead of --depth.")
 @click.option(
     "--horizon", default=defaults.horizon_of("modes"), show_default=True, type=float, help="T."

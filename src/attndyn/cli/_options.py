@@ -415,6 +415,13 @@ def engine_option(help: str) -> Callable:
     return _choice_option("--engine", defaults.ENGINE, ENGINES, help)
 
 
+def depth_option(
+    help: str = "L: layers per unit time (discrete engine; not with --step).",
+) -> Callable:
+    """``--depth``: L, the discrete engine's layers per unit time, the shared default."""
+    return click.option("--depth", default=defaults.DEPTH, show_default=True, type=int, help=help)
+
+
 def norm_option(help: str) -> Callable:
     """``--norm``: rms or (centred) layernorm tokens, the shared default."""
     return _choice_option("--norm", defaults.NORM, NORM_NAMES, help)

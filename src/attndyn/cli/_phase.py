@@ -18,6 +18,7 @@ from ._common import (
     command_options,
     deprecated_option,
     depth_conflicts,
+    depth_option,
     finish,
     floats,
     given,
@@ -76,13 +77,7 @@ __getattr__, __dir__ = attach(__name__, __file__, globals())
     "--n-tokens", default=GRID["n_tokens"], show_default=True, help="Numbers of tokens N ≥ 1."
 )
 @deprecated_option("--tokens", "--n-tokens")
-@click.option(
-    "--depth",
-    default=defaults.DEPTH,
-    show_default=True,
-    type=int,
-    help="L: layers per unit time (discrete engine; not with --step).",
-)
+@depth_option()
 @click.option(
     "--horizon",
     default=defaults.horizon_of("phase-diagram"),
