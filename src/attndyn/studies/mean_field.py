@@ -159,11 +159,12 @@ def check_mean_field_study(
     n_trajectories: int = 4,
     start: str = "floor",
     dt: float = 1e-3,
+    linear_tolerance: float = LINEAR_TOLERANCE,
 ) -> None:
     """Every argument of :func:`mean_field_modes` checked, nothing solved: the command
     line refuses bad input before it makes an output folder."""
     _check(
-        points, attention, start, horizon, saves, ell_max, n_trajectories, seed, LINEAR_TOLERANCE
+        points, attention, start, horizon, saves, ell_max, n_trajectories, seed, linear_tolerance
     )
     if any(p.get("eps", 0.0) > 0 for p in points):
         check_real_in("dt", dt, lower=0.0, lower_open=True, upper=float(horizon))
@@ -192,12 +193,19 @@ def mean_field_modes(
     ``n_modes``: K (default: what β needs, :func:`attndyn._models.mean_field.needed_modes`,
     and at least ell_max). ``dt``: the step of the noisy solves (points with ε > 0)."""
     points = [dict(p) for p in points]
-    _check(
-        points, attention, start, horizon, saves, ell_max, n_trajectories, seed, linear_tolerance
+    check_mean_field_study(
+        points,
+        horizon=horizon,
+        saves=saves,
+        ell_max=ell_max,
+        seed=seed,
+        attention=attention,
+        n_trajectories=n_trajectories,
+        start=start,
+        dt=dt,
+        linear_tolerance=linear_tolerance,
     )
     flows = [_flow(p, attention, ell_max, n_modes) for p in points]
-    if any(p.get("eps", 0.0) > 0 for p in points):
-        check_real_in("dt", dt, lower=0.0, lower_open=True, upper=float(horizon))
     started = time.process_time()
     times = np.linspace(0.0, float(horizon), int(saves))
     per_point = [
