@@ -115,7 +115,7 @@ def monte_carlo(options: Mapping[str, Any]) -> MonteCarlo:
         early_absorption=options.get("early_absorption"),
         on_nonfinite=options.get("on_nonfinite", defaults.ON_NONFINITE),
         x64=options.get("x64", False),
-        on_merged=options.get("on_merged", "auto"),
+        on_merged=options.get("on_merged", defaults.ON_MERGED),
     )
 
 
@@ -133,7 +133,7 @@ def model_spec(options: Mapping[str, Any], *, noise: str, attention: str) -> Mod
         horizon=options["horizon"],
         solver=options["solver"],
         dt=options["dt"],
-        norm=options.get("norm", "rms"),
+        norm=options.get("norm", defaults.NORM),
         step=options.get("step"),
         scheme=options.get("scheme", defaults.SCHEME),
         tau=options.get("tau", defaults.TAU),
