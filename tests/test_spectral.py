@@ -109,19 +109,41 @@ def test_spectral_equals_the_direct_sum_to_rounding(dim, beta, dtype):
             _check_against_exact(x, beta, dtype)
 
 
-def test_a_lone_token_is_attended_directly():
+@pytest.mark.parametrize("dim", [2, 3])
+def test_a_lone_token_is_summed_again_in_float64(dim):
     """Beside a cluster of 299 tokens at β = 4 the antipodal token's denominator is ~1
-    while the terms summed are ~N: the expansion alone misses its output by ~10⁻⁵ in
-    float32 (checked here, so the test fails if the rows stop being repaired), the route
-    attends that row directly and gets it to rounding."""
-    x = configurations(300, 3)["lone"]
+    while the terms summed are ~N: the expansion in float32 misses its output by ~10⁻⁵
+    and flags the row (checked here, so the test fails if the rows stop being redone);
+    the route sums it again in float64 and gets it to rounding, marked good, so that it
+    is not attended directly (O(N) per row)."""
+    x = configurations(300, dim)["lone"]
     _check_against_exact(x, 4.0, np.float32)
     u = jnp.asarray(x, jnp.float32)
-    w = spectral.kernel_weights(jnp.float32(4.0), 3, 20, jnp.float32)
-    num, den, good = jax.jit(spectral._sums)(u, jnp.float32(4.0), w)
+    w = spectral.kernel_weights(jnp.float32(4.0), dim, 20, jnp.float32)
+    tolerance = spectral.ROW_TOLERANCE * 4.0 * EPS32
+    num, den, good = jax.jit(spectral._rows_within)(u, w, jnp.float32(tolerance))
     assert not bool(good[0]) and bool(np.all(np.asarray(good)[2:]))
+    reference = exact(np.asarray(u, np.float64), 4.0)[0][0]
     alone = np.asarray(num[0], np.float64) / float(den[0])
-    assert np.max(np.abs(alone - exact(np.asarray(u, np.float64), 4.0)[0][0])) > 1e-6
+    assert np.max(np.abs(alone - reference)) > 1e-6
+    num, den, good = jax.jit(spectral._sums)(u, jnp.float32(4.0), w)
+    assert bool(np.all(np.asarray(good)))
+    again = np.asarray(num[0], np.float64) / float(den[0])
+    assert np.max(np.abs(again - reference)) <= (spectral.ROW_TOLERANCE * 4.0 + 1) * EPS32
+
+
+def test_rows_summed_again_under_vmap():
+    """Under vmap the float64 pass runs for the batch when one trajectory needs it (a
+    while loop, not a select of both sides): a lone token in one, uniform tokens in the
+    other, each row to rounding."""
+    confs = configurations(300, 2)
+    xs = np.stack([confs["lone"], confs["uniform"]]).astype(np.float32)
+    batched = jax.vmap(lambda x: spectral.spectral_parts(x, jnp.float32(4.0), degree=20, block=64))
+    num, den, _ = (np.asarray(a, np.float64) for a in jax.jit(batched)(jnp.asarray(xs)))
+    for b in range(2):
+        ref = exact(np.asarray(xs[b], np.float64), 4.0)[0]
+        soft = num[b] / den[b][:, None]
+        assert np.max(np.abs(soft - ref)) <= (spectral.ROW_TOLERANCE * 4.0 + 1) * EPS32
 
 
 def test_tokens_off_the_sphere_are_attended_directly():
@@ -389,3 +411,24 @@ def test_spectral_differentiates_in_forward_mode():
 
     fast, dense = tangents(x, t)
     assert float(jnp.max(jnp.abs(fast - dense))) <= 1e-5 * float(jnp.max(jnp.abs(dense)))
+
+
+def test_rows_summed_again_differentiate_as_the_float32_expansion():
+    """jax.jvp through a row summed again in float64 (a host callback, which has no
+    derivative) gives the float32 expansion's tangent, and the float64 value."""
+    u = jnp.asarray(configurations(300, 2)["lone"], jnp.float32)
+    t = jnp.asarray(configurations(300, 2, seed=3)["uniform"], jnp.float32)
+    t = t - jnp.sum(t * u, axis=1, keepdims=True) * u
+    w = spectral.kernel_weights(jnp.float32(4.0), 2, 20, jnp.float32)
+    tolerance = jnp.float32(spectral.ROW_TOLERANCE * 4.0 * EPS32)
+
+    @jax.jit
+    def both(u, t):
+        again = jax.jvp(lambda v: spectral._sums(v, jnp.float32(4.0), w)[:2], (u,), (t,))
+        plain = jax.jvp(lambda v: spectral._rows_within(v, w, tolerance)[:2], (u,), (t,))
+        return again, plain
+
+    (value, tangent), (plain_value, plain_tangent) = both(u, t)
+    assert float(jnp.abs(value[1][0] - plain_value[1][0])) > 0  # row 0 was summed again
+    for a, b in zip(tangent, plain_tangent, strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -35,8 +35,10 @@ does not grow with N. Where a row's denominator is small against the size of the
 that cancel in it (a token far from every other, beside a dense cluster), float32 cannot
 give it to rounding: :func:`spectral_parts` estimates each row's rounding error, and rows
 whose estimate exceeds :data:`ROW_TOLERANCE` (relative, × max(1, β) × ε: the direct
-route's own rounding of scores β⟨x_i, x_j⟩) are attended directly against all keys, in
-blocks. So are all rows when some token is off the unit sphere by more than
+route's own rounding of scores β⟨x_i, x_j⟩) are summed again in float64, the coefficients
+and the rows (O(N K), not O(N) per row: while clusters form such rows are a few per cent
+of all). Rows that even float64 cannot give (none seen) are attended directly against
+all keys, in blocks. So are all rows when some token is off the unit sphere by more than
 :data:`SPHERE_TOLERANCE` × ε (the expansion holds for unit tokens only).
 """
 
@@ -521,14 +523,84 @@ def _unit(x: Float[Array, "N d"], beta: Float[Array, ""]):
 
 def _sums(u: Array, beta: Array, w: Array) -> tuple[Array, Array, Array]:
     """``(num, den, good)``: the truncated sums at the degree of ``w``, and which rows'
-    rounding estimate is within :data:`ROW_TOLERANCE` (NaN compares False: not good)."""
+    rounding estimate is within :data:`ROW_TOLERANCE` (NaN compares False: not good).
+    In float32, rows that are not good are summed again in float64 (:func:`_in_float64`)."""
+    tolerance = ROW_TOLERANCE * jnp.maximum(beta, 1) * float(jnp.finfo(u.dtype).eps)
+    num, den, good = _rows_within(u, w, tolerance)
+    if u.dtype == jnp.float64:
+        return num, den, good
+    return _in_float64(u, beta, w, (num, den, good), tolerance)
+
+
+def _rows_within(u: Array, w: Array, tolerance: Array) -> tuple[Array, Array, Array]:
+    """``(num, den, good)`` in the dtype of ``u``: good where the rounding estimate is
+    within ``tolerance`` (relative to the row's denominator)."""
     n_tokens, dim = u.shape
     sums = circle_sums if dim == 2 else sphere_sums
     out, norm_d, norm_n = sums(u, w, TILE)
     den = out[0]
     error = rounding_estimate(w, norm_d, norm_n, n_tokens, u.dtype)
-    tolerance = ROW_TOLERANCE * jnp.maximum(beta, 1) * float(jnp.finfo(u.dtype).eps)
     return out[1:].T, den, error <= tolerance * den
+
+
+def _in_float64(u: Array, beta: Array, w: Array, parts, tolerance: Array):
+    """``parts`` with the rows that are not good replaced by the same sums in float64 (the
+    coefficients and every row, on the host CPU: :func:`_float64_rows`). Once clusters
+    form, a token between them has a denominator far below the terms that cancel in it,
+    which float32 cannot give to rounding (at N = 10⁵, β = 4 on S¹, ~5 % of the rows
+    while the clusters form), and the direct route would cost N per such row. Rows float64
+    cannot give either stay not good (attended directly).
+
+    A host callback, not float64 traced inside the float32 program: JAX re-traces a traced
+    program's pieces (vmap, jvp of a jitted function) outside any ``enable_x64`` context,
+    and then the float64 pieces fail. A while loop that runs at most once, not a cond:
+    under ``vmap`` it runs only when some trajectory has such a row, and each
+    trajectory's call returns at once when it has none. The float64 values enter as
+    ``num + stop_gradient(num64 − num)``: forward-mode derivatives are the float32
+    expansion's."""
+    dim, degree = u.shape[1], w.shape[0] - 1
+    shapes = (
+        jax.ShapeDtypeStruct(parts[0].shape, u.dtype),
+        jax.ShapeDtypeStruct(parts[1].shape, u.dtype),
+        jax.ShapeDtypeStruct(parts[2].shape, jnp.bool_),
+    )
+    host = functools.partial(_float64_rows, dim=dim, degree=degree)
+
+    def again(state):
+        _, num, den, good = state
+        args = jax.lax.stop_gradient((u, beta, good, tolerance))
+        num64, den64, good64 = jax.pure_callback(host, shapes, *args, vmap_method="sequential")
+        take = ~good & good64
+        num = jnp.where(take[:, None], num + jax.lax.stop_gradient(num64 - num), num)
+        den = jnp.where(take, den + jax.lax.stop_gradient(den64 - den), den)
+        return jnp.ones((), bool), num, den, good | take
+
+    def pending(state):
+        return ~state[0] & ~jnp.all(state[3])
+
+    return jax.lax.while_loop(pending, again, (jnp.zeros((), bool), *parts))[1:]
+
+
+def _float64_rows(u, beta, good, tolerance, *, dim: int, degree: int):
+    """``(num, den, good)`` of :func:`_rows_within` in float64 on the host CPU (the exact
+    weights from SciPy), returned in the dtype of ``u``; all not good at once when every
+    row of ``u`` is already good (nothing to do: a trajectory of a batch that does not
+    need the pass)."""
+    n_tokens = u.shape[0]
+    dtype = u.dtype
+    if np.all(good):
+        return np.zeros((n_tokens, dim), dtype), np.ones(n_tokens, dtype), np.zeros(n_tokens, bool)
+    cpu = jax.devices("cpu")[0]
+    with jax.enable_x64(True):
+        w = jax.device_put(kernel_weights_host(float(beta), dim, degree), cpu)
+        u64 = jax.device_put(np.asarray(u, np.float64), cpu)
+        out = _rows_float64(u64, w, jnp.asarray(float(tolerance), jnp.float64))
+        num, den, ok = (np.asarray(a) for a in out)
+    return num.astype(dtype), den.astype(dtype), ok
+
+
+#: :func:`_rows_within` compiled for the host pass (traced and run under ``enable_x64``).
+_rows_float64 = jax.jit(lambda u, w, tolerance: _rows_within(u, w, tolerance))
 
 
 def spectral_parts(
