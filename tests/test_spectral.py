@@ -432,3 +432,22 @@ def test_rows_summed_again_differentiate_as_the_float32_expansion():
     assert float(jnp.abs(value[1][0] - plain_value[1][0])) > 0  # row 0 was summed again
     for a, b in zip(tangent, plain_tangent, strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize("dim", [2, 3])
+def test_clusters_forming_amid_scattered_tokens(dim):
+    """The state the flow passes through as clusters form (three tight clusters, a fifth
+    of the tokens scattered between them): float32 flags several per cent of the rows,
+    and every row of the route (those summed again in float64 included) is within the
+    promise against a float64 direct sum."""
+    rng = np.random.default_rng(7)
+    n = 2000
+    centres = _unit(rng.normal(size=(3, dim)))
+    tight = centres[rng.integers(0, 3, n)] + 0.002 * rng.normal(size=(n, dim))
+    x = _unit(np.where(rng.random((n, 1)) < 0.8, tight, rng.normal(size=(n, dim))))
+    u = jnp.asarray(x, jnp.float32)
+    w = spectral.kernel_weights(jnp.float32(4.0), dim, 20, jnp.float32)
+    tolerance = jnp.float32(spectral.ROW_TOLERANCE * 4.0 * EPS32)
+    flagged = ~np.asarray(jax.jit(spectral._rows_within)(u, w, tolerance)[2])
+    assert flagged.mean() > 0.01
+    _check_against_exact(x, 4.0, np.float32)
