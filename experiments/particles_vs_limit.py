@@ -17,10 +17,10 @@ there the two agree to the particles' float32 rounding, since the empirical meas
 itself a solution and the kernel couples degrees only up to ~27 at β = 4.
 
 Writes figures/particles_vs_limit.{png,json} (``--quick``: N = 10³, 10⁴, two draws, T = 6,
-to figures/particles_vs_limit_quick.*; T = 15 otherwise). N = 10³ … 10⁵ (18 draws) took
-504 s of CPU (2 cores, load 4-10); the one N = 10⁶ draw did not finish in 23 min of CPU
-(the committed figure has N ≤ 10⁵; see the many-tokens guide). Each draw is written to a
-partial JSON in the temporary directory as it ends; ``--resume`` keeps those.
+to figures/particles_vs_limit_quick.*; T = 15 otherwise). All 19 draws took 334 s of CPU
+(259 s wall; the N = 10⁶ draw's particles 123 s of CPU; 2 cores, load ~1.5, 2026-11-29).
+Each draw is written to a partial JSON in the temporary directory as it ends;
+``--resume`` keeps those.
 """
 
 import json
