@@ -191,7 +191,7 @@ class ModelSpec:
         object.__setattr__(new, "model", self.model.with_horizon(horizon))
         return new
 
-    def with_saveat(self, saveat: tuple[float, ...]) -> "ModelSpec":
+    def with_saveat(self, saveat: tuple[float | int, ...]) -> "ModelSpec":
         """This spec (its horizon set: :meth:`for_study`) with the save times ``saveat``:
         only what depends on them is checked again."""
         if self.horizon is None:

@@ -495,7 +495,7 @@ class StudyModel:
     scheme: str = defaults.SCHEME
     norm: str = defaults.NORM
     horizon: float | None = None
-    saveat: tuple[float, ...] | None = None
+    saveat: tuple[float | int, ...] | None = None
     tau: float = defaults.TAU
     alpha: float = defaults.ALPHA
     implementation: str = defaults.IMPLEMENTATION
@@ -551,7 +551,7 @@ class StudyModel:
         object.__setattr__(self, "horizon", horizon)
         object.__setattr__(self, "_saveat", when)
 
-    def with_horizon(self, horizon: float, saveat: tuple[float, ...] | None = None):
+    def with_horizon(self, horizon: float, saveat: tuple[float | int, ...] | None = None):
         """This model with T = ``horizon`` (and ``saveat``, if given): only what depends
         on T is checked again."""
         new = copy.copy(self)
