@@ -64,21 +64,25 @@ def _parts(x, beta, degree):
     return spectral.spectral_parts(x, beta, degree=degree, block=64)
 
 
-def _outputs(x, beta: float, dtype) -> tuple[np.ndarray, np.ndarray]:
-    """Softmax and unnormalised outputs of the spectral route (float64 NumPy)."""
+def _outputs(x, beta: float, dtype, *, fresh: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Softmax and unnormalised outputs of the spectral route (float64 NumPy); ``fresh``:
+    traced anew (module constants patched by a test are read at tracing)."""
     n, dim = x.shape
     degree = spectral.DEGREES[spectral.degree_index(np.asarray(beta, dtype), n, dim, dtype)]
     xs = jnp.asarray(np.asarray(x, dtype))
-    num, den, top = (
-        np.asarray(a, np.float64) for a in _parts(xs, jnp.asarray(beta, dtype), degree)
+    parts = (
+        jax.jit(lambda x, b: spectral.spectral_parts(x, b, degree=degree, block=64))
+        if fresh
+        else functools.partial(_parts, degree=degree)
     )
+    num, den, top = (np.asarray(a, np.float64) for a in parts(xs, jnp.asarray(beta, dtype)))
     soft = num / den[:, None]
     unnorm = num * np.exp(top - math.log(n))[:, None]
     return soft, unnorm
 
 
-def _check_against_exact(x, beta: float, dtype) -> None:
-    soft, unnorm = _outputs(x, beta, dtype)
+def _check_against_exact(x, beta: float, dtype, *, fresh: bool = False) -> None:
+    soft, unnorm = _outputs(x, beta, dtype, fresh=fresh)
     rounded = np.asarray(np.asarray(x, dtype), np.float64)  # the tokens as the route saw them
     ref_soft, ref_unnorm, scale = exact(rounded, beta)
     eps = float(np.finfo(dtype).eps)
@@ -109,15 +113,36 @@ def test_spectral_equals_the_direct_sum_to_rounding(dim, beta, dtype):
             _check_against_exact(x, beta, dtype)
 
 
+@pytest.fixture
+def float64_pass_always(monkeypatch):
+    """The float64 pass at any count of rows (by default it runs only where it costs less
+    than attending those rows directly: never at N = 300)."""
+    monkeypatch.setattr(spectral, "HOST_PASS_S", 0.0)
+    monkeypatch.setattr(spectral, "HOST_PASS_FACTOR", 0.0)
+
+
+def test_the_float64_pass_runs_where_it_pays():
+    """One flagged row of 300 is attended directly (the pass would cost ~5,000 such
+    rows); at N = 10⁵ the pass pays from ~600 flagged rows on S¹, at 10⁶ from ~580."""
+    u = jnp.asarray(configurations(300, 2)["lone"], jnp.float32)
+    w = spectral.kernel_weights(jnp.float32(4.0), 2, 20, jnp.float32)
+    good = np.asarray(jax.jit(lambda *a: spectral._sums(*a))(u, jnp.float32(4.0), w)[2])
+    assert not good[0] and good[2:].all()
+    for n, low, high in ((300, 3000, 10**5), (10**5, 300, 1000), (10**6, 300, 1000)):
+        cost = spectral.HOST_PASS_S + spectral.HOST_PASS_FACTOR * spectral.spectral_cost(n, 2, 20)
+        assert low < cost / spectral.direct_cost_per_row(n) < high
+
+
+@pytest.mark.usefixtures("float64_pass_always")
 @pytest.mark.parametrize("dim", [2, 3])
 def test_a_lone_token_is_summed_again_in_float64(dim):
     """Beside a cluster of 299 tokens at β = 4 the antipodal token's denominator is ~1
     while the terms summed are ~N: the expansion in float32 misses its output by ~10⁻⁵
     and flags the row (checked here, so the test fails if the rows stop being redone);
-    the route sums it again in float64 and gets it to rounding, marked good, so that it
-    is not attended directly (O(N) per row)."""
+    the float64 pass sums it again and gets it to rounding, marked good, so that it is
+    not attended directly (O(N) per row)."""
     x = configurations(300, dim)["lone"]
-    _check_against_exact(x, 4.0, np.float32)
+    _check_against_exact(x, 4.0, np.float32, fresh=True)
     u = jnp.asarray(x, jnp.float32)
     w = spectral.kernel_weights(jnp.float32(4.0), dim, 20, jnp.float32)
     tolerance = spectral.ROW_TOLERANCE * 4.0 * EPS32
@@ -126,12 +151,13 @@ def test_a_lone_token_is_summed_again_in_float64(dim):
     reference = exact(np.asarray(u, np.float64), 4.0)[0][0]
     alone = np.asarray(num[0], np.float64) / float(den[0])
     assert np.max(np.abs(alone - reference)) > 1e-6
-    num, den, good = jax.jit(spectral._sums)(u, jnp.float32(4.0), w)
+    num, den, good = jax.jit(lambda *a: spectral._sums(*a))(u, jnp.float32(4.0), w)
     assert bool(np.all(np.asarray(good)))
     again = np.asarray(num[0], np.float64) / float(den[0])
     assert np.max(np.abs(again - reference)) <= (spectral.ROW_TOLERANCE * 4.0 + 1) * EPS32
 
 
+@pytest.mark.usefixtures("float64_pass_always")
 def test_rows_summed_again_under_vmap():
     """Under vmap the float64 pass runs for the batch when one trajectory needs it (a
     while loop, not a select of both sides): a lone token in one, uniform tokens in the
@@ -413,6 +439,7 @@ def test_spectral_differentiates_in_forward_mode():
     assert float(jnp.max(jnp.abs(fast - dense))) <= 1e-5 * float(jnp.max(jnp.abs(dense)))
 
 
+@pytest.mark.usefixtures("float64_pass_always")
 def test_rows_summed_again_differentiate_as_the_float32_expansion():
     """jax.jvp through a row summed again in float64 (a host callback, which has no
     derivative) gives the float32 expansion's tangent, and the float64 value."""
@@ -434,12 +461,17 @@ def test_rows_summed_again_differentiate_as_the_float32_expansion():
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.parametrize("route", ["direct", "float64"])
 @pytest.mark.parametrize("dim", [2, 3])
-def test_clusters_forming_amid_scattered_tokens(dim):
+def test_clusters_forming_amid_scattered_tokens(dim, route, monkeypatch):
     """The state the flow passes through as clusters form (three tight clusters, a fifth
     of the tokens scattered between them): float32 flags several per cent of the rows,
-    and every row of the route (those summed again in float64 included) is within the
-    promise against a float64 direct sum."""
+    and every row of the route is within the promise against a float64 direct sum,
+    whether those rows are attended directly (the default at N = 2,000) or summed again
+    in float64."""
+    if route == "float64":
+        monkeypatch.setattr(spectral, "HOST_PASS_S", 0.0)
+        monkeypatch.setattr(spectral, "HOST_PASS_FACTOR", 0.0)
     rng = np.random.default_rng(7)
     n = 2000
     centres = _unit(rng.normal(size=(3, dim)))
@@ -450,4 +482,4 @@ def test_clusters_forming_amid_scattered_tokens(dim):
     tolerance = jnp.float32(spectral.ROW_TOLERANCE * 4.0 * EPS32)
     flagged = ~np.asarray(jax.jit(spectral._rows_within)(u, w, tolerance)[2])
     assert flagged.mean() > 0.01
-    _check_against_exact(x, 4.0, np.float32)
+    _check_against_exact(x, 4.0, np.float32, fresh=True)

@@ -558,17 +558,22 @@ def _in_float64(u: Array, beta: Array, w: Array, parts, tolerance: Array):
     trajectory's call returns at once when it has none. The float64 values enter as
     ``num + stop_gradient(num64 − num)``: forward-mode derivatives are the float32
     expansion's."""
-    dim, degree = u.shape[1], w.shape[0] - 1
+    (n_tokens, dim), degree = u.shape, w.shape[0] - 1
     shapes = (
         jax.ShapeDtypeStruct(parts[0].shape, u.dtype),
         jax.ShapeDtypeStruct(parts[1].shape, u.dtype),
         jax.ShapeDtypeStruct(parts[2].shape, jnp.bool_),
     )
     host = functools.partial(_float64_rows, dim=dim, degree=degree)
+    # The pass runs where it is cheaper than attending the rows directly (small N and few
+    # such rows: directly; the default modes run at N = 4,096 took 18 % more CPU with the
+    # pass at every such row).
+    pass_cost = HOST_PASS_S + HOST_PASS_FACTOR * spectral_cost(n_tokens, dim, degree)
+    rows_worth = math.ceil(pass_cost / direct_cost_per_row(n_tokens))
 
     def again(state):
         _, num, den, good = state
-        args = jax.lax.stop_gradient((u, beta, good, tolerance))
+        args = jax.lax.stop_gradient((u, beta, good, tolerance, _worth(good, rows_worth)))
         num64, den64, good64 = jax.pure_callback(host, shapes, *args, vmap_method="sequential")
         take = ~good & good64
         num = jnp.where(take[:, None], num + jax.lax.stop_gradient(num64 - num), num)
@@ -576,19 +581,24 @@ def _in_float64(u: Array, beta: Array, w: Array, parts, tolerance: Array):
         return jnp.ones((), bool), num, den, good | take
 
     def pending(state):
-        return ~state[0] & ~jnp.all(state[3])
+        return ~state[0] & _worth(state[3], rows_worth)
 
     return jax.lax.while_loop(pending, again, (jnp.zeros((), bool), *parts))[1:]
 
 
-def _float64_rows(u, beta, good, tolerance, *, dim: int, degree: int):
+def _worth(good: Array, rows_worth: int) -> Array:
+    """Whether at least ``rows_worth`` rows are not good (the float64 pass pays)."""
+    return jnp.sum(~good, dtype=jnp.int32) >= rows_worth
+
+
+def _float64_rows(u, beta, good, tolerance, worth, *, dim: int, degree: int):
     """``(num, den, good)`` of :func:`_rows_within` in float64 on the host CPU (the exact
-    weights from SciPy), returned in the dtype of ``u``; all not good at once when every
-    row of ``u`` is already good (nothing to do: a trajectory of a batch that does not
-    need the pass)."""
+    weights from SciPy), returned in the dtype of ``u``; all not good at once when the
+    pass does not pay for this configuration (``worth`` False: a trajectory of a batch
+    whose few rows are attended directly)."""
     n_tokens = u.shape[0]
     dtype = u.dtype
-    if np.all(good):
+    if not worth:
         return np.zeros((n_tokens, dim), dtype), np.ones(n_tokens, dtype), np.zeros(n_tokens, bool)
     cpu = jax.devices("cpu")[0]
     with jax.enable_x64(True):
@@ -640,6 +650,12 @@ SPHERE_ENTRY_S = 3.1e-10
 #: ``auto`` takes the spectral route where it costs at most this fraction of the direct
 #: route (a margin for rows it attends directly and for the machine's noise).
 AUTO_MARGIN = 0.25
+#: The float64 pass over rows float32 cannot give (:func:`_in_float64`): its fixed cost
+#: (the host callback) and its cost against the float32 route's modelled one (float64 on
+#: the host, both passes): 2.2-3.3 ms at N = 4,096, 0.27 s (S¹) and 1.0 s (S²) of CPU at
+#: N = 10⁶, K = 20 (2026-11-29, the 2-core development CPU).
+HOST_PASS_S = 1e-3
+HOST_PASS_FACTOR = 3.0
 
 
 def spectral_cost(n_tokens: int, dim: int, degree: int) -> float:
@@ -651,7 +667,12 @@ def spectral_cost(n_tokens: int, dim: int, degree: int) -> float:
 
 def direct_cost(n_tokens: int) -> float:
     """Modelled seconds of one direct attention of N tokens (d ≤ 3)."""
-    return DIRECT_PAIR_S * n_tokens * n_tokens
+    return n_tokens * direct_cost_per_row(n_tokens)
+
+
+def direct_cost_per_row(n_tokens: int) -> float:
+    """Modelled seconds of one row attended directly against N keys (d ≤ 3)."""
+    return DIRECT_PAIR_S * n_tokens
 
 
 def cheaper_degrees(n_tokens: int, dim: int) -> tuple[int, ...]:
