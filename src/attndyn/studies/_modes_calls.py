@@ -33,15 +33,21 @@ _AWAITED: list[jax.Array] = []
 LONGEST_PAUSE = 0.05
 
 
-def async_jit(fun: Callable, **static: type) -> Callable:
+def async_jit(fun: Callable, *, donate: tuple[int, ...] = (), **static: type) -> Callable:
     """``fun(model, *args)`` compiled with ``jax.jit``, the model split into its arrays
     (traced) and the rest (static, hashed); ``static`` names further static keyword
-    arguments. A call returns as soon as it is enqueued."""
+    arguments; ``donate``: the positions in ``args`` whose buffers the call may reuse
+    for its results (the caller drops them). A call returns as soon as it is enqueued."""
 
     def split(static_part, dynamic_part, *args, **kwargs):
         return fun(eqx.combine(dynamic_part, static_part), *args, **kwargs)
 
-    compiled = jax.jit(split, static_argnums=0, static_argnames=tuple(static))
+    compiled = jax.jit(
+        split,
+        static_argnums=0,
+        static_argnames=tuple(static),
+        donate_argnums=tuple(2 + i for i in donate),
+    )
 
     def call(model, *args, **kwargs):
         dynamic_part, static_part = eqx.partition(model, eqx.is_array)
