@@ -240,8 +240,8 @@ def _powers_sphere(theta: Array, ell_max: int) -> Array:
     The sums over the tokens a tile of :data:`POWER_TILE` at a time (:func:`_tile_harmonics`),
     the tiles' sums compensated (:func:`.spectral.chunked_sum`): over all tokens at once
     the recurrence's (ℓ_max + 1) × N arrays were new memory at every degree inside the
-    modes study's loop over saves (10⁶ tokens on S²: 5 s of CPU a save, 3 of them the
-    kernel's page faults; tiled, 1 s)."""
+    modes study's loop over saves (10⁶ tokens on S²: 5.3 s of CPU a save, 3.2 of them the
+    kernel's page faults; tiled, 1.8 s)."""
     parts, real = spectral.tiles(theta, POWER_TILE)
     sums = spectral.chunked_sum(
         spectral.over_tiles(lambda p, r: _tile_harmonics(p, r, ell_max), parts, real)

@@ -37,7 +37,8 @@ give it to rounding: :func:`spectral_parts` estimates each row's rounding error,
 whose estimate exceeds :data:`ROW_TOLERANCE` (relative, × max(1, β) × ε: the direct
 route's own rounding of scores β⟨x_i, x_j⟩) are summed again in float64, the coefficients
 and the rows (O(N K), not O(N) per row: while clusters form such rows are a few per cent
-of all). Rows that even float64 cannot give (none seen) are attended directly against
+of all), where that costs less than attending them directly (:func:`_in_float64`). The
+rest, and rows that even float64 cannot give (none seen), are attended directly against
 all keys, in blocks. So are all rows when some token is off the unit sphere by more than
 :data:`SPHERE_TOLERANCE` × ε (the expansion holds for unit tokens only).
 """
