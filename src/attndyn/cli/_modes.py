@@ -241,7 +241,7 @@ def modes(**raw: Any) -> None:
     one process.
     """
     from . import _modes as run  # this module: its lazy names, typed
-    from ._output import Output, result_arguments
+    from ._output import result_arguments
 
     started = time.perf_counter()
     options = command_options(raw)
@@ -256,15 +256,7 @@ def modes(**raw: Any) -> None:
     spec, mc, points = _parse(options)
     arguments = result_arguments(options)
     try:
-        with Output(
-            options["out"],
-            dataset=f"{NAME}.nc",
-            figures=[f"{NAME}.png"],
-            arguments=arguments,
-            overwrite=options["overwrite"],
-            writer=writer,
-            needs=output_bytes(len(points) * options["saves"], n_figures=1),
-        ) as out:
+        with _output(options, arguments, len(points), writer=writer) as out:
             checkpoint = study_checkpoint(out, NAME, fresh=options["fresh"])
             ds = run.modes_study(
                 spec,
@@ -285,21 +277,29 @@ def _mean_field(options: Mapping[str, Any], started: float) -> None:
     modes dataset's vocabulary (:func:`attndyn.studies.mean_field.mean_field_modes`); the
     same outputs, the JSON's points from :func:`~attndyn.studies.mean_field.mean_field_summary`."""
     from ..studies.mean_field import DEFAULT_FLOOR_TOKENS
-    from ._output import Output, result_arguments
+    from ._output import result_arguments
 
     study, points = _mean_field_arguments(options, DEFAULT_FLOOR_TOKENS)
     arguments = result_arguments(options)
     use_cache(options)
-    with Output(
+    with _output(options, arguments, len(points)) as out:
+        ds = run_mean_field(points, study, {"command": command_line(), "arguments": arguments})
+        _finish(ds, out, None, options, started)
+
+
+def _output(options: Mapping[str, Any], arguments, n_points: int, *, writer: bool = True):
+    """The command's outputs (``NAME.nc``, ``NAME.png``), one for either engine."""
+    from ._output import Output
+
+    return Output(
         options["out"],
         dataset=f"{NAME}.nc",
         figures=[f"{NAME}.png"],
         arguments=arguments,
         overwrite=options["overwrite"],
-        needs=output_bytes(len(points) * options["saves"], n_figures=1),
-    ) as out:
-        ds = run_mean_field(points, study, {"command": command_line(), "arguments": arguments})
-        _finish(ds, out, None, options, started)
+        writer=writer,
+        needs=output_bytes(n_points * options["saves"], n_figures=1),
+    )
 
 
 def run_mean_field(points, study: Mapping[str, Any], metadata: Mapping[str, Any]):
